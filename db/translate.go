@@ -1,0 +1,75 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglock/pglock"
+)
+
+// Translating wraps conn so that every error its queries return passes through Translate.
+func Translating(conn DBTX) DBTX { return translatingConn{conn} }
+
+// Translate maps a PostgreSQL error to pglock's vocabulary, keeping the original reachable with
+// errors.As; other errors, pgx.ErrNoRows included, come back unchanged.
+func Translate(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "42P01", "42883": // undefined_table, undefined_function
+		return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
+	case "22023": // invalid_parameter_value, raised by the SQL contract's argument checks
+		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)
+	}
+	return err
+}
+
+// invalidParameter reads the parameter name that starts every argument error the SQL functions
+// raise ("p_ttl_ms: must be ...").
+func invalidParameter(message string) error {
+	param, _, _ := strings.Cut(message, ":")
+	switch param {
+	case "p_lock_name":
+		return pglock.ErrInvalidName
+	case "p_ttl_ms", "p_ttl_seconds":
+		return pglock.ErrInvalidTTL
+	default:
+		return pglock.ErrInvalidArgument
+	}
+}
+
+type translatingConn struct{ conn DBTX }
+
+func (c translatingConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := c.conn.Exec(ctx, sql, args...)
+	return tag, Translate(err)
+}
+
+func (c translatingConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := c.conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	return translatingRows{rows}, nil
+}
+
+func (c translatingConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return translatingRow{c.conn.QueryRow(ctx, sql, args...)}
+}
+
+type translatingRow struct{ row pgx.Row }
+
+func (r translatingRow) Scan(dest ...any) error { return Translate(r.row.Scan(dest...)) }
+
+type translatingRows struct{ pgx.Rows }
+
+func (r translatingRows) Err() error { return Translate(r.Rows.Err()) }
+
+func (r translatingRows) Scan(dest ...any) error { return Translate(r.Rows.Scan(dest...)) }

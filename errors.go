@@ -1,0 +1,28 @@
+package pglock
+
+import "errors"
+
+// The errors pglock returns, wrapped with detail; match them with errors.Is.
+var (
+	// ErrLocked means the lock is held by someone else.
+	ErrLocked = errors.New("pglock: lock is held by another holder")
+
+	// ErrNotHeld means the caller does not hold the lock it tried to extend or release.
+	ErrNotHeld = errors.New("pglock: lock is not held")
+
+	// ErrLockLost means a lock the caller held is no longer its own: it expired, was
+	// force-released, or its connection died.
+	ErrLockLost = errors.New("pglock: lock lost")
+
+	// ErrInvalidName means a lock name that no lock may have; see ValidateName.
+	ErrInvalidName = errors.New("pglock: invalid lock name")
+
+	// ErrInvalidTTL means a lease duration out of the accepted range.
+	ErrInvalidTTL = errors.New("pglock: invalid TTL")
+
+	// ErrInvalidArgument means any other argument that cannot be used, such as a nil pool.
+	ErrInvalidArgument = errors.New("pglock: invalid argument")
+
+	// ErrNotMigrated means the database lacks pglock's tables or functions.
+	ErrNotMigrated = errors.New("pglock: database is not migrated (run `pglockctl migrate up`)")
+)

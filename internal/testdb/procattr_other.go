@@ -1,0 +1,30 @@
+//go:build unix && !linux
+
+package testdb
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+func childProcAttr(owner *ownerIDs) *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{}
+	if owner != nil {
+		attr.Credential = &syscall.Credential{Uid: owner.Uid, Gid: owner.Gid}
+	}
+	return attr
+}
+
+// startChild starts cmd. Outside Linux nothing stops the server if this process is killed
+// before Main stops it.
+func startChild(cmd *exec.Cmd) (exited <-chan struct{}, err error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	return done, nil
+}

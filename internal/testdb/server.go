@@ -1,0 +1,247 @@
+package testdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+// server is a PostgreSQL server the tests may create databases on.
+type server struct {
+	adminURL string // a superuser's URL to a maintenance database
+	origin   string // where it came from, for messages
+	stop     func() error
+}
+
+// errNoServer means no way to reach or start PostgreSQL was found.
+var errNoServer = errors.New("testdb: no PostgreSQL: set PGLOCK_TEST_DATABASE_URL, " +
+	"put PostgreSQL's initdb and postgres on PATH, or start a Docker engine")
+
+// findServer tries, in order: the URL in PGLOCK_TEST_DATABASE_URL or DATABASE_URL, a throwaway
+// cluster from local PostgreSQL binaries, and a testcontainers-go container.
+func findServer(ctx context.Context) (*server, error) {
+	for _, env := range []string{"PGLOCK_TEST_DATABASE_URL", "DATABASE_URL"} {
+		if url := os.Getenv(env); url != "" {
+			return &server{adminURL: url, origin: env, stop: func() error { return nil }}, nil
+		}
+	}
+	var errs []error
+	if bin, err := findPostgresBin(); err == nil {
+		srv, err := startLocalCluster(ctx, bin)
+		if err == nil {
+			return srv, nil
+		}
+		errs = append(errs, err)
+	}
+	if dockerAnswers(ctx) {
+		srv, err := startContainer(ctx)
+		if err == nil {
+			return srv, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, errNoServer
+	}
+	return nil, errors.Join(errs...) // a server could be had but failed: never a skip
+}
+
+// findPostgresBin returns a directory holding initdb and postgres: from PATH, else the newest
+// version under the usual install directories.
+func findPostgresBin() (string, error) {
+	if initdb, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(initdb)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	var candidates []string
+	for _, pattern := range []string{
+		"/usr/lib/postgresql/*/bin",          // Debian, Ubuntu
+		"/usr/pgsql-*/bin",                   // RHEL, Fedora (PGDG)
+		"/usr/local/pgsql/bin",               // built from source
+		"/opt/homebrew/opt/postgresql@*/bin", // Homebrew on Apple silicon
+		"/usr/local/opt/postgresql@*/bin",    // Homebrew on Intel
+	} {
+		matches, _ := filepath.Glob(pattern)
+		candidates = append(candidates, matches...)
+	}
+	sort.Slice(candidates, func(i, j int) bool { return majorVersion(candidates[i]) > majorVersion(candidates[j]) })
+	for _, dir := range candidates {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("testdb: no initdb found")
+}
+
+// majorVersion reads the first number in a path such as /usr/lib/postgresql/15/bin.
+func majorVersion(path string) int {
+	digits := strings.FieldsFunc(path, func(r rune) bool { return r < '0' || r > '9' })
+	if len(digits) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(digits[0])
+	return n
+}
+
+// startLocalCluster runs initdb into a temporary directory and starts a server on a free
+// loopback port, as the postgres user when running as root (PostgreSQL refuses root). The
+// server is this process's child and is told to quit when this process dies (on Linux), so
+// a test binary killed by its timeout leaves no server behind.
+func startLocalCluster(ctx context.Context, bin string) (*server, error) {
+	dir, err := os.MkdirTemp("", "pglock-testdb-")
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*server, error) {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("testdb: local cluster from %s: %w", bin, err)
+	}
+	owner, err := clusterOwner()
+	if err != nil {
+		return fail(err)
+	}
+	if owner != nil {
+		if err := os.Chown(dir, int(owner.Uid), int(owner.Gid)); err != nil {
+			return fail(err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
+		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	initdb.SysProcAttr = childProcAttr(owner)
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("initdb: %w: %s", err, out))
+	}
+
+	port, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		return fail(err)
+	}
+	defer logFile.Close()
+	postgres := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
+		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+		"-c", "max_connections=300")
+	postgres.SysProcAttr = childProcAttr(owner)
+	postgres.Stdout, postgres.Stderr = logFile, logFile
+	exited, err := startChild(postgres)
+	if err != nil {
+		return fail(err)
+	}
+	stop := func() error {
+		defer os.RemoveAll(dir)
+		if err := postgres.Process.Signal(os.Interrupt); err != nil { // fast shutdown
+			return err
+		}
+		<-exited
+		return nil
+	}
+
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if err := waitForServer(ctx, url, exited); err != nil {
+		stop()
+		log, _ := os.ReadFile(logFile.Name())
+		return nil, fmt.Errorf("testdb: local cluster from %s: %w\n%s", bin, err, log)
+	}
+	return &server{adminURL: url, origin: "local cluster from " + bin, stop: stop}, nil
+}
+
+// clusterOwner returns the user to run PostgreSQL as: nil for the current user, or the postgres
+// user when running as root.
+func clusterOwner() (*ownerIDs, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs a postgres user to run the server as: %w", err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, err
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, err
+	}
+	return &ownerIDs{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+type ownerIDs struct{ Uid, Gid uint32 }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitForServer(ctx context.Context, url string, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case <-exited:
+			return errors.New("postgres exited during startup")
+		case <-ctx.Done():
+			return fmt.Errorf("postgres did not accept connections: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func dockerAnswers(ctx context.Context) (healthy bool) {
+	defer func() {
+		if recover() != nil { // testcontainers panics when it finds no Docker configuration
+			healthy = false
+		}
+	}()
+	provider, err := testcontainers.ProviderDocker.GetProvider()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return provider.Health(ctx) == nil
+}
+
+func startContainer(ctx context.Context) (*server, error) {
+	container, err := tcpostgres.Run(ctx, "postgres:15-alpine",
+		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
+		tcpostgres.WithDatabase("postgres"), tcpostgres.BasicWaitStrategies())
+	if err != nil {
+		return nil, fmt.Errorf("testdb: container: %w", err)
+	}
+	url, err := container.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		testcontainers.TerminateContainer(container)
+		return nil, fmt.Errorf("testdb: container: %w", err)
+	}
+	return &server{adminURL: url, origin: "testcontainers", stop: func() error {
+		return testcontainers.TerminateContainer(container)
+	}}, nil
+}

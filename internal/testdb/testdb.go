@@ -1,0 +1,283 @@
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/pglock/pglock/migrations"
+)
+
+// Options choose what a test database holds. A nil *Options means the defaults.
+type Options struct {
+	// Schema, when set, is created and pglock installed into it, and it is the only schema on
+	// the search_path of the database's pools. Default: pglock in public.
+	Schema string
+
+	// Unmigrated leaves the database without pglock's objects. Default: migrated.
+	Unmigrated bool
+}
+
+// DB is one test's database.
+type DB struct {
+	// Pool is a pool on the database, closed when the test ends.
+	Pool *pgxpool.Pool
+
+	url string
+}
+
+// URL returns the database's connection URL, usable by pgx, psql and pg_dump alike.
+func (d *DB) URL() string { return d.url }
+
+// NewPool opens another pool on the database (another "instance" of an application), closed
+// when the test ends. configure, when not nil, may change the pool's settings first.
+func (d *DB) NewPool(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	config, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	if configure != nil {
+		configure(config)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), config)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// New creates a database for the calling test, cloned from a template database built once (per
+// server, for each set of migration files and Options) so that each clone costs ~70 ms. Each
+// test has a database of its own because advisory locks and NOTIFY are scoped to a database: in
+// a shared one, parallel tests would block and wake each other. The database is dropped when
+// the test ends.
+func New(t testing.TB, opts *Options) *DB {
+	t.Helper()
+	if opts == nil {
+		opts = &Options{}
+	}
+	srv := sharedServer(t)
+	ctx := context.Background()
+
+	template, err := srv.template(ctx, *opts)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	name := "pglock_test_" + randomHex(8)
+	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
+		t.Fatalf("testdb: create database from %s: %v", template, err)
+	}
+	t.Cleanup(func() {
+		if _, err := srv.admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("testdb: drop database %s: %v", name, err)
+		}
+	})
+	d := &DB{url: srv.databaseURL(name, opts.Schema)}
+	d.Pool = d.NewPool(t, nil)
+	return d
+}
+
+// Main runs a package's tests; call it from TestMain in every package that uses New. After the
+// tests it stops any server it started, and it fails a passing run that leaked goroutines.
+func Main(m *testing.M) {
+	state.mu.Lock()
+	state.mainCalled = true
+	state.mu.Unlock()
+
+	code := m.Run()
+
+	state.mu.Lock()
+	if state.srv != nil {
+		state.srv.admin.Close()
+		if err := state.srv.stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "testdb: stop %s: %v\n", state.srv.origin, err)
+		}
+	}
+	state.mu.Unlock()
+
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "testdb: goroutines leaked: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// liveServer is the server this process found, with a pool on its maintenance database.
+type liveServer struct {
+	*server
+	admin *pgxpool.Pool
+
+	mu        sync.Mutex
+	templates map[Options]string
+}
+
+var state struct {
+	mu         sync.Mutex
+	mainCalled bool
+	srv        *liveServer
+	err        error
+	tried      bool
+}
+
+// sharedServer finds or starts the process's server on first use. Without one the test is
+// skipped with one line, except under CI=true, where that is a failure.
+func sharedServer(t testing.TB) *liveServer {
+	t.Helper()
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if !state.mainCalled {
+		t.Fatal("testdb: call testdb.Main(m) from this package's TestMain")
+	}
+	if !state.tried {
+		state.tried = true
+		state.srv, state.err = connect(context.Background())
+	}
+	switch {
+	case errors.Is(state.err, errNoServer) && os.Getenv("CI") != "true":
+		t.Skip(errNoServer.Error())
+	case state.err != nil:
+		t.Fatal(state.err)
+	}
+	return state.srv
+}
+
+func connect(ctx context.Context) (*liveServer, error) {
+	srv, err := findServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := pgxpool.New(ctx, srv.adminURL)
+	if err == nil {
+		err = admin.Ping(ctx)
+	}
+	if err != nil {
+		srv.stop()
+		return nil, fmt.Errorf("testdb: connect to %s: %w", srv.origin, err)
+	}
+	return &liveServer{server: srv, admin: admin, templates: map[Options]string{}}, nil
+}
+
+// template returns the name of a template database for opts, building it if no process has.
+// The name carries a hash of the migration files, so editing a migration builds a new one.
+func (s *liveServer) template(ctx context.Context, opts Options) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if name, ok := s.templates[opts]; ok {
+		return name, nil
+	}
+	name, err := templateName(opts)
+	if err != nil {
+		return "", err
+	}
+
+	// Test binaries of several packages run at once; one builds, the others wait and reuse.
+	conn, err := s.admin.Acquire(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Release()
+	const templateLockKey = 0x70676c6f636b // "pglock"
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", templateLockKey); err != nil {
+		return "", err
+	}
+	defer conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", templateLockKey)
+
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if err := s.buildTemplate(ctx, conn.Conn(), name, opts); err != nil {
+			return "", fmt.Errorf("build template %s: %w", name, err)
+		}
+	}
+	s.templates[opts] = name
+	return name, nil
+}
+
+// buildTemplate builds under a temporary name and renames when done, so a build cut short is
+// never cloned.
+func (s *liveServer) buildTemplate(ctx context.Context, admin *pgx.Conn, name string, opts Options) error {
+	building := name + "_building"
+	for _, ddl := range []string{"DROP DATABASE IF EXISTS " + building, "CREATE DATABASE " + building} {
+		if _, err := admin.Exec(ctx, ddl); err != nil {
+			return err
+		}
+	}
+	pool, err := pgxpool.New(ctx, s.databaseURL(building, opts.Schema))
+	if err != nil {
+		return err
+	}
+	if opts.Schema != "" {
+		_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{opts.Schema}.Sanitize())
+	}
+	if err == nil && !opts.Unmigrated {
+		err = migrations.Up(ctx, pool)
+	}
+	pool.Close()
+	if err != nil {
+		return err
+	}
+	_, err = admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name)
+	return err
+}
+
+func templateName(opts Options) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "schema=%q unmigrated=%t\n", opts.Schema, opts.Unmigrated)
+	err := fs.WalkDir(migrations.FS, ".", func(path string, entry fs.DirEntry, err error) error {
+		if err != nil || entry.IsDir() {
+			return err
+		}
+		content, err := fs.ReadFile(migrations.FS, path)
+		fmt.Fprintf(h, "%s %d\n%s", path, len(content), content)
+		return err
+	})
+	return "pglock_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16], err
+}
+
+// databaseURL points the server's admin URL (URL or keyword=value form) at another database,
+// with schema as the only schema on the search_path when set.
+func (s *liveServer) databaseURL(database, schema string) string {
+	options := ""
+	if schema != "" {
+		options = "-csearch_path=" + schema
+	}
+	if u, err := url.Parse(s.adminURL); err == nil && u.Scheme != "" {
+		u.Path = "/" + database
+		if options != "" {
+			q := u.Query()
+			q.Set("options", options)
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	dsn := s.adminURL + " dbname=" + database
+	if options != "" {
+		dsn += " options='" + strings.ReplaceAll(options, "'", `\'`) + "'"
+	}
+	return dsn
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,13 @@
+-- Removes every object of 000001. Without IF EXISTS: a schema that drifted should fail loudly.
+BEGIN;
+
+DROP FUNCTION extend_lock(varchar, varchar, integer);
+DROP FUNCTION acquire_lock(varchar, varchar, integer, jsonb);
+DROP FUNCTION release_lock(varchar, varchar);
+DROP FUNCTION extend_lock_ms(varchar, varchar, bigint);
+DROP FUNCTION acquire_lock_ms(varchar, varchar, bigint, jsonb);
+DROP FUNCTION pglock_check_name_and_holder(varchar, varchar);
+DROP SEQUENCE distributed_locks_fencing_token_seq;
+DROP TABLE distributed_locks;
+
+COMMIT;

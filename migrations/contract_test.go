@@ -1,0 +1,451 @@
+package migrations_test
+
+// The SQL contract as any language sees it: the functions called by their SQL text, as from psql.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+const (
+	acquireSQL = "SELECT acquire_lock($1, $2, $3)"
+	extendSQL  = "SELECT extend_lock($1, $2, $3)"
+	releaseSQL = "SELECT release_lock($1, $2)"
+)
+
+// lockRow is a row of distributed_locks.
+type lockRow struct {
+	Name, Holder          string
+	Token                 int64
+	AcquiredAt, ExpiresAt time.Time
+	Metadata              string
+}
+
+func readLocks(t *testing.T, pool *pgxpool.Pool) []lockRow {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT lock_name, holder_id, fencing_token,
+		acquired_at, expires_at, metadata::text FROM distributed_locks ORDER BY lock_name`)
+	require.NoError(t, err)
+	locks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lockRow])
+	require.NoError(t, err)
+	return locks
+}
+
+func readLock(t *testing.T, pool *pgxpool.Pool, name string) (lockRow, bool) {
+	t.Helper()
+	for _, l := range readLocks(t, pool) {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return lockRow{}, false
+}
+
+func callBool(t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, sql string, args ...any) bool {
+	t.Helper()
+	var ok bool
+	require.NoError(t, q.QueryRow(context.Background(), sql, args...).Scan(&ok), sql)
+	return ok
+}
+
+func TestContractHolderAndNonHolder(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	const name = "order:1"
+
+	type tokenChange int
+	const (
+		noRow tokenChange = iota
+		sameToken
+		newToken
+	)
+	steps := []struct {
+		do         string
+		sql        string
+		args       []any
+		want       bool
+		holder     string // holder afterwards, "" for no row
+		tokenAfter tokenChange
+	}{
+		{"h1 acquires a free lock", acquireSQL, []any{name, "h1", 30}, true, "h1", newToken},
+		{"h2 cannot acquire it", acquireSQL, []any{name, "h2", 30}, false, "h1", sameToken},
+		{"h1 re-acquires, keeping its token", acquireSQL, []any{name, "h1", 60}, true, "h1", sameToken},
+		{"h2 cannot extend it", extendSQL, []any{name, "h2", 30}, false, "h1", sameToken},
+		{"h1 extends it", extendSQL, []any{name, "h1", 30}, true, "h1", sameToken},
+		{"h2 cannot release it", releaseSQL, []any{name, "h2"}, false, "h1", sameToken},
+		{"h1 releases it", releaseSQL, []any{name, "h1"}, true, "", noRow},
+		{"h1 cannot release it twice", releaseSQL, []any{name, "h1"}, false, "", noRow},
+		{"h1 cannot extend a released lock", extendSQL, []any{name, "h1", 30}, false, "", noRow},
+		{"h2 acquires the released lock with a higher token", acquireSQL, []any{name, "h2", 30}, true, "h2", newToken},
+		{"h1 cannot acquire it now", acquireSQL, []any{name, "h1", 30}, false, "h2", sameToken},
+	}
+
+	var lastToken int64
+	for _, step := range steps {
+		require.Equal(t, step.want, callBool(t, pool, step.sql, step.args...), step.do)
+		lock, found := readLock(t, pool, name)
+		switch step.tokenAfter {
+		case noRow:
+			require.False(t, found, step.do)
+			continue
+		case sameToken:
+			require.Equal(t, lastToken, lock.Token, step.do)
+		case newToken:
+			require.Greater(t, lock.Token, lastToken, step.do)
+		}
+		require.Equal(t, step.holder, lock.Holder, step.do)
+		lastToken = lock.Token
+	}
+}
+
+func TestContractAcquireReturnsHolderDetails(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+
+	var acquired bool
+	var holder, metadata string
+	var token int64
+	var acquiredAt, expiresAt time.Time
+	scan := func(holderID string, ttlMs int, meta string) {
+		t.Helper()
+		require.NoError(t, pool.QueryRow(ctx, `SELECT acquired, holder_id, fencing_token, acquired_at,
+			expires_at, metadata::text FROM acquire_lock_ms($1, $2, $3, $4)`, "job", holderID, ttlMs, meta).
+			Scan(&acquired, &holder, &token, &acquiredAt, &expiresAt, &metadata))
+	}
+
+	scan("h1", 1500, `{"host": "a"}`)
+	require.True(t, acquired)
+	require.Equal(t, "h1", holder)
+	require.Equal(t, `{"host": "a"}`, metadata)
+	require.InDelta(t, 1500*time.Millisecond, expiresAt.Sub(acquiredAt), float64(5*time.Millisecond),
+		"a millisecond TTL is honoured to the millisecond")
+	firstToken, firstAcquiredAt := token, acquiredAt
+
+	scan("h2", 1000, `{"host": "b"}`)
+	require.False(t, acquired, "a failed acquire returns the current holder's row")
+	require.Equal(t, "h1", holder)
+	require.Equal(t, firstToken, token)
+	require.Equal(t, `{"host": "a"}`, metadata)
+
+	scan("h1", 5000, `{"host": "a2"}`)
+	require.True(t, acquired)
+	require.Equal(t, firstToken, token, "re-acquiring keeps the token")
+	require.Equal(t, firstAcquiredAt, acquiredAt, "re-acquiring keeps the time it was first acquired")
+	require.Equal(t, `{"host": "a2"}`, metadata, "re-acquiring replaces the metadata")
+}
+
+func TestContractExpiryByDatabaseTime(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+
+	require.True(t, callBool(t, pool, acquireSQL, "report", "h1", 1))
+	first, _ := readLock(t, pool, "report")
+	require.False(t, callBool(t, pool, acquireSQL, "report", "h2", 30), "not expired yet")
+
+	require.Eventually(t, func() bool {
+		return callBool(t, pool, "SELECT clock_timestamp() > expires_at FROM distributed_locks WHERE lock_name = 'report'")
+	}, 10*time.Second, 20*time.Millisecond)
+
+	require.False(t, callBool(t, pool, extendSQL, "report", "h1", 30), "an expired lock cannot be extended")
+	require.True(t, callBool(t, pool, acquireSQL, "report", "h2", 30), "an expired lock can be taken")
+	second, _ := readLock(t, pool, "report")
+	require.Greater(t, second.Token, first.Token)
+	require.False(t, callBool(t, pool, releaseSQL, "report", "h1"), "the old holder cannot release it")
+
+	// Leases count from the statement's clock_timestamp(), not from now(), the start of the
+	// transaction: a lease taken late in a long transaction does not start already old.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT pg_sleep(1.2)")
+	require.NoError(t, err)
+	var acquired, live bool
+	require.NoError(t, tx.QueryRow(ctx, `SELECT a.acquired, a.expires_at > clock_timestamp()
+		FROM acquire_lock_ms('late', 'h1', 1000) a`).Scan(&acquired, &live))
+	require.True(t, acquired)
+	require.True(t, live, "a 1 s lease taken 1.2 s into a transaction must not be born expired")
+}
+
+func TestContractConcurrentAcquireHasOneWinner(t *testing.T) {
+	t.Parallel()
+	const contenders, rounds = 32, 10
+	d := testdb.New(t, nil)
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = contenders; c.MinConns = contenders })
+
+	for round := range rounds {
+		name := fmt.Sprintf("free:%d", round)
+		start := make(chan struct{})
+		results := make(chan bool, contenders)
+		errs := make(chan error, contenders)
+		var wg sync.WaitGroup
+		for i := range contenders {
+			wg.Go(func() {
+				<-start
+				var ok bool
+				err := pool.QueryRow(context.Background(), acquireSQL, name, fmt.Sprintf("h%d", i), 30).Scan(&ok)
+				errs <- err
+				results <- ok
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(results)
+		close(errs)
+		winners := 0
+		for ok := range results {
+			if ok {
+				winners++
+			}
+		}
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Equal(t, 1, winners, "round %d", round)
+	}
+}
+
+// Tokens strictly increase per name across every way a hold can end: release, expiry, and a
+// row deleted from outside (force release).
+func TestContractTokensStrictlyIncrease(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	endings := []string{
+		"SELECT release_lock($1, $2)",
+		"UPDATE distributed_locks SET expires_at = clock_timestamp() - interval '1 second' WHERE lock_name = $1 AND holder_id = $2",
+		"DELETE FROM distributed_locks WHERE lock_name = $1 AND holder_id = $2",
+	}
+
+	var last int64
+	for i := range 1000 {
+		holder := []string{"h1", "h2"}[i%2]
+		var token int64
+		require.NoError(t, pool.QueryRow(ctx,
+			"SELECT fencing_token FROM acquire_lock_ms('alternating', $1, 30000) WHERE acquired", holder).Scan(&token))
+		require.Greater(t, token, last, "acquisition %d", i)
+		last = token
+		_, err := pool.Exec(ctx, endings[i%len(endings)], "alternating", holder)
+		require.NoError(t, err)
+	}
+}
+
+// An acquirer that stalls before its row lands must not end up with a smaller token than a
+// holder who came and went meanwhile: the token is drawn once the row is ours. A BEFORE INSERT
+// trigger parks the "slow" holder's insert on an advisory lock the test holds.
+func TestContractTokenIsDrawnAfterTheRowIsOurs(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `
+		CREATE FUNCTION park_slow_holder() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.holder_id = 'slow' THEN
+				PERFORM pg_advisory_lock(4242);
+				PERFORM pg_advisory_unlock(4242);
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER park_slow_holder BEFORE INSERT ON distributed_locks
+			FOR EACH ROW EXECUTE FUNCTION park_slow_holder();`)
+	require.NoError(t, err)
+
+	gate, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer gate.Release()
+	_, err = gate.Exec(ctx, "SELECT pg_advisory_lock(4242)")
+	require.NoError(t, err)
+
+	slowToken := make(chan int64, 1)
+	slowErr := make(chan error, 1)
+	go func() {
+		var token int64
+		err := pool.QueryRow(ctx, "SELECT fencing_token FROM acquire_lock_ms('contended', 'slow', 30000) WHERE acquired").Scan(&token)
+		slowErr <- err
+		slowToken <- token
+	}()
+	require.Eventually(t, func() bool {
+		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_locks
+			WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)`)
+	}, 10*time.Second, 5*time.Millisecond, "the slow holder's insert is parked")
+
+	var fastToken int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT fencing_token FROM acquire_lock_ms('contended', 'fast', 30000) WHERE acquired").Scan(&fastToken))
+	require.True(t, callBool(t, pool, releaseSQL, "contended", "fast"))
+
+	_, err = gate.Exec(ctx, "SELECT pg_advisory_unlock(4242)")
+	require.NoError(t, err)
+	require.NoError(t, <-slowErr)
+	require.Greater(t, <-slowToken, fastToken, "the holder whose row landed last has the larger token")
+}
+
+func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, acquireSQL, "held", "h1", 30))
+	long := strings.Repeat("x", 256)
+
+	tests := []struct {
+		sql   string
+		args  []any
+		param string
+	}{
+		{acquireSQL, []any{nil, "h", 30}, "p_lock_name"},
+		{acquireSQL, []any{"", "h", 30}, "p_lock_name"},
+		{acquireSQL, []any{long, "h", 30}, "p_lock_name"},
+		{acquireSQL, []any{"n", nil, 30}, "p_holder_id"},
+		{acquireSQL, []any{"n", "", 30}, "p_holder_id"},
+		{acquireSQL, []any{"n", long, 30}, "p_holder_id"},
+		{acquireSQL, []any{"n", "h", 0}, "p_ttl_seconds"},
+		{acquireSQL, []any{"n", "h", -5}, "p_ttl_seconds"},
+		{acquireSQL, []any{"n", "h", nil}, "p_ttl_seconds"},
+		{"SELECT acquire_lock($1, $2, $3, $4)", []any{"n", "h", 30, `[1, 2]`}, "p_metadata"},
+		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"n", "h", 0}, "p_ttl_ms"},
+		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"", "h", 1000}, "p_lock_name"},
+		{extendSQL, []any{"held", "h1", 0}, "p_ttl_seconds"},
+		{extendSQL, []any{nil, "h1", 30}, "p_lock_name"},
+		{"SELECT extend_lock_ms($1, $2, $3)", []any{"held", "h1", -1}, "p_ttl_ms"},
+		{"SELECT extend_lock_ms($1, $2, $3)", []any{"held", "", 1000}, "p_holder_id"},
+		{releaseSQL, []any{"", "h1"}, "p_lock_name"},
+		{releaseSQL, []any{"held", nil}, "p_holder_id"},
+		{releaseSQL, []any{long, "h1"}, "p_lock_name"},
+	}
+	for _, tt := range tests {
+		function, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(tt.sql, "SELECT * FROM "), "SELECT "), "(")
+		t.Run(function+" "+tt.param, func(t *testing.T) {
+			before := readLocks(t, pool)
+			_, err := pool.Exec(ctx, tt.sql, tt.args...)
+			var pgErr *pgconn.PgError
+			require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
+			require.Equal(t, "22023", pgErr.Code)
+			require.True(t, strings.HasPrefix(pgErr.Message, tt.param+":"), "message %q names %s", pgErr.Message, tt.param)
+			require.Equal(t, before, readLocks(t, pool))
+		})
+	}
+}
+
+func TestContractFailedAcquireWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, acquireSQL, "held", "h1", 30))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	require.False(t, callBool(t, tx, acquireSQL, "held", "h2", 30))
+	require.False(t, callBool(t, tx, extendSQL, "held", "h2", 30))
+	require.False(t, callBool(t, tx, releaseSQL, "held", "h2"))
+	require.True(t, callBool(t, tx, "SELECT txid_current_if_assigned() IS NULL"),
+		"no transaction id was taken, so no row was locked and no commit will be flushed")
+}
+
+func TestContractReleaseNotifiesWaiters(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listener, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN pglock_released")
+	require.NoError(t, err)
+
+	require.True(t, callBool(t, pool, acquireSQL, "a", "h1", 30))
+	require.True(t, callBool(t, pool, acquireSQL, "b", "h1", 30))
+	require.False(t, callBool(t, pool, releaseSQL, "a", "h2"), "a failed release notifies nobody")
+	require.True(t, callBool(t, pool, releaseSQL, "b", "h1"))
+
+	n, err := listener.Conn().WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "pglock_released", n.Channel)
+	require.Equal(t, "b", n.Payload)
+}
+
+// A role with only EXECUTE on the functions and SELECT on the table can use every function,
+// and cannot write the table itself.
+func TestContractLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	role := fmt.Sprintf("pglock_app_%d", time.Now().UnixNano()) // roles are cluster-wide
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s;
+		GRANT USAGE ON SCHEMA public TO %[1]s;
+		GRANT SELECT ON distributed_locks TO %[1]s;
+		GRANT EXECUTE ON FUNCTION acquire_lock(varchar, varchar, integer, jsonb), acquire_lock_ms(varchar, varchar, bigint, jsonb),
+			extend_lock(varchar, varchar, integer), extend_lock_ms(varchar, varchar, bigint), release_lock(varchar, varchar) TO %[1]s;
+		CREATE ROLE %[1]s_none;
+		GRANT USAGE ON SCHEMA public TO %[1]s_none;`, role))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s, %[1]s_none; DROP ROLE %[1]s; DROP ROLE %[1]s_none`, role))
+		require.NoError(t, err)
+	})
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	defer conn.Exec(ctx, "RESET ROLE")
+	_, err = conn.Exec(ctx, "SET ROLE "+role)
+	require.NoError(t, err)
+
+	require.True(t, callBool(t, conn, acquireSQL, "app", "h1", 30))
+	require.True(t, callBool(t, conn, extendSQL, "app", "h1", 30))
+	var token int64
+	require.NoError(t, conn.QueryRow(ctx, "SELECT fencing_token FROM distributed_locks WHERE lock_name = 'app'").Scan(&token))
+	require.True(t, callBool(t, conn, releaseSQL, "app", "h1"))
+
+	for _, write := range []string{
+		"INSERT INTO distributed_locks VALUES ('x', 'h', 1, now(), now(), '{}')",
+		"UPDATE distributed_locks SET holder_id = 'thief'",
+		"DELETE FROM distributed_locks",
+		"SELECT nextval('distributed_locks_fencing_token_seq')",
+	} {
+		_, err := conn.Exec(ctx, write)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), write)
+		require.Equal(t, "42501", pgErr.Code, write) // insufficient_privilege
+	}
+
+	_, err = conn.Exec(ctx, "SET ROLE "+role+"_none")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, acquireSQL, "app", "h1", 30)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr))
+	require.Equal(t, "42501", pgErr.Code, "a role never granted EXECUTE cannot call the functions")
+}
+
+// The functions are SECURITY DEFINER: a caller's temporary table must not stand in for ours.
+func TestContractTemporaryTableCannotShadowTheLockTable(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "CREATE TEMPORARY TABLE distributed_locks (LIKE public.distributed_locks INCLUDING ALL)")
+	require.NoError(t, err)
+
+	require.True(t, callBool(t, conn, acquireSQL, "real", "h1", 30))
+	var inTemp int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_temp.distributed_locks").Scan(&inTemp))
+	require.Zero(t, inTemp)
+	_, found := readLock(t, pool, "real")
+	require.True(t, found)
+}

@@ -1,0 +1,294 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
+	_ "github.com/golang-migrate/migrate/v4/source/file"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/migrations"
+)
+
+func TestUpDownUpLeavesACleanSchema(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	installed := dumpSchema(t, d.URL())
+	require.Contains(t, installed, "CREATE TABLE public.distributed_locks")
+
+	require.NoError(t, migrations.Down(ctx, d.Pool, migrations.AllSteps))
+	require.Equal(t, []string{"table " + migrations.VersionTable}, schemaObjects(t, d.Pool),
+		"down removes every object but golang-migrate's version table")
+
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	require.Equal(t, installed, dumpSchema(t, d.URL()))
+
+	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
+	status, err := migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Zero(t, status.Version)
+}
+
+// Five processes calling Up at once: one applies the files, and all of them succeed.
+func TestConcurrentUpFromFiveProcesses(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+
+	var wg sync.WaitGroup
+	outputs := make([][]byte, 5)
+	errs := make([]error, 5)
+	for i := range outputs {
+		wg.Go(func() {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), migrateUpHelperEnv+"="+d.URL())
+			outputs[i], errs[i] = cmd.CombinedOutput()
+		})
+	}
+	wg.Wait()
+	for i := range outputs {
+		require.NoError(t, errs[i], "process %d: %s", i, outputs[i])
+	}
+
+	status, err := migrations.Version(context.Background(), d.Pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+}
+
+const migrateUpHelperEnv = "PGLOCK_TEST_MIGRATE_UP_URL"
+
+// runMigrateUpHelper makes the test binary, when started by TestConcurrentUpFromFiveProcesses,
+// a process that only calls Up.
+func runMigrateUpHelper() bool {
+	url := os.Getenv(migrateUpHelperEnv)
+	if url == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err == nil {
+		err = migrations.Up(ctx, pool)
+		pool.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return true
+}
+
+// The files applied by hand with psql, or through golang-migrate's URL interface as its CLI
+// does, give the schema Up gives.
+func TestFilesAppliedByHandMatchUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	viaUp := testdb.New(t, &testdb.Options{Unmigrated: true})
+	require.NoError(t, migrations.Up(ctx, viaUp.Pool))
+	want := dumpSchema(t, viaUp.URL(), "--exclude-table="+migrations.VersionTable)
+
+	t.Run("psql", func(t *testing.T) {
+		t.Parallel()
+		byHand := testdb.New(t, &testdb.Options{Unmigrated: true})
+		psql := requireTool(t, "psql")
+		for _, file := range upFiles(t) {
+			out, err := exec.Command(psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", byHand.URL(), "-f", file).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+		}
+		require.Equal(t, want, dumpSchema(t, byHand.URL(), "--exclude-table="+migrations.VersionTable))
+	})
+
+	t.Run("golang-migrate URL", func(t *testing.T) {
+		t.Parallel()
+		byURL := testdb.New(t, &testdb.Options{Unmigrated: true})
+		url := strings.Replace(byURL.URL(), "postgres://", "pgx5://", 1)
+		url += map[bool]string{true: "&", false: "?"}[strings.Contains(url, "?")] + "x-migrations-table=" + migrations.VersionTable
+		m, err := migrate.New("file://.", url)
+		require.NoError(t, err)
+		require.NoError(t, m.Up())
+		srcErr, dbErr := m.Close()
+		require.NoError(t, srcErr)
+		require.NoError(t, dbErr)
+		require.Equal(t, want, dumpSchema(t, byURL.URL(), "--exclude-table="+migrations.VersionTable))
+		status, err := migrations.Version(ctx, byURL.Pool)
+		require.NoError(t, err)
+		require.Empty(t, status.Pending, "Version reads the version the CLI recorded")
+	})
+}
+
+// Installed into a schema named pglock, and used from Go through the pool's search_path.
+func TestInstallIntoAChosenSchema(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Schema: "pglock"})
+	ctx := context.Background()
+
+	var inPglock, inPublic int
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE n.nspname = 'pglock'), count(*) FILTER (WHERE n.nspname = 'public')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname IN ('distributed_locks', 'distributed_locks_fencing_token_seq', $1)`,
+		migrations.VersionTable).Scan(&inPglock, &inPublic))
+	require.Equal(t, 3, inPglock)
+	require.Zero(t, inPublic)
+
+	q := db.New(db.Translating(d.Pool))
+	lock, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "schema", HolderID: "h1", TtlMs: 5000, Metadata: []byte(`{}`)})
+	require.NoError(t, err)
+	require.True(t, lock.Acquired)
+	released, err := q.ReleaseLock(ctx, db.ReleaseLockParams{LockName: "schema", HolderID: "h1"})
+	require.NoError(t, err)
+	require.True(t, released)
+
+	status, err := migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Equal(t, status.Latest, status.Version)
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("unmigrated, and it creates nothing", func(t *testing.T) {
+		t.Parallel()
+		d := testdb.New(t, &testdb.Options{Unmigrated: true})
+		status, err := migrations.Version(ctx, d.Pool)
+		require.NoError(t, err)
+		require.Zero(t, status.Version)
+		require.False(t, status.Dirty)
+		require.NotZero(t, status.Latest)
+		require.Equal(t, "000001_distributed_locks.up.sql", status.Pending[0])
+		require.Len(t, status.Pending, int(status.Latest))
+		require.Empty(t, schemaObjects(t, d.Pool))
+	})
+	t.Run("migrated", func(t *testing.T) {
+		t.Parallel()
+		d := testdb.New(t, nil)
+		status, err := migrations.Version(ctx, d.Pool)
+		require.NoError(t, err)
+		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	})
+}
+
+func TestBadArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, steps := range []int{0, -2} {
+		require.ErrorIs(t, migrations.Down(ctx, nil, steps), pglock.ErrInvalidArgument)
+	}
+	require.ErrorIs(t, migrations.Up(ctx, nil), pglock.ErrInvalidArgument)
+	_, err := migrations.Version(ctx, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+}
+
+// golang-migrate waits for its advisory lock without a context; Up still returns when ctx ends.
+func TestUpReturnsWhenContextEndsWhileWaitingForAnotherMigrator(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+
+	var dbName, schema string
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schema))
+	key, err := database.GenerateAdvisoryLockId(dbName, schema, migrations.VersionTable)
+	require.NoError(t, err)
+	other, err := d.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer other.Release()
+	_, err = other.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", key)
+	require.NoError(t, err)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err = migrations.Up(waitCtx, d.Pool)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	_, err = other.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", key)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, d.Pool), "nothing was left behind that blocks the next migrator")
+}
+
+// upFiles lists the up migrations in the order they apply.
+func upFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS, "*.up.sql")
+	require.NoError(t, err)
+	sort.Strings(files)
+	for i, f := range files {
+		files[i], err = filepath.Abs(f)
+		require.NoError(t, err)
+	}
+	return files
+}
+
+// dumpSchema is pg_dump's description of the database's schema, less lines that differ between
+// any two dumps.
+func dumpSchema(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	pgDump := requireTool(t, "pg_dump")
+	out, err := exec.Command(pgDump, append([]string{"--schema-only", "-d", url}, args...)...).Output()
+	require.NoError(t, err)
+	var kept []string
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if !strings.HasPrefix(line, `\restrict`) && !strings.HasPrefix(line, `\unrestrict`) {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept, "\n")
+}
+
+// schemaObjects lists the relations, functions and types of the current schema.
+func schemaObjects(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT 'table ' || relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p')
+		UNION ALL SELECT 'relation ' || relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind NOT IN ('r', 'p')
+			AND relname NOT LIKE $1 || '%'
+		UNION ALL SELECT 'function ' || proname FROM pg_proc WHERE pronamespace = current_schema()::regnamespace
+		UNION ALL SELECT 'type ' || typname FROM pg_type WHERE typnamespace = current_schema()::regnamespace
+			AND typrelid = 0 AND typelem = 0
+		ORDER BY 1`, migrations.VersionTable)
+	require.NoError(t, err)
+	defer rows.Close()
+	var objects []string
+	for rows.Next() {
+		var o string
+		require.NoError(t, rows.Scan(&o))
+		objects = append(objects, o)
+	}
+	require.NoError(t, rows.Err())
+	return objects
+}
+
+// requireTool finds a command on PATH: its absence skips the test with one line, except under
+// CI=true, where it fails it.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s not found on PATH (install the PostgreSQL client)", name)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
