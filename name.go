@@ -17,7 +17,7 @@ func ValidateName(name string) error {
 	case name == "":
 		return fmt.Errorf("%w: empty", ErrInvalidName)
 	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, the limit is %d: %.40q...", ErrInvalidName, len(name), MaxNameLen, name)
+		return fmt.Errorf("%w: %d bytes, the limit is %d, starting %.40q", ErrInvalidName, len(name), MaxNameLen, name)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: not valid UTF-8: %q", ErrInvalidName, name)
 	case strings.IndexByte(name, 0) >= 0:

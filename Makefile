@@ -1,0 +1,40 @@
+# Tools are pinned in tools/go.mod, outside the library's module, and built into bin/.
+GO       ?= go
+BIN      := $(CURDIR)/bin
+SQLC     := $(BIN)/sqlc
+STATICCHECK := $(BIN)/staticcheck
+
+.PHONY: test lint generate check-generated bench tools
+
+## test: lint, check that generated code is current, run every test with the race detector.
+test: lint check-generated
+	$(GO) test -race -count=1 -timeout 10m ./...
+
+## lint: gofmt, go vet, staticcheck, and a tidy go.mod.
+lint: $(STATICCHECK)
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt wants to change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	$(GO) mod tidy -diff
+
+## generate: regenerate db/ from queries/ and migrations/ with sqlc.
+generate: $(SQLC)
+	$(SQLC) generate
+
+## check-generated: fail when db/ is not what sqlc generates from the current SQL.
+check-generated: $(SQLC)
+	@$(SQLC) diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
+
+## bench: every benchmark once, each comparing pglock with its baseline in the same run.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3000x ./...
+
+tools: $(SQLC) $(STATICCHECK)
+
+# sqlc builds with cgo: about 100 s on an empty build cache, cached after that.
+$(SQLC): tools/go.mod tools/go.sum
+	$(GO) -C tools build -o $(SQLC) github.com/sqlc-dev/sqlc/cmd/sqlc
+
+$(STATICCHECK): tools/go.mod tools/go.sum
+	$(GO) -C tools build -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck

@@ -1,0 +1,88 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+func TestTranslateArgumentErrors(t *testing.T) {
+	t.Parallel()
+	q := db.New(db.Translating(testdb.New(t, nil).Pool))
+	ctx := context.Background()
+
+	tests := []struct {
+		name string
+		arg  db.AcquireLockParams
+		want error
+	}{
+		{"empty name", db.AcquireLockParams{LockName: "", HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
+		{"long name", db.AcquireLockParams{LockName: strings.Repeat("n", 256), HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
+		{"zero TTL", db.AcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 0}, pglock.ErrInvalidTTL},
+		{"empty holder", db.AcquireLockParams{LockName: "n", HolderID: "", TtlMs: 1000}, pglock.ErrInvalidArgument},
+		{"metadata not an object", db.AcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`"x"`)}, pglock.ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := q.AcquireLock(ctx, tt.arg)
+			require.ErrorIs(t, err, tt.want)
+			var pgErr *pgconn.PgError
+			require.True(t, errors.As(err, &pgErr), "the PostgreSQL error stays reachable")
+			require.Equal(t, "22023", pgErr.Code)
+		})
+	}
+}
+
+func TestTranslateUnmigratedDatabase(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, &testdb.Options{Unmigrated: true}).Pool
+	q := db.New(db.Translating(pool))
+	ctx := context.Background()
+
+	_, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000})
+	require.ErrorIs(t, err, pglock.ErrNotMigrated, "missing function")
+	require.Contains(t, err.Error(), "pglockctl migrate up")
+
+	_, err = q.MigrationVersion(ctx)
+	require.ErrorIs(t, err, pglock.ErrNotMigrated, "missing table")
+
+	rows, err := db.Translating(pool).Query(ctx, "SELECT lock_name FROM distributed_locks")
+	require.Nil(t, rows)
+	require.ErrorIs(t, err, pglock.ErrNotMigrated, "Query translates too")
+}
+
+func TestTranslateLeavesOtherErrorsAlone(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	q := db.New(db.Translating(pool))
+	ctx := context.Background()
+
+	_, err := q.ExtendLock(ctx, db.ExtendLockParams{LockName: "never-held", HolderID: "h", TtlMs: 1000})
+	require.ErrorIs(t, err, pgx.ErrNoRows, "extending a lock not held returns no row")
+
+	_, err = db.Translating(pool).Exec(ctx, "SELECT 1/0")
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr))
+	require.Equal(t, "22012", pgErr.Code)
+	for _, sentinel := range []error{pglock.ErrNotMigrated, pglock.ErrInvalidArgument, pglock.ErrInvalidName, pglock.ErrInvalidTTL} {
+		require.NotErrorIs(t, err, sentinel)
+	}
+
+	rows, err := db.Translating(pool).Query(ctx, "SELECT n, 1/(2-n) FROM generate_series(1, 3) n")
+	require.NoError(t, err)
+	for rows.Next() {
+	}
+	require.True(t, errors.As(rows.Err(), &pgErr), "errors found while reading rows pass through too")
+	require.Equal(t, "22012", pgErr.Code)
+	rows.Close()
+}
