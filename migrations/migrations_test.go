@@ -291,4 +291,3 @@ func requireTool(t *testing.T, name string) string {
 	t.Skip(msg)
 	return ""
 }
-
