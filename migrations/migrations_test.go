@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
-	_ "github.com/golang-migrate/migrate/v4/source/file"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -116,22 +115,39 @@ func TestFilesAppliedByHandMatchUp(t *testing.T) {
 		require.Equal(t, want, dumpSchema(t, byHand.URL(), "--exclude-table="+migrations.VersionTable))
 	})
 
-	t.Run("golang-migrate URL", func(t *testing.T) {
+	t.Run("golang-migrate CLI", func(t *testing.T) {
 		t.Parallel()
-		byURL := testdb.New(t, &testdb.Options{Unmigrated: true})
-		url := strings.Replace(byURL.URL(), "postgres://", "pgx5://", 1)
-		url += map[bool]string{true: "&", false: "?"}[strings.Contains(url, "?")] + "x-migrations-table=" + migrations.VersionTable
-		m, err := migrate.New("file://.", url)
-		require.NoError(t, err)
-		require.NoError(t, m.Up())
-		srcErr, dbErr := m.Close()
-		require.NoError(t, srcErr)
-		require.NoError(t, dbErr)
-		require.Equal(t, want, dumpSchema(t, byURL.URL(), "--exclude-table="+migrations.VersionTable))
-		status, err := migrations.Version(ctx, byURL.Pool)
+		cli := buildMigrateCLI(t)
+		byCLI := testdb.New(t, &testdb.Options{Unmigrated: true})
+		u, err := url.Parse(byCLI.URL())
+		require.NoError(t, err, "the CLI takes URLs only")
+		u.Scheme = "pgx5"
+		query := u.Query()
+		query.Set("x-migrations-table", migrations.VersionTable)
+		u.RawQuery = query.Encode()
+		out, err := exec.Command(cli, "-path", ".", "-database", u.String(), "up").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, want, dumpSchema(t, byCLI.URL(), "--exclude-table="+migrations.VersionTable))
+		status, err := migrations.Version(ctx, byCLI.Pool)
 		require.NoError(t, err)
 		require.Empty(t, status.Pending, "Version reads the version the CLI recorded")
 	})
+}
+
+// buildMigrateCLI installs golang-migrate's CLI, at the version go.mod requires, into a
+// temporary directory.
+func buildMigrateCLI(t *testing.T) string {
+	t.Helper()
+	goTool := requireTool(t, "go")
+	version, err := exec.Command(goTool, "list", "-m", "-f", "{{.Version}}", "github.com/golang-migrate/migrate/v4").Output()
+	require.NoError(t, err)
+	bin := t.TempDir()
+	install := exec.Command(goTool, "install", "-tags", "pgx5",
+		"github.com/golang-migrate/migrate/v4/cmd/migrate@"+strings.TrimSpace(string(version)))
+	install.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=-mod=mod")
+	out, err := install.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return filepath.Join(bin, "migrate")
 }
 
 // Installed into a schema named pglock, and used from Go through the pool's search_path.
@@ -284,7 +300,7 @@ func requireTool(t *testing.T, name string) string {
 	if err == nil {
 		return path
 	}
-	msg := fmt.Sprintf("%s not found on PATH (install the PostgreSQL client)", name)
+	msg := fmt.Sprintf("%s not found on PATH", name)
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
