@@ -14,12 +14,15 @@ import (
 const acquireLock = `-- name: AcquireLock :one
 
 SELECT a.acquired::boolean          AS acquired,
+       a.queued::boolean            AS queued,
        a.holder_id::varchar         AS holder_id,
+       a.instance::varchar          AS instance,
        a.fencing_token::bigint      AS fencing_token,
        a.acquired_at::timestamptz   AS acquired_at,
        a.expires_at::timestamptz    AS expires_at,
-       a.metadata::jsonb            AS metadata
-  FROM acquire_lock_ms($1, $2, $3, $4) AS a
+       a.metadata::jsonb            AS metadata,
+       a.checked_at::timestamptz    AS checked_at
+  FROM pglock_acquire($1, $2, $3, $4, $5, $6) AS a
 `
 
 type AcquireLockParams struct {
@@ -27,15 +30,20 @@ type AcquireLockParams struct {
 	HolderID string
 	TtlMs    int64
 	Metadata json.RawMessage
+	Instance string
+	Wait     bool
 }
 
 type AcquireLockRow struct {
 	Acquired     bool
+	Queued       bool
 	HolderID     string
+	Instance     string
 	FencingToken int64
 	AcquiredAt   time.Time
 	ExpiresAt    time.Time
 	Metadata     json.RawMessage
+	CheckedAt    time.Time
 }
 
 // sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
@@ -45,15 +53,20 @@ func (q *Queries) AcquireLock(ctx context.Context, arg AcquireLockParams) (Acqui
 		arg.HolderID,
 		arg.TtlMs,
 		arg.Metadata,
+		arg.Instance,
+		arg.Wait,
 	)
 	var i AcquireLockRow
 	err := row.Scan(
 		&i.Acquired,
+		&i.Queued,
 		&i.HolderID,
+		&i.Instance,
 		&i.FencingToken,
 		&i.AcquiredAt,
 		&i.ExpiresAt,
 		&i.Metadata,
+		&i.CheckedAt,
 	)
 	return i, err
 }
@@ -79,7 +92,12 @@ func (q *Queries) ExtendLock(ctx context.Context, arg ExtendLockParams) (time.Ti
 }
 
 const releaseLock = `-- name: ReleaseLock :one
-SELECT release_lock($1, $2) AS released
+SELECT r.released::boolean   AS released,
+       r.handed_off::boolean AS handed_off,
+       set_config('synchronous_commit',
+                  CASE WHEN r.handed_off THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)      AS synchronous_commit
+  FROM pglock_release($1, $2) AS r
 `
 
 type ReleaseLockParams struct {
@@ -87,9 +105,34 @@ type ReleaseLockParams struct {
 	HolderID string
 }
 
-func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (bool, error) {
+type ReleaseLockRow struct {
+	Released          bool
+	HandedOff         bool
+	SynchronousCommit string
+}
+
+// ReleaseLock commits asynchronously (synchronous_commit off, set here because a function's
+// own SET clause would undo it on return) unless it handed the lock to a waiter: a lost
+// release only keeps the lock until it expires, a lost handoff could let two holders in.
+func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (ReleaseLockRow, error) {
 	row := q.db.QueryRow(ctx, releaseLock, arg.LockName, arg.HolderID)
-	var released bool
-	err := row.Scan(&released)
-	return released, err
+	var i ReleaseLockRow
+	err := row.Scan(&i.Released, &i.HandedOff, &i.SynchronousCommit)
+	return i, err
+}
+
+const verifyFence = `-- name: VerifyFence :one
+SELECT verify_fence($1, $2) AS held
+`
+
+type VerifyFenceParams struct {
+	LockName     string
+	FencingToken int64
+}
+
+func (q *Queries) VerifyFence(ctx context.Context, arg VerifyFenceParams) (bool, error) {
+	row := q.db.QueryRow(ctx, verifyFence, arg.LockName, arg.FencingToken)
+	var held bool
+	err := row.Scan(&held)
+	return held, err
 }

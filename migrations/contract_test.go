@@ -4,6 +4,7 @@ package migrations_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,6 +24,8 @@ const (
 	acquireSQL = "SELECT acquire_lock($1, $2, $3)"
 	extendSQL  = "SELECT extend_lock($1, $2, $3)"
 	releaseSQL = "SELECT release_lock($1, $2)"
+	// waitSQL tries to acquire and, failing that, queues the holder for 30 s.
+	waitSQL = "SELECT acquired FROM pglock_acquire($1, $2, 30000, '{}', 'test', true)"
 )
 
 // lockRow is a row of distributed_locks.
@@ -389,7 +392,9 @@ func TestContractLeastPrivilegeRole(t *testing.T) {
 		GRANT USAGE ON SCHEMA public TO %[1]s;
 		GRANT SELECT ON distributed_locks TO %[1]s;
 		GRANT EXECUTE ON FUNCTION acquire_lock(varchar, varchar, integer, jsonb), acquire_lock_ms(varchar, varchar, bigint, jsonb),
-			extend_lock(varchar, varchar, integer), extend_lock_ms(varchar, varchar, bigint), release_lock(varchar, varchar) TO %[1]s;
+			extend_lock(varchar, varchar, integer), extend_lock_ms(varchar, varchar, bigint), release_lock(varchar, varchar),
+			pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean), pglock_release(varchar, varchar),
+			verify_fence(varchar, bigint) TO %[1]s;
 		CREATE ROLE %[1]s_none;
 		GRANT USAGE ON SCHEMA public TO %[1]s_none;`, role))
 	require.NoError(t, err)
@@ -409,13 +414,17 @@ func TestContractLeastPrivilegeRole(t *testing.T) {
 	require.True(t, callBool(t, conn, extendSQL, "app", "h1", 30))
 	var token int64
 	require.NoError(t, conn.QueryRow(ctx, "SELECT fencing_token FROM distributed_locks WHERE lock_name = 'app'").Scan(&token))
-	require.True(t, callBool(t, conn, releaseSQL, "app", "h1"))
+	require.True(t, callBool(t, conn, "SELECT verify_fence('app', $1)", token), "verify_fence takes FOR SHARE with only SELECT granted")
+	require.False(t, callBool(t, conn, waitSQL, "app", "h2"), "queueing needs no table privilege")
+	require.True(t, callBool(t, conn, releaseSQL, "app", "h1"), "and the handoff neither")
+	require.True(t, callBool(t, conn, releaseSQL, "app", "h2"))
 
 	for _, write := range []string{
 		"INSERT INTO distributed_locks VALUES ('x', 'h', 1, now(), now(), '{}')",
 		"UPDATE distributed_locks SET holder_id = 'thief'",
 		"DELETE FROM distributed_locks",
 		"SELECT nextval('distributed_locks_fencing_token_seq')",
+		"DELETE FROM distributed_lock_waiters",
 	} {
 		_, err := conn.Exec(ctx, write)
 		var pgErr *pgconn.PgError
@@ -448,4 +457,132 @@ func TestContractTemporaryTableCannotShadowTheLockTable(t *testing.T) {
 	require.Zero(t, inTemp)
 	_, found := readLock(t, pool, "real")
 	require.True(t, found)
+}
+
+// Waiters queue in order, each release hands the lock straight to the next live one with a new
+// token (one commit, NOTIFY pglock_handoff naming it), and the last release frees it.
+func TestContractReleaseHandsOffToWaitersInOrder(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listener, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN pglock_handoff; LISTEN pglock_released")
+	require.NoError(t, err)
+
+	require.True(t, callBool(t, pool, waitSQL, "q", "h1"))
+	first, _ := readLock(t, pool, "q")
+	for _, waiter := range []string{"h2", "h3", "h4"} {
+		require.False(t, callBool(t, pool, waitSQL, "q", waiter))
+	}
+	require.False(t, callBool(t, pool, acquireSQL, "q", "seed", 30), "a caller that does not queue cannot jump it")
+
+	last := first.Token
+	for i, next := range []string{"h2", "h3", "h4"} {
+		holder := []string{"h1", "h2", "h3"}[i]
+		require.True(t, callBool(t, pool, releaseSQL, "q", holder))
+		lock, found := readLock(t, pool, "q")
+		require.True(t, found)
+		require.Equal(t, next, lock.Holder)
+		require.Greater(t, lock.Token, last)
+		last = lock.Token
+
+		n, err := listener.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		require.Equal(t, "pglock_handoff", n.Channel)
+		var handoff struct {
+			LockName     string    `json:"lock_name"`
+			HolderID     string    `json:"holder_id"`
+			FencingToken int64     `json:"fencing_token"`
+			ExpiresAt    time.Time `json:"expires_at"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(n.Payload), &handoff), n.Payload)
+		require.Equal(t, "q", handoff.LockName)
+		require.Equal(t, next, handoff.HolderID)
+		require.Equal(t, lock.Token, handoff.FencingToken)
+		require.True(t, lock.ExpiresAt.Equal(handoff.ExpiresAt), "%v != %v", lock.ExpiresAt, handoff.ExpiresAt)
+	}
+	require.True(t, callBool(t, pool, releaseSQL, "q", "h4"))
+	_, found := readLock(t, pool, "q")
+	require.False(t, found, "with nobody waiting the lock is freed")
+	n, err := listener.Conn().WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "pglock_released", n.Channel)
+	require.Equal(t, "q", n.Payload)
+}
+
+// A lock that expired while someone waits is kept for the first waiter; a waiter that gives up
+// (release_lock on a lock it does not hold) leaves the queue.
+func TestContractFreeLockIsKeptForTheFirstWaiter(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, waitSQL, "r", "holder"))
+	require.False(t, callBool(t, pool, waitSQL, "r", "gives-up"))
+	require.False(t, callBool(t, pool, waitSQL, "r", "first"))
+	require.False(t, callBool(t, pool, releaseSQL, "r", "gives-up"), "it does not hold the lock")
+	_, err := pool.Exec(ctx, "UPDATE distributed_locks SET expires_at = clock_timestamp() WHERE lock_name = 'r'")
+	require.NoError(t, err)
+
+	var acquired bool
+	var holder string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT acquired, holder_id FROM pglock_acquire('r', 'latecomer', 30000)").Scan(&acquired, &holder))
+	require.False(t, acquired)
+	require.Equal(t, "first", holder, "the answer names the waiter the lock is kept for")
+	require.True(t, callBool(t, pool, waitSQL, "r", "first"))
+	var waiters int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM distributed_lock_waiters").Scan(&waiters))
+	require.Zero(t, waiters)
+}
+
+// Repeated polls by a waiter whose place is fresh write nothing.
+func TestContractWaitingPollIsReadOnly(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, waitSQL, "p", "holder"))
+	require.False(t, callBool(t, pool, waitSQL, "p", "waiter"))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var queued bool
+	require.NoError(t, tx.QueryRow(ctx, "SELECT queued FROM pglock_acquire('p', 'waiter', 30000, '{}', 'test', true)").Scan(&queued))
+	require.False(t, queued)
+	require.True(t, callBool(t, tx, "SELECT txid_current_if_assigned() IS NULL"))
+}
+
+// verify_fence keeps the lock as it is until the verifying transaction ends.
+func TestContractVerifyFenceHoldsUntilCommit(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, acquireSQL, "f", "h1", 30))
+	lock, _ := readLock(t, pool, "f")
+	require.False(t, callBool(t, pool, "SELECT verify_fence('f', $1)", lock.Token-1), "a stale token")
+	require.False(t, callBool(t, pool, "SELECT verify_fence('g', $1)", lock.Token), "another name")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	require.True(t, callBool(t, tx, "SELECT verify_fence('f', $1)", lock.Token))
+
+	other, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer other.Release()
+	_, err = other.Exec(ctx, "SET lock_timeout = '100ms'")
+	require.NoError(t, err)
+	defer other.Exec(ctx, "RESET lock_timeout")
+	for _, change := range []string{releaseSQL, "DELETE FROM distributed_locks WHERE lock_name = $1 AND holder_id = $2"} {
+		_, err = other.Exec(ctx, change, "f", "h1")
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), change)
+		require.Equal(t, "55P03", pgErr.Code, "%s waits for the fenced transaction", change) // lock_not_available
+	}
+
+	require.NoError(t, tx.Commit(ctx))
+	require.True(t, callBool(t, other, releaseSQL, "f", "h1"))
+	require.False(t, callBool(t, pool, "SELECT verify_fence('f', $1)", lock.Token))
 }

@@ -43,7 +43,27 @@ func TestUpDownUpLeavesACleanSchema(t *testing.T) {
 	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
 	status, err := migrations.Version(ctx, d.Pool)
 	require.NoError(t, err)
-	require.Zero(t, status.Version)
+	require.Equal(t, status.Latest-1, status.Version, "Down(1) reverts one version")
+}
+
+// Each down file restores exactly the schema of the versions before it: Up then Down(n) equals
+// the first files applied by hand.
+func TestDownRestoresThePreviousVersion(t *testing.T) {
+	t.Parallel()
+	files := upFiles(t)
+	for keep := 1; keep < len(files); keep++ {
+		t.Run(filepath.Base(files[keep-1]), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			byHand := testdb.New(t, &testdb.Options{Unmigrated: true})
+			applyByHand(t, byHand.URL(), files[:keep])
+			downFrom := testdb.New(t, &testdb.Options{Unmigrated: true})
+			require.NoError(t, migrations.Up(ctx, downFrom.Pool))
+			require.NoError(t, migrations.Down(ctx, downFrom.Pool, len(files)-keep))
+			require.Equal(t, dumpSchema(t, byHand.URL(), "--exclude-table="+migrations.VersionTable),
+				dumpSchema(t, downFrom.URL(), "--exclude-table="+migrations.VersionTable))
+		})
+	}
 }
 
 // Five processes calling Up at once: one applies the files, and all of them succeed.
@@ -107,11 +127,7 @@ func TestFilesAppliedByHandMatchUp(t *testing.T) {
 	t.Run("psql", func(t *testing.T) {
 		t.Parallel()
 		byHand := testdb.New(t, &testdb.Options{Unmigrated: true})
-		psql := requireTool(t, "psql")
-		for _, file := range upFiles(t) {
-			out, err := exec.Command(psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", byHand.URL(), "-f", file).CombinedOutput()
-			require.NoError(t, err, "%s", out)
-		}
+		applyByHand(t, byHand.URL(), upFiles(t))
 		require.Equal(t, want, dumpSchema(t, byHand.URL(), "--exclude-table="+migrations.VersionTable))
 	})
 
@@ -166,12 +182,12 @@ func TestInstallIntoAChosenSchema(t *testing.T) {
 	require.Zero(t, inPublic)
 
 	q := db.New(db.Translating(d.Pool))
-	lock, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "schema", HolderID: "h1", TtlMs: 5000, Metadata: []byte(`{}`)})
+	lock, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "schema", HolderID: "h1", TtlMs: 5000, Metadata: []byte(`{}`), Instance: "test"})
 	require.NoError(t, err)
 	require.True(t, lock.Acquired)
-	released, err := q.ReleaseLock(ctx, db.ReleaseLockParams{LockName: "schema", HolderID: "h1"})
+	release, err := q.ReleaseLock(ctx, db.ReleaseLockParams{LockName: "schema", HolderID: "h1"})
 	require.NoError(t, err)
-	require.True(t, released)
+	require.True(t, release.Released)
 
 	status, err := migrations.Version(ctx, d.Pool)
 	require.NoError(t, err)
@@ -251,6 +267,16 @@ func upFiles(t *testing.T) []string {
 		require.NoError(t, err)
 	}
 	return files
+}
+
+// applyByHand runs files with psql, as a DBA would.
+func applyByHand(t *testing.T, url string, files []string) {
+	t.Helper()
+	psql := requireTool(t, "psql")
+	for _, file := range files {
+		out, err := exec.Command(psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", file).CombinedOutput()
+		require.NoError(t, err, "%s: %s", file, out)
+	}
 }
 
 // dumpSchema is pg_dump's description of the database's schema, less lines that differ between
