@@ -23,6 +23,9 @@ var (
 	// ErrInvalidArgument means any other argument that cannot be used, such as a nil pool.
 	ErrInvalidArgument = errors.New("pglock: invalid argument")
 
+	// ErrClosed means the Locker (or other pglock object) was closed.
+	ErrClosed = errors.New("pglock: closed")
+
 	// ErrNotMigrated means the database lacks pglock's tables or functions.
 	ErrNotMigrated = errors.New("pglock: database is not migrated (run `pglockctl migrate up`)")
 )

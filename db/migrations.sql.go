@@ -9,6 +9,34 @@ import (
 	"context"
 )
 
+const lockMigrations = `-- name: LockMigrations :exec
+SELECT pg_advisory_lock($1::bigint)
+`
+
+// LockMigrations waits for other pglock migrators of the same schema; canceling the wait
+// (closing the connection) leaves nothing behind.
+func (q *Queries) LockMigrations(ctx context.Context, key int64) error {
+	_, err := q.db.Exec(ctx, lockMigrations, key)
+	return err
+}
+
+const migrationScope = `-- name: MigrationScope :one
+SELECT current_database()::text AS database, current_schema()::text AS schema
+`
+
+type MigrationScopeRow struct {
+	Database string
+	Schema   string
+}
+
+// MigrationScope names what a migration lock must cover: the migrations of one schema.
+func (q *Queries) MigrationScope(ctx context.Context) (MigrationScopeRow, error) {
+	row := q.db.QueryRow(ctx, migrationScope)
+	var i MigrationScopeRow
+	err := row.Scan(&i.Database, &i.Schema)
+	return i, err
+}
+
 const migrationVersion = `-- name: MigrationVersion :one
 SELECT version, dirty FROM pglock_schema_migrations LIMIT 1
 `
@@ -18,4 +46,13 @@ func (q *Queries) MigrationVersion(ctx context.Context) (PglockSchemaMigration, 
 	var i PglockSchemaMigration
 	err := row.Scan(&i.Version, &i.Dirty)
 	return i, err
+}
+
+const unlockMigrations = `-- name: UnlockMigrations :exec
+SELECT pg_advisory_unlock($1::bigint)
+`
+
+func (q *Queries) UnlockMigrations(ctx context.Context, key int64) error {
+	_, err := q.db.Exec(ctx, unlockMigrations, key)
+	return err
 }

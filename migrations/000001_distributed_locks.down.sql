@@ -7,6 +7,7 @@ DROP FUNCTION release_lock(varchar, varchar);
 DROP FUNCTION extend_lock_ms(varchar, varchar, bigint);
 DROP FUNCTION acquire_lock_ms(varchar, varchar, bigint, jsonb);
 DROP FUNCTION pglock_check_name_and_holder(varchar, varchar);
+DROP FUNCTION pglock_check_schema_is_safe();
 DROP SEQUENCE distributed_locks_fencing_token_seq;
 DROP TABLE distributed_locks;
 

@@ -7,6 +7,26 @@ BEGIN;
 
 SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
 
+-- SECURITY DEFINER functions are only as safe as the schema they resolve names in: a role that
+-- may create objects there can shadow what they call (an exact-type length(varchar) beats
+-- pg_catalog's length(text)) and run code as the owner. Refuse a schema every role may write.
+CREATE FUNCTION pglock_check_schema_is_safe()
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_namespace n,
+                      aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+                WHERE n.oid = current_schema()::regnamespace
+                  AND a.grantee = 0 AND a.privilege_type = 'CREATE') THEN
+        RAISE EXCEPTION 'pglock: every role may create objects in schema %, so they could hijack pglock''s SECURITY DEFINER functions', current_schema()
+            USING ERRCODE = '42501',
+                  HINT = format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC, or install pglock into a schema of its own.', current_schema());
+    END IF;
+END;
+$$;
+SELECT pglock_check_schema_is_safe();
+
 CREATE TABLE distributed_locks (
     lock_name     varchar(255) PRIMARY KEY,
     holder_id     varchar(255) NOT NULL,
@@ -54,7 +74,9 @@ $$;
 
 -- Takes p_lock_name for p_holder_id for p_ttl_ms milliseconds of database time, if it is free,
 -- expired, or already held by p_holder_id (which extends it and keeps its token). Always returns
--- one row: on success the caller's lock, otherwise the current holder's.
+-- one row: on success the caller's lock, otherwise the current holder's. Call it in a
+-- transaction of its own: an attempt that loses a race to another acquirer locks the winner's
+-- row until the caller's transaction ends.
 CREATE FUNCTION acquire_lock_ms(
     p_lock_name varchar,
     p_holder_id varchar,
@@ -78,8 +100,8 @@ DECLARE
     v_now  timestamptz;
 BEGIN
     PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
-    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
-        RAISE EXCEPTION 'p_ttl_ms: must be a positive number of milliseconds, got %',
+    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 OR p_ttl_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_ttl_ms: must be from 1 to 86400000 milliseconds (24 h), got %',
             coalesce(p_ttl_ms::text, 'null') USING ERRCODE = '22023';
     END IF;
     IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
@@ -106,9 +128,13 @@ BEGIN
                 v_now + p_ttl_ms * interval '1 millisecond', coalesce(p_metadata, '{}'))
         ON CONFLICT (lock_name) DO UPDATE
             SET holder_id     = excluded.holder_id,
-                fencing_token = CASE WHEN l.holder_id = excluded.holder_id THEN l.fencing_token
+                -- Only a live lease keeps its token: a holder that lets its lease lapse and
+                -- takes the lock again gets a new one, so its writes from before are fenced off.
+                fencing_token = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
+                                     THEN l.fencing_token
                                      ELSE nextval('distributed_locks_fencing_token_seq') END,
-                acquired_at   = CASE WHEN l.holder_id = excluded.holder_id THEN l.acquired_at
+                acquired_at   = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
+                                     THEN l.acquired_at
                                      ELSE excluded.acquired_at END,
                 expires_at    = excluded.expires_at,
                 metadata      = excluded.metadata
@@ -143,8 +169,8 @@ DECLARE
     v_expires_at timestamptz;
 BEGIN
     PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
-    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
-        RAISE EXCEPTION 'p_ttl_ms: must be a positive number of milliseconds, got %',
+    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 OR p_ttl_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_ttl_ms: must be from 1 to 86400000 milliseconds (24 h), got %',
             coalesce(p_ttl_ms::text, 'null') USING ERRCODE = '22023';
     END IF;
 
@@ -191,8 +217,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 THEN
-        RAISE EXCEPTION 'p_ttl_seconds: must be a positive number of seconds, got %',
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 OR p_ttl_seconds > 86400 THEN
+        RAISE EXCEPTION 'p_ttl_seconds: must be from 1 to 86400 seconds (24 h), got %',
             coalesce(p_ttl_seconds::text, 'null') USING ERRCODE = '22023';
     END IF;
     RETURN (SELECT a.acquired
@@ -206,8 +232,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
-    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 THEN
-        RAISE EXCEPTION 'p_ttl_seconds: must be a positive number of seconds, got %',
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 OR p_ttl_seconds > 86400 THEN
+        RAISE EXCEPTION 'p_ttl_seconds: must be from 1 to 86400 seconds (24 h), got %',
             coalesce(p_ttl_seconds::text, 'null') USING ERRCODE = '22023';
     END IF;
     RETURN extend_lock_ms(p_lock_name, p_holder_id, p_ttl_seconds * 1000::bigint) IS NOT NULL;
@@ -216,6 +242,7 @@ $$;
 
 -- SECURITY DEFINER functions run with the owner's rights: nobody may call them until granted.
 -- Grant EXECUTE on the public functions (and SELECT on the table) to the application's role.
+REVOKE ALL ON FUNCTION pglock_check_schema_is_safe() FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_check_name_and_holder(varchar, varchar) FROM PUBLIC;
 REVOKE ALL ON FUNCTION acquire_lock_ms(varchar, varchar, bigint, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION extend_lock_ms(varchar, varchar, bigint) FROM PUBLIC;

@@ -27,8 +27,8 @@ DECLARE
     v_now  timestamptz;
 BEGIN
     PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
-    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
-        RAISE EXCEPTION 'p_ttl_ms: must be a positive number of milliseconds, got %',
+    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 OR p_ttl_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_ttl_ms: must be from 1 to 86400000 milliseconds (24 h), got %',
             coalesce(p_ttl_ms::text, 'null') USING ERRCODE = '22023';
     END IF;
     IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
@@ -55,9 +55,13 @@ BEGIN
                 v_now + p_ttl_ms * interval '1 millisecond', coalesce(p_metadata, '{}'))
         ON CONFLICT (lock_name) DO UPDATE
             SET holder_id     = excluded.holder_id,
-                fencing_token = CASE WHEN l.holder_id = excluded.holder_id THEN l.fencing_token
+                -- Only a live lease keeps its token: a holder that lets its lease lapse and
+                -- takes the lock again gets a new one, so its writes from before are fenced off.
+                fencing_token = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
+                                     THEN l.fencing_token
                                      ELSE nextval('distributed_locks_fencing_token_seq') END,
-                acquired_at   = CASE WHEN l.holder_id = excluded.holder_id THEN l.acquired_at
+                acquired_at   = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
+                                     THEN l.acquired_at
                                      ELSE excluded.acquired_at END,
                 expires_at    = excluded.expires_at,
                 metadata      = excluded.metadata

@@ -4,6 +4,7 @@
 BEGIN;
 
 SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
+SELECT pglock_check_schema_is_safe();
 
 ALTER TABLE distributed_locks ADD COLUMN instance varchar(255) NOT NULL DEFAULT '';
 COMMENT ON COLUMN distributed_locks.instance IS
@@ -33,7 +34,8 @@ COMMENT ON TABLE distributed_lock_waiters IS
 -- Otherwise, with p_wait, queues p_holder_id (or refreshes its place). Always returns one row:
 -- the caller's lock when acquired, else the current holder's, or the reservation of the waiter
 -- a free lock is kept for; queued says whether this call wrote the caller's place in the
--- queue, and checked_at is the database time the answer holds for.
+-- queue, and checked_at is the database time the answer holds for. Like v1's acquire, call it
+-- in a transaction of its own.
 CREATE FUNCTION pglock_acquire(
     p_lock_name varchar,
     p_holder_id varchar,
@@ -65,8 +67,8 @@ DECLARE
     v_queued boolean := false;
 BEGIN
     PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
-    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
-        RAISE EXCEPTION 'p_ttl_ms: must be a positive number of milliseconds, got %',
+    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 OR p_ttl_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_ttl_ms: must be from 1 to 86400000 milliseconds (24 h), got %',
             coalesce(p_ttl_ms::text, 'null') USING ERRCODE = '22023';
     END IF;
     IF p_metadata IS NOT NULL AND jsonb_typeof(p_metadata) <> 'object' THEN
@@ -129,9 +131,13 @@ BEGIN
                 coalesce(p_instance, ''))
         ON CONFLICT (lock_name) DO UPDATE
             SET holder_id     = excluded.holder_id,
-                fencing_token = CASE WHEN l.holder_id = excluded.holder_id THEN l.fencing_token
+                -- Only a live lease keeps its token: a holder that lets its lease lapse and
+                -- takes the lock again gets a new one, so its writes from before are fenced off.
+                fencing_token = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
+                                     THEN l.fencing_token
                                      ELSE nextval('distributed_locks_fencing_token_seq') END,
-                acquired_at   = CASE WHEN l.holder_id = excluded.holder_id THEN l.acquired_at
+                acquired_at   = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
+                                     THEN l.acquired_at
                                      ELSE excluded.acquired_at END,
                 expires_at    = excluded.expires_at,
                 metadata      = excluded.metadata,

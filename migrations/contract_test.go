@@ -157,7 +157,7 @@ func TestContractExpiryByDatabaseTime(t *testing.T) {
 	pool := testdb.New(t, nil).Pool
 	ctx := context.Background()
 
-	require.True(t, callBool(t, pool, acquireSQL, "report", "h1", 1))
+	require.True(t, callBool(t, pool, acquireSQL, "report", "h1", 2))
 	first, _ := readLock(t, pool, "report")
 	require.False(t, callBool(t, pool, acquireSQL, "report", "h2", 30), "not expired yet")
 
@@ -223,8 +223,8 @@ func TestContractConcurrentAcquireHasOneWinner(t *testing.T) {
 	}
 }
 
-// Tokens strictly increase per name across every way a hold can end: release, expiry, and a
-// row deleted from outside (force release).
+// Tokens strictly increase per name across every way a hold can end: release, expiry (even
+// when the same holder takes the name again), and a row deleted from outside (force release).
 func TestContractTokensStrictlyIncrease(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
@@ -237,7 +237,9 @@ func TestContractTokensStrictlyIncrease(t *testing.T) {
 
 	var last int64
 	for i := range 1000 {
-		holder := []string{"h1", "h2"}[i%2]
+		// h1, h1, h2, h2, ...: a holder also takes the name back after its own hold ended,
+		// by each of the three endings, and must get a new token every time.
+		holder := []string{"h1", "h2"}[(i/2)%2]
 		var token int64
 		require.NoError(t, pool.QueryRow(ctx,
 			"SELECT fencing_token FROM acquire_lock_ms('alternating', $1, 30000) WHERE acquired", holder).Scan(&token))
@@ -284,7 +286,8 @@ func TestContractTokenIsDrawnAfterTheRowIsOurs(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_locks
-			WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted)`)
+			WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`)
 	}, 10*time.Second, 5*time.Millisecond, "the slow holder's insert is parked")
 
 	var fastToken int64
@@ -318,6 +321,8 @@ func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 		{acquireSQL, []any{"n", "h", 0}, "p_ttl_seconds"},
 		{acquireSQL, []any{"n", "h", -5}, "p_ttl_seconds"},
 		{acquireSQL, []any{"n", "h", nil}, "p_ttl_seconds"},
+		{acquireSQL, []any{"n", "h", 86401}, "p_ttl_seconds"},
+		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"n", "h", int64(1) << 62}, "p_ttl_ms"},
 		{"SELECT acquire_lock($1, $2, $3, $4)", []any{"n", "h", 30, `[1, 2]`}, "p_metadata"},
 		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"n", "h", 0}, "p_ttl_ms"},
 		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"", "h", 1000}, "p_lock_name"},

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"time"
+	"strconv"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
@@ -42,19 +42,50 @@ type Status struct {
 }
 
 // Up applies every migration not yet applied. A database already up to date is not an error.
+// ctx bounds the wait for another migrator, not a migration under way: stopping one halfway
+// would leave the database marked dirty.
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, (*migrate.Migrate).Up)
+	return run(ctx, pool, func(m *migrate.Migrate) error { return step(m, +1, AllSteps) })
 }
 
-// Down reverts the newest steps migrations, or all of them with AllSteps.
+// Down reverts the newest steps migrations, or all of them with AllSteps. Asking for more steps
+// than are applied reverts what is applied.
 func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
-	switch {
-	case steps == AllSteps:
-		return run(ctx, pool, (*migrate.Migrate).Down)
-	case steps > 0:
-		return run(ctx, pool, func(m *migrate.Migrate) error { return m.Steps(-steps) })
+	if steps <= 0 && steps != AllSteps {
+		return fmt.Errorf("%w: Down needs a positive number of steps or AllSteps, got %d", pglock.ErrInvalidArgument, steps)
 	}
-	return fmt.Errorf("%w: Down needs a positive number of steps or AllSteps, got %d", pglock.ErrInvalidArgument, steps)
+	return run(ctx, pool, func(m *migrate.Migrate) error { return step(m, -1, steps) })
+}
+
+// step moves count migrations (all of them with AllSteps) in direction, +1 up or -1 down, one
+// at a time: in a longer run golang-migrate reads the next file ahead, and when a file fails,
+// the goroutine reading the next one blocks forever.
+func step(m *migrate.Migrate, direction, count int) error {
+	for done := 0; count == AllSteps || done < count; done++ {
+		err := m.Steps(direction)
+		if errors.Is(err, fs.ErrNotExist) { // no migration left in that direction
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Force records version as installed and clean, changing nothing else. It is the way out of a
+// dirty version: each file is one transaction, so a file that failed changed nothing, and once
+// its cause is fixed, Force(previous version) lets Up apply it again.
+func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
+	if version < 0 {
+		return fmt.Errorf("%w: Force needs a version of 0 or more, got %d", pglock.ErrInvalidArgument, version)
+	}
+	return run(ctx, pool, func(m *migrate.Migrate) error {
+		if version == 0 {
+			return m.Force(-1) // golang-migrate's "nothing installed"
+		}
+		return m.Force(version)
+	})
 }
 
 // Version reports what is installed without changing anything (it creates no version table).
@@ -68,8 +99,10 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	case errors.Is(err, pglock.ErrNotMigrated), errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
-	default:
+	case row.Version >= 0: // golang-migrate writes -1 for "none" when a first migration fails
 		status.Version, status.Dirty = uint(row.Version), row.Dirty
+	default:
+		status.Dirty = row.Dirty
 	}
 
 	src, err := iofs.New(files, ".")
@@ -79,7 +112,8 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	defer src.Close()
 	for version, err := src.First(); err == nil; version, err = src.Next(version) {
 		status.Latest = version
-		if version > status.Version {
+		// A dirty version did not finish: it is pending too.
+		if version > status.Version || (status.Dirty && version == status.Version) {
 			status.Pending = append(status.Pending, upFileName(src, version))
 		}
 	}
@@ -95,31 +129,52 @@ func upFileName(src source.Driver, version uint) string {
 	return fmt.Sprintf("%06d_%s.up.sql", version, identifier)
 }
 
-// run hands golang-migrate a database/sql handle of its own on the pool's connection settings.
-// golang-migrate waits for its advisory lock and runs its statements without a context, so the
-// handle's sockets are closed when ctx ends: that is what makes those waits cancelable.
-func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) error) (err error) {
+// run takes pglock's own migration lock for the pool's schema, waiting as long as ctx allows,
+// then lets golang-migrate work without a context. golang-migrate waits for its advisory lock
+// and runs the files with no way to cancel either; with ours held first, its lock is free
+// whenever only pglock migrates, and a canceled wait ends on our connection, not in a file.
+func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) error) (err error) {
 	if pool == nil {
 		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	connConfig := pool.Config().ConnConfig
-	dial := connConfig.DialFunc
-	connConfig.DialFunc = func(dialCtx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dial(dialCtx, network, addr)
-		if err == nil {
-			context.AfterFunc(ctx, func() { conn.Close() })
-		}
-		return conn, err
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pglock: migrate: %w", err)
 	}
-	sqlDB := stdlib.OpenDB(*connConfig)
+	defer conn.Release()
+	q := db.New(db.Translating(conn))
+	scope, err := q.MigrationScope(ctx)
+	if err != nil {
+		return fmt.Errorf("pglock: migrate: %w", err)
+	}
+	key, err := migrationLockKey(scope)
+	if err != nil {
+		return err
+	}
+	if err := q.LockMigrations(ctx, key); err != nil {
+		return fmt.Errorf("pglock: migrate: wait for another migrator: %w", err)
+	}
+	defer func() {
+		if unlockErr := q.UnlockMigrations(context.WithoutCancel(ctx), key); unlockErr != nil && err == nil {
+			err = fmt.Errorf("pglock: migrate: %w", unlockErr)
+		}
+	}()
 
+	// golang-migrate speaks database/sql; give it connections of its own, made as the pool makes
+	// them (its hooks may set the search_path), so it takes none of the pool's.
+	config := pool.Config()
+	var hooks []stdlib.OptionOpenDB
+	if config.BeforeConnect != nil {
+		hooks = append(hooks, stdlib.OptionBeforeConnect(config.BeforeConnect))
+	}
+	if config.AfterConnect != nil {
+		hooks = append(hooks, stdlib.OptionAfterConnect(config.AfterConnect))
+	}
+	sqlDB := stdlib.OpenDB(*config.ConnConfig, hooks...)
 	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{MigrationsTable: VersionTable})
 	if err != nil {
 		sqlDB.Close()
-		return migrateError(ctx, err)
+		return fmt.Errorf("pglock: migrate: %w", err)
 	}
 	src, err := iofs.New(files, ".")
 	if err != nil {
@@ -138,18 +193,24 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 			err = errors.Join(srcErr, dbErr)
 		}
 	}()
-	// ctx bounds the wait for the lock; golang-migrate's own limit (15 s) would fail a slow peer.
-	m.LockTimeout = 24 * time.Hour
-
-	if err := step(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return migrateError(ctx, err)
+	if err := apply(m); err != nil {
+		// golang-migrate's error quotes the whole file; the database's error says what failed.
+		var failed database.Error
+		if errors.As(err, &failed) && failed.OrigErr != nil {
+			err = failed.OrigErr
+		}
+		return fmt.Errorf("pglock: migrate: %w", err)
 	}
 	return nil
 }
 
-func migrateError(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("pglock: migrate: %w", context.Cause(ctx))
+// migrationLockKey is golang-migrate's key for the schema's version table, less one: ours
+// must differ from the one golang-migrate takes after it.
+func migrationLockKey(scope db.MigrationScopeRow) (int64, error) {
+	id, err := database.GenerateAdvisoryLockId(scope.Database, scope.Schema, VersionTable)
+	if err != nil {
+		return 0, err
 	}
-	return fmt.Errorf("pglock: migrate: %w", err)
+	key, err := strconv.ParseInt(id, 10, 64)
+	return key - 1, err
 }

@@ -9,12 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -135,12 +138,11 @@ func TestFilesAppliedByHandMatchUp(t *testing.T) {
 		t.Parallel()
 		cli := buildMigrateCLI(t)
 		byCLI := testdb.New(t, &testdb.Options{Unmigrated: true})
-		u, err := url.Parse(byCLI.URL())
-		require.NoError(t, err, "the CLI takes URLs only")
-		u.Scheme = "pgx5"
-		query := u.Query()
-		query.Set("x-migrations-table", migrations.VersionTable)
-		u.RawQuery = query.Encode()
+		config, err := pgx.ParseConfig(byCLI.URL())
+		require.NoError(t, err)
+		u := url.URL{Scheme: "pgx5", Host: fmt.Sprintf("%s:%d", config.Host, config.Port), Path: "/" + config.Database,
+			User: url.UserPassword(config.User, config.Password)}
+		u.RawQuery = url.Values{"sslmode": {"prefer"}, "x-migrations-table": {migrations.VersionTable}}.Encode()
 		out, err := exec.Command(cli, "-path", ".", "-database", u.String(), "up").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Equal(t, want, dumpSchema(t, byCLI.URL(), "--exclude-table="+migrations.VersionTable))
@@ -226,34 +228,87 @@ func TestBadArguments(t *testing.T) {
 		require.ErrorIs(t, migrations.Down(ctx, nil, steps), pglock.ErrInvalidArgument)
 	}
 	require.ErrorIs(t, migrations.Up(ctx, nil), pglock.ErrInvalidArgument)
+	require.ErrorIs(t, migrations.Force(ctx, nil, -1), pglock.ErrInvalidArgument)
 	_, err := migrations.Version(ctx, nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 }
 
-// golang-migrate waits for its advisory lock without a context; Up still returns when ctx ends.
-func TestUpReturnsWhenContextEndsWhileWaitingForAnotherMigrator(t *testing.T) {
+// A migrator waiting for another one stops waiting when its context ends, and leaves nothing
+// behind: the database is neither changed nor marked dirty.
+func TestUpStopsWaitingForAnotherMigratorWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, &testdb.Options{Unmigrated: true})
 	ctx := context.Background()
 
+	// Hold the lock another pglock migrator of this schema would hold: golang-migrate's key for
+	// the version table, less one.
 	var dbName, schema string
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schema))
-	key, err := database.GenerateAdvisoryLockId(dbName, schema, migrations.VersionTable)
+	id, err := database.GenerateAdvisoryLockId(dbName, schema, migrations.VersionTable)
+	require.NoError(t, err)
+	key, err := strconv.ParseInt(id, 10, 64)
 	require.NoError(t, err)
 	other, err := d.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer other.Release()
-	_, err = other.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", key)
+	_, err = other.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", key-1)
 	require.NoError(t, err)
 
 	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err = migrations.Up(waitCtx, d.Pool)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, migrations.Up(waitCtx, d.Pool), context.DeadlineExceeded)
+	require.Empty(t, schemaObjects(t, d.Pool), "nothing was installed, not even a version table")
 
-	_, err = other.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", key)
+	_, err = other.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", key-1)
 	require.NoError(t, err)
-	require.NoError(t, migrations.Up(ctx, d.Pool), "nothing was left behind that blocks the next migrator")
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	status, err := migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+}
+
+// SECURITY DEFINER functions in a schema every role may write could be hijacked: Up refuses.
+func TestUpRefusesASchemaEveryRoleMayCreateIn(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, "GRANT CREATE ON SCHEMA public TO PUBLIC")
+	require.NoError(t, err)
+
+	err = migrations.Up(ctx, d.Pool)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42501", pgErr.Code)
+	require.Contains(t, pgErr.Hint, "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+	require.NotContains(t, err.Error(), "CREATE TABLE", "the error is the database's, not the file's text")
+	require.Equal(t, []string{"table " + migrations.VersionTable}, schemaObjects(t, d.Pool), "nothing of pglock's was installed")
+
+	// golang-migrate marks the failed version dirty; fixed, forced back, Up succeeds.
+	status, err := migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.True(t, status.Dirty)
+	require.Equal(t, "000001_distributed_locks.up.sql", status.Pending[0], "the dirty version is pending")
+	require.Error(t, migrations.Up(ctx, d.Pool), "a dirty database is not migrated further")
+	_, err = d.Pool.Exec(ctx, "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+	require.NoError(t, err)
+	require.NoError(t, migrations.Force(ctx, d.Pool, 0))
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	status, err = migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+}
+
+func TestDownMoreStepsThanApplied(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	require.NoError(t, migrations.Down(ctx, d.Pool, 1), "nothing applied: nothing to do")
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	require.NoError(t, migrations.Down(ctx, d.Pool, 99), "reverts what is applied")
+	status, err := migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Zero(t, status.Version)
+	require.Equal(t, []string{"table " + migrations.VersionTable}, schemaObjects(t, d.Pool))
 }
 
 // upFiles lists the up migrations in the order they apply.

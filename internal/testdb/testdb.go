@@ -10,9 +10,12 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,8 +26,8 @@ import (
 
 // Options choose what a test database holds. A nil *Options means the defaults.
 type Options struct {
-	// Schema, when set, is created and pglock installed into it, and it is the only schema on
-	// the search_path of the database's pools. Default: pglock in public.
+	// Schema, when set (a plain lower-case identifier), is created and pglock installed into it,
+	// and it is the only schema on the search_path of the database's pools. Default: public.
 	Schema string
 
 	// Unmigrated leaves the database without pglock's objects. Default: migrated.
@@ -71,6 +74,9 @@ func New(t testing.TB, opts *Options) *DB {
 	if opts == nil {
 		opts = &Options{}
 	}
+	if opts.Schema != "" && !schemaName.MatchString(opts.Schema) {
+		t.Fatalf("testdb: schema %q is not a plain lower-case identifier", opts.Schema)
+	}
 	srv := sharedServer(t)
 	ctx := context.Background()
 
@@ -78,7 +84,7 @@ func New(t testing.TB, opts *Options) *DB {
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	name := "pglock_test_" + randomHex(8)
+	name := fmt.Sprintf("%s%d_%s", testDatabasePrefix, time.Now().Unix(), randomHex(6))
 	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
 		t.Fatalf("testdb: create database from %s: %v", template, err)
 	}
@@ -91,6 +97,9 @@ func New(t testing.TB, opts *Options) *DB {
 	d.Pool = d.NewPool(t, nil)
 	return d
 }
+
+// testDatabasePrefix starts the name of every test database, followed by its creation time.
+const testDatabasePrefix = "pglock_test_"
 
 // Main runs a package's tests; call it from TestMain in every package that uses New. After the
 // tests it stops any server it started, and it fails a passing run that leaked goroutines.
@@ -171,7 +180,27 @@ func connect(ctx context.Context) (*liveServer, error) {
 		srv.stop()
 		return nil, fmt.Errorf("testdb: connect to %s: %w", srv.origin, err)
 	}
-	return &liveServer{server: srv, admin: admin, templates: map[Options]string{}}, nil
+	live := &liveServer{server: srv, admin: admin, templates: map[Options]string{}}
+	live.sweep(ctx)
+	return live, nil
+}
+
+// sweep drops test databases over an hour old: those of test binaries killed before cleanup.
+func (s *liveServer) sweep(ctx context.Context) {
+	rows, err := s.admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", testDatabasePrefix+"%")
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		created, _, _ := strings.Cut(strings.TrimPrefix(name, testDatabasePrefix), "_")
+		if unix, err := strconv.ParseInt(created, 10, 64); err == nil && time.Since(time.Unix(unix, 0)) > time.Hour {
+			s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		}
+	}
 }
 
 // template returns the name of a template database for opts, building it if no process has.
@@ -216,7 +245,7 @@ func (s *liveServer) template(ctx context.Context, opts Options) (string, error)
 // never cloned.
 func (s *liveServer) buildTemplate(ctx context.Context, admin *pgx.Conn, name string, opts Options) error {
 	building := name + "_building"
-	for _, ddl := range []string{"DROP DATABASE IF EXISTS " + building, "CREATE DATABASE " + building} {
+	for _, ddl := range []string{"DROP DATABASE IF EXISTS " + building + " WITH (FORCE)", "CREATE DATABASE " + building} {
 		if _, err := admin.Exec(ctx, ddl); err != nil {
 			return err
 		}
@@ -235,7 +264,10 @@ func (s *liveServer) buildTemplate(ctx context.Context, admin *pgx.Conn, name st
 	if err != nil {
 		return err
 	}
-	_, err = admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name)
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+name); err != nil {
+		return err
+	}
+	_, err = admin.Exec(ctx, "ALTER DATABASE "+name+" IS_TEMPLATE true") // clonable by any role
 	return err
 }
 
@@ -254,27 +286,36 @@ func templateName(opts Options) (string, error) {
 }
 
 // databaseURL points the server's admin URL (URL or keyword=value form) at another database,
-// with schema as the only schema on the search_path when set.
+// with schema first on the search_path when set.
 func (s *liveServer) databaseURL(database, schema string) string {
-	options := ""
+	option := ""
 	if schema != "" {
-		options = "-csearch_path=" + schema
+		option = "-c search_path=" + schema
 	}
 	if u, err := url.Parse(s.adminURL); err == nil && u.Scheme != "" {
 		u.Path = "/" + database
-		if options != "" {
-			q := u.Query()
-			q.Set("options", options)
-			u.RawQuery = q.Encode()
+		q := u.Query()
+		q.Del("dbname") // it would win over the path
+		if option != "" {
+			q.Set("options", strings.TrimSpace(q.Get("options")+" "+option))
 		}
+		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // libpq and pgx read '+' as itself
 		return u.String()
 	}
 	dsn := s.adminURL + " dbname=" + database
-	if options != "" {
-		dsn += " options='" + strings.ReplaceAll(options, "'", `\'`) + "'"
+	if option != "" {
+		config, err := pgx.ParseConfig(s.adminURL)
+		if err == nil {
+			option = strings.TrimSpace(config.RuntimeParams["options"] + " " + option)
+		}
+		dsn += " options='" + strings.ReplaceAll(option, "'", `\'`) + "'"
 	}
 	return dsn
 }
+
+// schemaName matches the schema names Options accepts: plain lower-case identifiers, which
+// need no quoting in a search_path.
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 func randomHex(n int) string {
 	b := make([]byte, n)

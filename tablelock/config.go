@@ -1,0 +1,128 @@
+package tablelock
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pglock/pglock"
+)
+
+// The TTLs a lock may have.
+const (
+	MinTTL = 100 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// Config configures a Locker. A nil *Config, and every zero field, means the default.
+type Config struct {
+	// AppName names this process in the instance recorded with each lock, app@host:pid.
+	// Default: the executable's base name.
+	AppName string
+
+	// DefaultTTL is the lease of a lock acquired without AcquireOptions.TTL. Default: 30 s.
+	DefaultTTL time.Duration
+
+	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL.
+	// Negative: never; the lock is then lost at its TTL unless Extend is called.
+	HeartbeatInterval time.Duration
+
+	// SafetyMargin is how long before the database could give a lock away its holder declares
+	// it lost. Default: a tenth of the lock's TTL. Must be less than the TTL.
+	SafetyMargin time.Duration
+
+	// DisableNotifications makes waiters poll instead of listening, for connections that cannot
+	// LISTEN (PgBouncer in transaction pooling mode). Default: false.
+	DisableNotifications bool
+
+	// MaxPollInterval caps the backoff of the first waiter of a name between polls. Default: 1 s.
+	MaxPollInterval time.Duration
+
+	// Logger receives the Locker's logs. Default: slog.Default().
+	Logger *slog.Logger
+
+	// OnEvent, when set, is called for every acquisition, release, loss and failed renewal, on
+	// the goroutine that saw it: it must return quickly. Default: none.
+	OnEvent func(Event)
+}
+
+// AcquireOptions configure one acquisition. A nil *AcquireOptions means the defaults.
+type AcquireOptions struct {
+	// TTL is the lease, from MinTTL to MaxTTL, in whole milliseconds. Default: Config.DefaultTTL.
+	TTL time.Duration
+
+	// Metadata is stored with the lock, shown to operators and to contenders in LockedError.
+	// Default: none.
+	Metadata map[string]any
+
+	// WaitTimeout bounds how long Acquire and WithLock wait; the error then matches
+	// pglock.ErrLocked. Default: no bound but the context's.
+	WaitTimeout time.Duration
+}
+
+// withDefaults resolves the defaults and checks what was given.
+func (c *Config) withDefaults() (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	if cfg.AppName == "" {
+		exe, _ := os.Executable()
+		cfg.AppName = filepath.Base(exe)
+	}
+	if cfg.DefaultTTL == 0 {
+		cfg.DefaultTTL = 30 * time.Second
+	}
+	if err := checkTTL(cfg.DefaultTTL); err != nil {
+		return Config{}, fmt.Errorf("Config.DefaultTTL: %w", err)
+	}
+	if cfg.SafetyMargin < 0 {
+		return Config{}, fmt.Errorf("%w: Config.SafetyMargin is negative", pglock.ErrInvalidArgument)
+	}
+	if cfg.MaxPollInterval == 0 {
+		cfg.MaxPollInterval = time.Second
+	}
+	if cfg.MaxPollInterval < 0 {
+		return Config{}, fmt.Errorf("%w: Config.MaxPollInterval is negative", pglock.ErrInvalidArgument)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}
+
+// timing is how a lock with a given TTL is kept.
+type timing struct {
+	ttl       time.Duration // as the database counts it: whole milliseconds
+	heartbeat time.Duration // 0: none
+	margin    time.Duration
+}
+
+func (c *Config) timing(ttl time.Duration) (timing, error) {
+	if err := checkTTL(ttl); err != nil {
+		return timing{}, err
+	}
+	t := timing{ttl: ttl.Truncate(time.Millisecond), heartbeat: c.HeartbeatInterval, margin: c.SafetyMargin}
+	if t.heartbeat == 0 {
+		t.heartbeat = t.ttl / 3
+	}
+	if t.heartbeat < 0 {
+		t.heartbeat = 0
+	}
+	if t.margin == 0 {
+		t.margin = t.ttl / 10
+	}
+	if t.margin >= t.ttl {
+		return timing{}, fmt.Errorf("%w: safety margin %s is not less than the TTL %s", pglock.ErrInvalidTTL, t.margin, t.ttl)
+	}
+	return t, nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return fmt.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}

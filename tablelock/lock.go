@@ -1,0 +1,274 @@
+package tablelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+)
+
+// Lock is a held table lock. Its methods are safe for concurrent use.
+type Lock struct {
+	l        *Locker
+	name     string
+	holder   string
+	token    int64
+	metadata map[string]any
+	heldFrom time.Time
+
+	lostCtx  context.Context // done once the lock is lost; its cause says why
+	markLost context.CancelCauseFunc
+
+	stopKeeping context.CancelFunc // ends the keeper, and any renewal it has in flight
+	keeperCtx   context.Context
+	keeperDone  chan struct{}
+	renewed     chan struct{} // a renewal succeeded: the keeper moves its loss timer
+
+	renewing sync.Mutex // one renewal at a time, so the lease always follows the latest
+
+	mu        sync.Mutex
+	timing    timing
+	expiresAt time.Time // by the database's clock
+	deadline  time.Time // by this process's monotonic clock: the lock is lost from then on
+	released  bool
+}
+
+func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {
+	lk := &Lock{
+		l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata,
+		heldFrom: time.Now(), timing: req.timing, expiresAt: expiresAt,
+		deadline:   leaseStart.Add(req.timing.ttl - req.timing.margin),
+		keeperDone: make(chan struct{}),
+		renewed:    make(chan struct{}, 1),
+	}
+	lk.lostCtx, lk.markLost = context.WithCancelCause(context.Background())
+	lk.keeperCtx, lk.stopKeeping = context.WithCancel(l.ctx)
+	return lk
+}
+
+// Name returns the lock's name.
+func (lk *Lock) Name() string { return lk.name }
+
+// Token returns the lock's fencing token: larger than that of every earlier holder of the name.
+func (lk *Lock) Token() int64 { return lk.token }
+
+// Metadata returns the metadata the lock was acquired with.
+func (lk *Lock) Metadata() map[string]any { return lk.metadata }
+
+// ExpiresAt returns when the lease ends unless renewed, by the database's clock, as of the last
+// successful acquisition or renewal.
+func (lk *Lock) ExpiresAt() time.Time {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.expiresAt
+}
+
+// Lost is closed once the lock is lost. It is never closed for a lock released normally.
+func (lk *Lock) Lost() <-chan struct{} { return lk.lostCtx.Done() }
+
+// Err returns nil while the lock is held or was released normally, and once it is lost an
+// error matching pglock.ErrLockLost that says why.
+func (lk *Lock) Err() error {
+	if lk.lostCtx.Err() == nil {
+		return nil
+	}
+	return context.Cause(lk.lostCtx)
+}
+
+// Extend renews the lease for ttl from now, in one round trip, and keeps renewing it with that
+// TTL. On a lock no longer held it returns an error matching pglock.ErrLockLost.
+func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	t, err := lk.l.cfg.timing(ttl)
+	if err != nil {
+		return err
+	}
+	if err := lk.Err(); err != nil {
+		return err
+	}
+	lk.mu.Lock()
+	released := lk.released
+	lk.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, lk.name)
+	}
+	return lk.renew(ctx, t)
+}
+
+// Release gives the lock up, in one round trip: to the first waiter if there is one, else
+// freeing it. An error matching pglock.ErrLockLost means the lock had been lost, signalled or
+// not; nothing done under it since its last renewal is safe.
+func (lk *Lock) Release(ctx context.Context) error {
+	lk.mu.Lock()
+	if lk.released {
+		lk.mu.Unlock()
+		return fmt.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
+	}
+	lk.released = true
+	lk.mu.Unlock()
+	lk.stopKeeping() // no renewal may race the release and mistake it for a loss
+	<-lk.keeperDone
+	lk.l.forget(lk)
+
+	start := time.Now()
+	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
+	if lost := lk.Err(); lost != nil {
+		return lost
+	}
+	if err != nil {
+		return fmt.Errorf("pglock: release %q (it stays held until its TTL runs out): %w", lk.name, err)
+	}
+	if !row.Released {
+		err := fmt.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
+			pglock.ErrLockLost, pglock.ErrNotHeld, lk.name)
+		lk.markLost(err)
+		lk.l.emit(Event{Kind: EventLost, Name: lk.name, Token: lk.token, Held: time.Since(lk.heldFrom), Err: err})
+		return err
+	}
+	lk.l.emit(Event{Kind: EventReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
+	return nil
+}
+
+// Fence verifies, inside tx, that the lock is still held with its token, and keeps it so until
+// tx ends: no release, renewal, handoff or takeover of the lock can commit before. Write to the
+// protected resource in tx after Fence, and keep tx short, for it also holds up renewals. It
+// returns an error matching pglock.ErrLockLost (and signals the loss) when the lock is lost.
+func (lk *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
+	if err := lk.Err(); err != nil {
+		return err
+	}
+	err := VerifyFence(ctx, tx, lk.name, lk.token)
+	if errors.Is(err, pglock.ErrLockLost) {
+		lk.lose(err)
+	}
+	return err
+}
+
+// VerifyFence is Fence for a name and token known without the Lock, such as in a process the
+// token was handed to.
+func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error {
+	if tx == nil {
+		return fmt.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
+	}
+	if err := pglock.ValidateName(name); err != nil {
+		return err
+	}
+	held, err := db.New(db.Translating(tx)).VerifyFence(ctx, db.VerifyFenceParams{LockName: name, FencingToken: token})
+	if err != nil {
+		return fmt.Errorf("pglock: verify fence of %q: %w", name, err)
+	}
+	if !held {
+		return fmt.Errorf("%w: %q is not held with token %d", pglock.ErrLockLost, name, token)
+	}
+	return nil
+}
+
+// renew extends the lease by t.ttl from now. The new deadline counts from the start of the
+// request: the database set expires_at no earlier than that, plus the TTL.
+func (lk *Lock) renew(ctx context.Context, t timing) error {
+	lk.renewing.Lock()
+	defer lk.renewing.Unlock()
+	start := time.Now()
+	expiresAt, err := lk.l.queries.ExtendLock(ctx, db.ExtendLockParams{LockName: lk.name, HolderID: lk.holder, TtlMs: t.ttl.Milliseconds()})
+	switch {
+	case err == nil:
+		lk.mu.Lock()
+		lk.timing, lk.expiresAt, lk.deadline = t, expiresAt, start.Add(t.ttl-t.margin)
+		lk.mu.Unlock()
+		select {
+		case lk.renewed <- struct{}{}:
+		default:
+		}
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		lk.lose(fmt.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, lk.name))
+		return lk.Err()
+	}
+	return fmt.Errorf("pglock: extend %q: %w", lk.name, err)
+}
+
+// lose declares the lock lost, once, unless it was released.
+func (lk *Lock) lose(err error) {
+	lk.mu.Lock()
+	if lk.released || lk.lostCtx.Err() != nil {
+		lk.mu.Unlock()
+		return
+	}
+	lk.markLost(err)
+	lk.mu.Unlock()
+	lk.l.forget(lk)
+	lk.l.cfg.Logger.Error("pglock: lock lost", "lock", lk.name, "token", lk.token, "error", err)
+	lk.l.emit(Event{Kind: EventLost, Name: lk.name, Token: lk.token, Held: time.Since(lk.heldFrom), Err: err})
+}
+
+func (lk *Lock) state() (timing, time.Time) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.timing, lk.deadline
+}
+
+// keep renews the lock every heartbeat, retrying failures, and declares it lost at its
+// deadline. It ends when the lock is released, lost, or its Locker closed.
+func (lk *Lock) keep() {
+	defer lk.l.wg.Done()
+	defer close(lk.keeperDone)
+
+	t, deadline := lk.state()
+	loss := time.NewTimer(time.Until(deadline))
+	defer loss.Stop()
+	renewal := time.NewTimer(t.heartbeat)
+	defer renewal.Stop()
+	if t.heartbeat == 0 {
+		renewal.Stop()
+	}
+	failures := 0
+	for {
+		select {
+		case <-lk.keeperCtx.Done():
+			return
+		case <-lk.lostCtx.Done():
+			return
+		case <-lk.renewed:
+			t, deadline = lk.state()
+			loss.Reset(time.Until(deadline))
+		case <-loss.C:
+			lk.lose(fmt.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
+				pglock.ErrLockLost, lk.name, t.ttl, t.margin))
+			return
+		case <-renewal.C:
+			ctx, cancel := context.WithDeadline(lk.keeperCtx, deadline)
+			err := lk.renew(ctx, t)
+			cancel()
+			if lk.keeperCtx.Err() != nil || lk.Err() != nil {
+				return
+			}
+			if err == nil {
+				failures = 0
+				t, deadline = lk.state()
+				loss.Reset(time.Until(deadline))
+				if t.heartbeat > 0 {
+					renewal.Reset(t.heartbeat)
+				}
+				continue
+			}
+			failures++
+			lk.l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
+			lk.l.emit(Event{Kind: EventRenewFailed, Name: lk.name, Token: lk.token, Err: err})
+			renewal.Reset(retryDelay(failures, t.heartbeat))
+		}
+	}
+}
+
+// retryDelay backs off from 10 ms, doubling, up to the heartbeat (or 1 s without one).
+func retryDelay(failures int, heartbeat time.Duration) time.Duration {
+	limit := heartbeat
+	if limit == 0 {
+		limit = time.Second
+	}
+	return jitter(min(10*time.Millisecond<<min(failures-1, 16), limit))
+}

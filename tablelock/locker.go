@@ -1,0 +1,277 @@
+package tablelock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+)
+
+// Locker acquires table locks for one process. It is safe for concurrent use.
+type Locker struct {
+	pool     *pgxpool.Pool
+	queries  *db.Queries
+	cfg      Config
+	instance string
+
+	// ctx lives until Close has released everything; the goroutines of held locks and of the
+	// listener run under it and are counted in wg.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// waits counts Acquire calls waiting or cleaning up after a wait; Close waits for them.
+	waits sync.WaitGroup
+
+	closing   chan struct{} // closed when Close begins: waiters stop waiting
+	closeOnce sync.Once
+
+	mu        sync.Mutex
+	closed    bool
+	held      map[*Lock]struct{}
+	queues    map[string][]*waiter // local waiters per lock name, in arrival order
+	byHolder  map[string]*waiter
+	listening bool
+}
+
+// New returns a Locker that takes its connections from pool. A nil cfg means the defaults.
+func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
+	resolved, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	instance := fmt.Sprintf("%s@%s:%d", resolved.AppName, host, os.Getpid())
+	if len(instance) > 255 {
+		instance = instance[:255]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Locker{
+		pool:     pool,
+		queries:  db.New(db.Translating(pool)),
+		cfg:      resolved,
+		instance: instance,
+		ctx:      ctx,
+		cancel:   cancel,
+		closing:  make(chan struct{}),
+		held:     map[*Lock]struct{}{},
+		queues:   map[string][]*waiter{},
+		byHolder: map[string]*waiter{},
+	}, nil
+}
+
+// TryAcquire takes the lock if it is free, in one round trip, or returns a *LockedError
+// (matching pglock.ErrLocked) describing its holder.
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptions) (*Lock, error) {
+	req, err := l.newRequest(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	row, err := l.queries.AcquireLock(ctx, req.params(false))
+	if err != nil {
+		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
+	}
+	if !row.Acquired {
+		locked := lockedError(name, row)
+		l.emit(Event{Kind: EventLocked, Name: name, Latency: time.Since(start)})
+		return nil, locked
+	}
+	return l.hold(req, row.FencingToken, row.ExpiresAt, start, 0), nil
+}
+
+// Acquire waits until it holds the lock, ctx is done, opts.WaitTimeout has passed, or the
+// Locker is closed. Waiters are served in the order they queued, across all processes.
+func (l *Locker) Acquire(ctx context.Context, name string, opts *AcquireOptions) (*Lock, error) {
+	req, err := l.newRequest(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	var timeout time.Duration
+	if opts != nil {
+		timeout = opts.WaitTimeout
+	}
+	return l.wait(ctx, req, timeout)
+}
+
+// WithLock acquires the lock as Acquire does, runs fn, and releases the lock. fn's context is
+// canceled, with cause pglock.ErrLockLost, if the lock is lost while fn runs; WithLock then
+// returns an error matching pglock.ErrLockLost as well as any error of fn's.
+func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions, fn func(ctx context.Context) error) error {
+	lk, err := l.Acquire(ctx, name, opts)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(lk.lostCtx, func() { cancel(lk.Err()) })
+	defer stop()
+
+	fnErr := fn(fnCtx)
+	// Release even when ctx is done: leaving the lock to expire would block others for a TTL.
+	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), lk.timing.ttl)
+	defer cancelRelease()
+	return errors.Join(fnErr, lk.Release(releaseCtx))
+}
+
+// Stats reports how many locks the Locker holds and how many Acquire calls wait.
+func (l *Locker) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{Held: len(l.held), Waiting: len(l.byHolder)}
+}
+
+// Close stops the waiting Acquire calls (they return pglock.ErrClosed), releases every lock
+// the Locker holds, and stops its goroutines. It returns the errors of those releases.
+func (l *Locker) Close(ctx context.Context) error {
+	l.mu.Lock()
+	l.closed = true
+	held := make([]*Lock, 0, len(l.held))
+	for lk := range l.held {
+		held = append(held, lk)
+	}
+	l.mu.Unlock()
+	l.closeOnce.Do(func() { close(l.closing) })
+
+	var errs []error
+	for _, lk := range held {
+		if err := lk.Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	l.waitForBackground(ctx)
+	return errors.Join(errs...)
+}
+
+// waitForBackground lets abandoned waits clean up until ctx is done, then stops everything.
+func (l *Locker) waitForBackground(ctx context.Context) {
+	waitsDone := make(chan struct{})
+	go func() {
+		l.waits.Wait()
+		close(waitsDone)
+	}()
+	select {
+	case <-waitsDone:
+	case <-ctx.Done():
+	}
+	l.cancel()
+	l.wg.Wait()
+	<-waitsDone
+}
+
+// request is one acquisition's arguments, checked.
+type request struct {
+	name     string
+	holder   string
+	timing   timing
+	metadata map[string]any
+	encoded  json.RawMessage
+	instance string
+}
+
+func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) {
+	if opts == nil {
+		opts = &AcquireOptions{}
+	}
+	if err := pglock.ValidateName(name); err != nil {
+		return request{}, err
+	}
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = l.cfg.DefaultTTL
+	}
+	t, err := l.cfg.timing(ttl)
+	if err != nil {
+		return request{}, err
+	}
+	if opts.WaitTimeout < 0 {
+		return request{}, fmt.Errorf("%w: negative WaitTimeout", pglock.ErrInvalidArgument)
+	}
+	encoded := json.RawMessage(`{}`)
+	if opts.Metadata != nil {
+		if encoded, err = json.Marshal(opts.Metadata); err != nil {
+			return request{}, fmt.Errorf("%w: metadata: %w", pglock.ErrInvalidArgument, err)
+		}
+	}
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return request{}, pglock.ErrClosed
+	}
+	return request{name: name, holder: newHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
+}
+
+func (r request) params(wait bool) db.AcquireLockParams {
+	return db.AcquireLockParams{
+		LockName: r.name, HolderID: r.holder, TtlMs: r.timing.ttl.Milliseconds(),
+		Metadata: r.encoded, Instance: r.instance, Wait: wait,
+	}
+}
+
+// hold makes a held Lock whose lease counts from leaseStart, the start of the request that
+// last wrote it (or its place in the queue), and starts keeping it.
+func (l *Locker) hold(req request, token int64, expiresAt, leaseStart time.Time, waited time.Duration) *Lock {
+	lk := newLock(l, req, token, expiresAt, leaseStart)
+	l.mu.Lock()
+	l.held[lk] = struct{}{}
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go lk.keep()
+	l.cfg.Logger.Debug("pglock: acquired", "lock", req.name, "token", token, "waited", waited)
+	l.emit(Event{Kind: EventAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
+	return lk
+}
+
+func (l *Locker) forget(lk *Lock) {
+	l.mu.Lock()
+	delete(l.held, lk)
+	l.mu.Unlock()
+}
+
+func (l *Locker) emit(e Event) {
+	if l.cfg.OnEvent != nil {
+		l.cfg.OnEvent(e)
+	}
+}
+
+func lockedError(name string, row db.AcquireLockRow) *LockedError {
+	e := &LockedError{Name: name, Holder: row.HolderID, Instance: row.Instance, ExpiresAt: row.ExpiresAt}
+	_ = json.Unmarshal(row.Metadata, &e.Metadata) // the database only stores JSON objects
+	return e
+}
+
+// newHolderID names one acquisition: 128 random bits.
+func newHolderID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// transient reports whether an error is worth retrying: the connection failed, or the server
+// is shutting down, out of resources, or broke a serialization conflict.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "57":
+			return true
+		}
+		return false
+	}
+	return true
+}

@@ -1,0 +1,363 @@
+package tablelock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/tablelock"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// newLocker returns a Locker on pool, closed when the test ends.
+func newLocker(t *testing.T, pool *pgxpool.Pool, cfg *tablelock.Config) *tablelock.Locker {
+	t.Helper()
+	if cfg == nil {
+		cfg = &tablelock.Config{}
+	}
+	if cfg.AppName == "" {
+		cfg.AppName = "tablelock-test"
+	}
+	l, err := tablelock.New(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	return l
+}
+
+type lockRow struct {
+	Holder, Instance string
+	Token            int64
+	ExpiresAt        time.Time
+	Live             bool
+}
+
+func readLock(t *testing.T, pool *pgxpool.Pool, name string) (lockRow, bool) {
+	t.Helper()
+	var r lockRow
+	err := pool.QueryRow(context.Background(), `SELECT holder_id, instance, fencing_token, expires_at,
+		expires_at > clock_timestamp() FROM distributed_locks WHERE lock_name = $1`, name).
+		Scan(&r.Holder, &r.Instance, &r.Token, &r.ExpiresAt, &r.Live)
+	if err != nil {
+		return lockRow{}, false
+	}
+	return r, true
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool) (locks, waiters int) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT (SELECT count(*) FROM distributed_locks), (SELECT count(*) FROM distributed_lock_waiters)").
+		Scan(&locks, &waiters))
+	return locks, waiters
+}
+
+func TestTryAcquireAndRelease(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, &tablelock.Config{AppName: "billing"})
+	ctx := context.Background()
+
+	lk, err := l.TryAcquire(ctx, "order:1", &tablelock.AcquireOptions{TTL: 5 * time.Second, Metadata: map[string]any{"job": "42"}})
+	require.NoError(t, err)
+	require.Equal(t, "order:1", lk.Name())
+	require.Equal(t, map[string]any{"job": "42"}, lk.Metadata())
+	row, found := readLock(t, pool, "order:1")
+	require.True(t, found)
+	require.Equal(t, lk.Token(), row.Token)
+	require.True(t, lk.ExpiresAt().Equal(row.ExpiresAt))
+	host, _ := os.Hostname()
+	require.Equal(t, fmt.Sprintf("billing@%s:%d", host, os.Getpid()), row.Instance)
+
+	_, err = l.TryAcquire(ctx, "order:1", nil)
+	require.ErrorIs(t, err, pglock.ErrLocked, "another acquisition by the same process is another holder")
+	var locked *tablelock.LockedError
+	require.ErrorAs(t, err, &locked)
+	require.Equal(t, row.Holder, locked.Holder)
+	require.Equal(t, row.Instance, locked.Instance)
+	require.Equal(t, map[string]any{"job": "42"}, locked.Metadata)
+	require.True(t, locked.ExpiresAt.Equal(row.ExpiresAt))
+	require.Equal(t, tablelock.Stats{Held: 1}, l.Stats())
+
+	require.NoError(t, lk.Release(ctx))
+	require.ErrorIs(t, lk.Release(ctx), pglock.ErrNotHeld, "a second release")
+	require.NoError(t, lk.Err(), "a released lock is not lost")
+	_, found = readLock(t, pool, "order:1")
+	require.False(t, found)
+
+	again, err := l.TryAcquire(ctx, "order:1", nil)
+	require.NoError(t, err)
+	require.Greater(t, again.Token(), lk.Token())
+	require.NoError(t, again.Release(ctx))
+}
+
+func TestTwoGoroutinesNeverBothHold(t *testing.T) {
+	t.Parallel()
+	l := newLocker(t, testdb.New(t, nil).Pool, nil)
+	const goroutines = 16
+	var wg sync.WaitGroup
+	results := make(chan error, goroutines)
+	start := make(chan struct{})
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			_, err := l.TryAcquire(context.Background(), "shared", nil)
+			results <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	won := 0
+	for err := range results {
+		if err == nil {
+			won++
+			continue
+		}
+		require.ErrorIs(t, err, pglock.ErrLocked)
+	}
+	require.Equal(t, 1, won)
+}
+
+func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, nil)
+	ctx := context.Background()
+
+	tests := []struct {
+		name    string
+		lock    string
+		opts    *tablelock.AcquireOptions
+		wantErr error
+	}{
+		{"empty name", "", nil, pglock.ErrInvalidName},
+		{"name of 256 bytes", strings.Repeat("n", 256), nil, pglock.ErrInvalidName},
+		{"name not UTF-8", "bad\xc3\x28", nil, pglock.ErrInvalidName},
+		{"name with NUL", "bad\x00name", nil, pglock.ErrInvalidName},
+		{"TTL below 100 ms", "ok", &tablelock.AcquireOptions{TTL: 99 * time.Millisecond}, pglock.ErrInvalidTTL},
+		{"negative TTL", "ok", &tablelock.AcquireOptions{TTL: -time.Second}, pglock.ErrInvalidTTL},
+		{"TTL above 24 h", "ok", &tablelock.AcquireOptions{TTL: 24*time.Hour + time.Millisecond}, pglock.ErrInvalidTTL},
+		{"negative wait timeout", "ok", &tablelock.AcquireOptions{WaitTimeout: -time.Second}, pglock.ErrInvalidArgument},
+		{"metadata that is not JSON", "ok", &tablelock.AcquireOptions{Metadata: map[string]any{"c": make(chan int)}}, pglock.ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := l.TryAcquire(ctx, tt.lock, tt.opts)
+			require.ErrorIs(t, err, tt.wantErr, "TryAcquire")
+			_, err = l.Acquire(ctx, tt.lock, tt.opts)
+			require.ErrorIs(t, err, tt.wantErr, "Acquire")
+			err = l.WithLock(ctx, tt.lock, tt.opts, func(context.Context) error { panic("must not run") })
+			require.ErrorIs(t, err, tt.wantErr, "WithLock")
+		})
+	}
+	locks, waiters := countRows(t, pool)
+	require.Zero(t, locks)
+	require.Zero(t, waiters)
+
+	_, err := tablelock.New(nil, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	for _, cfg := range []*tablelock.Config{
+		{DefaultTTL: time.Millisecond},
+		{SafetyMargin: -time.Second},
+		{MaxPollInterval: -time.Second},
+	} {
+		_, err := tablelock.New(pool, cfg)
+		require.Error(t, err, "%+v", cfg)
+	}
+	lk, err := l.TryAcquire(ctx, "ok", nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, lk.Extend(ctx, time.Millisecond), pglock.ErrInvalidTTL)
+	require.ErrorIs(t, tablelock.VerifyFence(ctx, nil, "ok", lk.Token()), pglock.ErrInvalidArgument)
+	require.NoError(t, lk.Release(ctx))
+}
+
+func TestUnmigratedDatabaseSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	l := newLocker(t, testdb.New(t, &testdb.Options{Unmigrated: true}).Pool, nil)
+	_, err := l.TryAcquire(context.Background(), "x", nil)
+	require.ErrorIs(t, err, pglock.ErrNotMigrated)
+	require.Contains(t, err.Error(), "pglockctl migrate up")
+	_, err = l.Acquire(context.Background(), "x", nil)
+	require.ErrorIs(t, err, pglock.ErrNotMigrated, "Acquire does not retry what cannot succeed")
+}
+
+// The heartbeat keeps a lock held for many TTLs, whatever became of the acquiring context.
+func TestHeartbeatKeepsTheLockBeyondItsTTL(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	lk, err := l.Acquire(ctx, "long-job", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	cancel() // cirello-io/pglock#175: the lock must not die with this context
+
+	first := lk.ExpiresAt()
+	time.Sleep(1500 * time.Millisecond) // five TTLs
+	require.NoError(t, lk.Err())
+	row, found := readLock(t, pool, "long-job")
+	require.True(t, found)
+	require.True(t, row.Live)
+	require.True(t, lk.ExpiresAt().After(first), "renewed")
+	require.NoError(t, lk.Release(context.Background()))
+}
+
+func TestExtend(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: -1})
+	ctx := context.Background()
+
+	lk, err := l.TryAcquire(ctx, "ext", &tablelock.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, lk.Extend(ctx, time.Hour))
+	row, _ := readLock(t, pool, "ext")
+	require.True(t, lk.ExpiresAt().Equal(row.ExpiresAt))
+	require.Greater(t, time.Until(row.ExpiresAt), 50*time.Minute)
+
+	_, err = pool.Exec(ctx, "DELETE FROM distributed_locks WHERE lock_name = 'ext'")
+	require.NoError(t, err)
+	require.ErrorIs(t, lk.Extend(ctx, time.Hour), pglock.ErrLockLost)
+	<-lk.Lost()
+	require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+}
+
+// Without heartbeats a lock is lost at its TTL less the margin, before the database expires it.
+func TestLockWithoutHeartbeatIsLostBeforeItExpires(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: -1, SafetyMargin: 200 * time.Millisecond})
+	lk, err := l.TryAcquire(context.Background(), "short", &tablelock.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+
+	<-lk.Lost()
+	row, found := readLock(t, pool, "short")
+	require.True(t, found)
+	require.True(t, row.Live, "Lost fired while the database still holds the lock for us")
+	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
+}
+
+// A lock deleted from outside (a force release) is noticed at the next renewal, and WithLock's
+// function sees its context canceled with cause ErrLockLost.
+func TestForceReleaseIsSignalledWithinOneHeartbeat(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	const heartbeat = 500 * time.Millisecond
+	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: heartbeat})
+	ctx := context.Background()
+
+	var deletedAt, lostAt time.Time
+	err := l.WithLock(ctx, "forced", &tablelock.AcquireOptions{TTL: 10 * time.Second}, func(ctx context.Context) error {
+		_, err := pool.Exec(ctx, "DELETE FROM distributed_locks WHERE lock_name = 'forced'")
+		require.NoError(t, err)
+		deletedAt = time.Now()
+		<-ctx.Done()
+		lostAt = time.Now()
+		require.ErrorIs(t, context.Cause(ctx), pglock.ErrLockLost)
+		return nil
+	})
+	require.ErrorIs(t, err, pglock.ErrLockLost, "WithLock reports the loss")
+	// One heartbeat, plus the renewal's round trip and generous scheduling slack.
+	require.Less(t, lostAt.Sub(deletedAt), heartbeat+time.Second)
+}
+
+func TestTokensIncreaseAcrossForceRelease(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: -1})
+	ctx := context.Background()
+	var last int64
+	for range 20 {
+		lk, err := l.TryAcquire(ctx, "forced", nil)
+		require.NoError(t, err)
+		require.Greater(t, lk.Token(), last)
+		last = lk.Token()
+		_, err = pool.Exec(ctx, "DELETE FROM distributed_locks WHERE lock_name = 'forced'")
+		require.NoError(t, err)
+		require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+	}
+}
+
+func TestCloseReleasesLocksAndStopsWaiters(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l, err := tablelock.New(pool, nil)
+	require.NoError(t, err)
+	other := newLocker(t, pool, nil)
+	ctx := context.Background()
+
+	for _, name := range []string{"a", "b", "c"} {
+		_, err := l.TryAcquire(ctx, name, nil)
+		require.NoError(t, err)
+	}
+	blocker, err := other.TryAcquire(ctx, "d", nil)
+	require.NoError(t, err)
+	waitErrs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := l.Acquire(ctx, "d", nil)
+			waitErrs <- err
+		}()
+	}
+	require.Eventually(t, func() bool {
+		_, waiters := countRows(t, pool)
+		return waiters == 2
+	}, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, l.Close(ctx))
+	for range 2 {
+		require.ErrorIs(t, <-waitErrs, pglock.ErrClosed)
+	}
+	locks, waiters := countRows(t, pool)
+	require.Equal(t, 1, locks, "only the other Locker's lock is left")
+	require.Zero(t, waiters)
+	_, err = l.TryAcquire(ctx, "e", nil)
+	require.ErrorIs(t, err, pglock.ErrClosed)
+	require.NoError(t, blocker.Release(ctx))
+}
+
+// The SQL contract sees the same locks: a holder in another language blocks a Go holder.
+func TestInteroperatesWithTheSQLFunctions(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, nil)
+	ctx := context.Background()
+	var ok bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT acquire_lock('report', 'python-worker', 30)").Scan(&ok))
+	require.True(t, ok)
+	_, err := l.TryAcquire(ctx, "report", nil)
+	var locked *tablelock.LockedError
+	require.ErrorAs(t, err, &locked)
+	require.Equal(t, "python-worker", locked.Holder)
+
+	waited := make(chan *tablelock.Lock, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, "report", nil)
+		require.NoError(t, err)
+		waited <- lk
+	}()
+	require.Eventually(t, func() bool { return l.Stats().Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { _, waiters := countRows(t, pool); return waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT release_lock('report', 'python-worker')").Scan(&ok))
+	require.True(t, ok)
+	lk := <-waited
+	require.NoError(t, lk.Release(ctx))
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	t.Parallel()
+	err := &tablelock.LockedError{Name: "n", Holder: "h", Instance: "i"}
+	require.True(t, errors.Is(err, pglock.ErrLocked))
+	require.Contains(t, err.Error(), `"n" is held by h (i)`)
+}

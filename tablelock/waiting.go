@@ -1,0 +1,276 @@
+package tablelock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+)
+
+// waiter is one Acquire call waiting for its lock.
+type waiter struct {
+	req     request
+	handoff chan handoffNotice // the lock was handed to this waiter
+	wake    chan struct{}      // something changed: poll now
+}
+
+// handoffNotice is the payload of NOTIFY pglock_handoff.
+type handoffNotice struct {
+	LockName     string    `json:"lock_name"`
+	HolderID     string    `json:"holder_id"`
+	FencingToken int64     `json:"fencing_token"`
+	ExpiresAt    time.Time `json:"expires_at"`
+}
+
+// errWaitTimeout is the cause of a wait's context ending at AcquireOptions.WaitTimeout.
+var errWaitTimeout = errors.New("wait timeout")
+
+// wait polls and listens until req's lock is ours. Its queue place in the database is written
+// by the polls; the lease of a lock handed over by a release counts from the start of the
+// last poll that wrote that place, since the handoff can only have come after it.
+func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (*Lock, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errWaitTimeout)
+		defer cancel()
+	}
+	w, err := l.register(req)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var (
+		queuedAt time.Time // start of the last poll that wrote our place in the queue
+		locked   *LockedError
+		retryIn  time.Duration // the first local waiter's next poll, when nothing wakes it
+		checked  time.Time     // when the last answer was read, on this process's clock
+		failures int
+	)
+	for {
+		pollStart := time.Now()
+		row, err := l.queries.AcquireLock(ctx, req.params(true))
+		switch {
+		case err == nil && row.Acquired:
+			l.unregister(w, false)
+			return l.hold(req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start)), nil
+		case err == nil:
+			if row.Queued {
+				queuedAt = pollStart
+			}
+			locked, checked, failures = lockedError(req.name, row), time.Now(), 0
+			retryIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
+		case ctx.Err() != nil:
+		case !transient(err):
+			l.unregister(w, true)
+			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, err)
+		default:
+			failures++
+			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
+		}
+
+		timer := time.NewTimer(l.pollDelay(w, failures, retryIn-time.Since(checked)))
+		select {
+		case h := <-w.handoff:
+			timer.Stop()
+			if !queuedAt.IsZero() {
+				l.unregister(w, false)
+				return l.hold(req, h.FencingToken, h.ExpiresAt, queuedAt, time.Since(start)), nil
+			}
+			// We never learned when our place was written: poll, and the poll will find the lock ours.
+		case <-w.wake:
+			timer.Stop()
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			l.unregister(w, true)
+			err := fmt.Errorf("pglock: acquire %q: %w", req.name, context.Cause(ctx))
+			if errors.Is(context.Cause(ctx), errWaitTimeout) {
+				err = fmt.Errorf("pglock: acquire %q: waited %s: %w", req.name, timeout, lockedOrPlain(locked))
+			}
+			l.emit(Event{Kind: EventWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
+			return nil, err
+		case <-l.closing:
+			timer.Stop()
+			l.unregister(w, true)
+			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed)
+		}
+	}
+}
+
+func lockedOrPlain(locked *LockedError) error {
+	if locked == nil {
+		return pglock.ErrLocked
+	}
+	return locked
+}
+
+// pollDelay is how long a waiter sleeps unless woken. The first local waiter of a name polls
+// with capped exponential backoff and when the holder's lease ends; the others only rewrite
+// their place in the queue, every third of their TTL, and rely on being handed the lock.
+func (l *Locker) pollDelay(w *waiter, failures int, untilExpiry time.Duration) time.Duration {
+	if !l.isHead(w) {
+		return jitter(w.req.timing.ttl / 3)
+	}
+	delay := min(10*time.Millisecond<<min(failures, 16), l.cfg.MaxPollInterval, w.req.timing.ttl/3)
+	if untilExpiry > 0 && untilExpiry < delay {
+		return untilExpiry
+	}
+	return jitter(delay)
+}
+
+// jitter spreads d over [d/2, d], so that waiters woken together do not poll together.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+func (l *Locker) register(req request) (*waiter, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed)
+	}
+	w := &waiter{req: req, handoff: make(chan handoffNotice, 1), wake: make(chan struct{}, 1)}
+	l.queues[req.name] = append(l.queues[req.name], w)
+	l.byHolder[req.holder] = w
+	l.waits.Add(1)
+	if !l.cfg.DisableNotifications && !l.listening {
+		l.listening = true
+		l.wg.Add(1)
+		go l.listen()
+	}
+	return w, nil
+}
+
+// unregister removes w; abandon also removes its place in the database's queue (and releases
+// the lock if it was handed over meanwhile), in the background so the caller returns at once.
+func (l *Locker) unregister(w *waiter, abandon bool) {
+	l.mu.Lock()
+	queue := l.queues[w.req.name]
+	wasHead := len(queue) > 0 && queue[0] == w
+	queue = slices.DeleteFunc(queue, func(other *waiter) bool { return other == w })
+	if len(queue) == 0 {
+		delete(l.queues, w.req.name)
+	} else {
+		l.queues[w.req.name] = queue
+		if wasHead {
+			wake(queue[0])
+		}
+	}
+	delete(l.byHolder, w.req.holder)
+	l.mu.Unlock()
+
+	if !abandon {
+		l.waits.Done()
+		return
+	}
+	go func() {
+		defer l.waits.Done()
+		ctx, cancel := context.WithTimeout(l.ctx, w.req.timing.ttl)
+		defer cancel()
+		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: w.req.name, HolderID: w.req.holder}); err != nil {
+			l.cfg.Logger.Warn("pglock: could not leave the queue; the place expires with its TTL", "lock", w.req.name, "error", err)
+		}
+	}()
+}
+
+func (l *Locker) isHead(w *waiter) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	queue := l.queues[w.req.name]
+	return len(queue) > 0 && queue[0] == w
+}
+
+func wake(w *waiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps one connection listening for releases and handoffs while the Locker lives,
+// reconnecting with backoff. While it is down, waiters only poll.
+func (l *Locker) listen() {
+	defer l.wg.Done()
+	failures := 0
+	for {
+		err := l.listenOnce()
+		if l.ctx.Err() != nil {
+			return
+		}
+		failures++
+		l.cfg.Logger.Warn("pglock: listener disconnected; waiters poll until it is back", "error", err)
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-time.After(retryDelay(failures, 5*time.Second)):
+		}
+	}
+}
+
+func (l *Locker) listenOnce() error {
+	conn, err := pgx.ConnectConfig(l.ctx, l.pool.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	q := db.New(db.Translating(conn))
+	if err := q.ListenHandoff(l.ctx); err != nil {
+		return err
+	}
+	if err := q.ListenReleased(l.ctx); err != nil {
+		return err
+	}
+	l.wakeHeads() // anything released while we were not listening
+	for {
+		n, err := conn.WaitForNotification(l.ctx)
+		if err != nil {
+			return err
+		}
+		l.dispatch(n)
+	}
+}
+
+// dispatch wakes the one waiter a notification concerns: the new holder named by a handoff,
+// or the first local waiter of a released name.
+func (l *Locker) dispatch(n *pgconn.Notification) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch n.Channel {
+	case "pglock_handoff":
+		var h handoffNotice
+		if err := json.Unmarshal([]byte(n.Payload), &h); err != nil {
+			l.cfg.Logger.Warn("pglock: unreadable handoff notification", "payload", n.Payload, "error", err)
+			return
+		}
+		if w, ok := l.byHolder[h.HolderID]; ok {
+			select {
+			case w.handoff <- h:
+			default:
+			}
+		}
+	case "pglock_released":
+		if queue := l.queues[n.Payload]; len(queue) > 0 {
+			wake(queue[0])
+		}
+	}
+}
+
+func (l *Locker) wakeHeads() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, queue := range l.queues {
+		wake(queue[0])
+	}
+}
