@@ -49,14 +49,15 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 	}
 	start := time.Now()
 	var (
-		queuedAt time.Time // start of the last poll that wrote our place in the queue
-		locked   *LockedError
-		retryIn  time.Duration // the first local waiter's next poll, when nothing wakes it
-		checked  time.Time     // when the last answer was read, on this process's clock
-		failures int
+		queuedAt  time.Time // start of the last poll that wrote our place in the queue
+		locked    *LockedError
+		expiresIn time.Duration // the holder's lease left, as of checked
+		checked   time.Time     // when the last answer was read, on this process's clock
+		idlePolls int           // polls since something last woke us: the backoff grows with them
 	)
 	for {
 		pollStart := time.Now()
+		idlePolls++
 		row, err := l.queries.AcquireLock(ctx, req.params(true))
 		switch {
 		case err == nil && row.Acquired:
@@ -66,18 +67,17 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			if row.Queued {
 				queuedAt = pollStart
 			}
-			locked, checked, failures = lockedError(req.name, row), time.Now(), 0
-			retryIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
+			locked, checked = lockedError(req.name, row), time.Now()
+			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
 		case ctx.Err() != nil:
 		case !transient(err):
 			l.unregister(w, true)
 			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, err)
 		default:
-			failures++
 			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
 		}
 
-		timer := time.NewTimer(l.pollDelay(w, failures, retryIn-time.Since(checked)))
+		timer := time.NewTimer(l.pollDelay(w, idlePolls, expiresIn-time.Since(checked)))
 		select {
 		case h := <-w.handoff:
 			timer.Stop()
@@ -88,6 +88,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			// We never learned when our place was written: poll, and the poll will find the lock ours.
 		case <-w.wake:
 			timer.Stop()
+			idlePolls = 0
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
@@ -116,11 +117,11 @@ func lockedOrPlain(locked *LockedError) error {
 // pollDelay is how long a waiter sleeps unless woken. The first local waiter of a name polls
 // with capped exponential backoff and when the holder's lease ends; the others only rewrite
 // their place in the queue, every third of their TTL, and rely on being handed the lock.
-func (l *Locker) pollDelay(w *waiter, failures int, untilExpiry time.Duration) time.Duration {
+func (l *Locker) pollDelay(w *waiter, idlePolls int, untilExpiry time.Duration) time.Duration {
 	if !l.isHead(w) {
 		return jitter(w.req.timing.ttl / 3)
 	}
-	delay := min(10*time.Millisecond<<min(failures, 16), l.cfg.MaxPollInterval, w.req.timing.ttl/3)
+	delay := min(10*time.Millisecond<<min(idlePolls-1, 16), l.cfg.MaxPollInterval, w.req.timing.ttl/3)
 	if untilExpiry > 0 && untilExpiry < delay {
 		return untilExpiry
 	}

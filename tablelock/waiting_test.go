@@ -1,0 +1,366 @@
+package tablelock_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// pollCounter counts the acquire statements (polls) a pool sends.
+type pollCounter struct{ n atomic.Int64 }
+
+func (c *pollCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "pglock_acquire(") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *pollCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// countedPool is a pool whose polls are counted, its connections named app.
+func countedPool(t *testing.T, d *testdb.DB, app string, maxConns int32) (*pgxpool.Pool, *pollCounter) {
+	counter := &pollCounter{}
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = maxConns
+		c.ConnConfig.Tracer = counter
+		c.ConnConfig.RuntimeParams["application_name"] = app
+	})
+	return pool, counter
+}
+
+func waitForQueue(t *testing.T, pool *pgxpool.Pool, waiters int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, n := countRows(t, pool)
+		return n == waiters
+	}, 30*time.Second, 5*time.Millisecond, "waiting for %d queued waiters", waiters)
+}
+
+// A release hands the lock to the waiter directly: the waiter acquires without polling again.
+func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	waiterPool, polls := countedPool(t, d, "waiter", 4)
+	holder := newLocker(t, d.Pool, nil)
+	waiter := newLocker(t, waiterPool, &tablelock.Config{MaxPollInterval: time.Hour})
+	ctx := context.Background()
+	opts := &tablelock.AcquireOptions{TTL: time.Hour}
+
+	held, err := holder.TryAcquire(ctx, "handoff", opts)
+	require.NoError(t, err)
+	acquired := make(chan *tablelock.Lock)
+	go func() {
+		lk, err := waiter.Acquire(ctx, "handoff", opts)
+		require.NoError(t, err)
+		acquired <- lk
+	}()
+	waitForQueue(t, d.Pool, 1)
+	time.Sleep(2 * time.Second) // the waiter's backoff grows past a second
+
+	before := polls.n.Load()
+	require.NoError(t, held.Release(ctx))
+	lk := <-acquired
+	require.Equal(t, before, polls.n.Load(), "woken by the handoff, not by a poll")
+	require.Greater(t, lk.Token(), held.Token())
+	row, _ := readLock(t, d.Pool, "handoff")
+	require.Equal(t, lk.Token(), row.Token)
+	require.NoError(t, lk.Release(ctx))
+}
+
+// 1000 goroutines of one process wait on one name: they use the pool and one listener, a
+// release wakes one of them, and all of them get the lock in turn, in queue order.
+func TestThousandWaitersInOneProcess(t *testing.T) {
+	t.Parallel()
+	const waiters, maxConns = 1000, 4
+	d := testdb.New(t, nil)
+	waiterPool, polls := countedPool(t, d, "thousand", maxConns)
+	holder := newLocker(t, d.Pool, nil)
+	l := newLocker(t, waiterPool, nil)
+	ctx := context.Background()
+	opts := &tablelock.AcquireOptions{TTL: time.Minute} // places are rewritten only every 10-20 s
+
+	first, err := holder.TryAcquire(ctx, "hot", opts)
+	require.NoError(t, err)
+
+	gate := make(chan struct{}) // each new holder waits here before releasing
+	tokens := make(chan int64, waiters)
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Go(func() {
+			lk, err := l.Acquire(ctx, "hot", opts)
+			if !assertNoError(t, err) {
+				return
+			}
+			tokens <- lk.Token()
+			<-gate
+			assertNoError(t, lk.Release(ctx))
+		})
+	}
+	waitForQueue(t, d.Pool, waiters)
+	require.Equal(t, waiters, l.Stats().Waiting)
+
+	var connections int
+	require.NoError(t, d.Pool.QueryRow(ctx,
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'thousand'").Scan(&connections))
+	require.LessOrEqual(t, connections, maxConns+1, "the pool and the one listener")
+
+	before := polls.n.Load()
+	require.NoError(t, first.Release(ctx))
+	last := <-tokens
+	require.Greater(t, last, first.Token())
+	time.Sleep(200 * time.Millisecond)
+	require.LessOrEqual(t, polls.n.Load()-before, int64(5), "one release wakes one waiter, not a thousand")
+
+	close(gate)
+	for range waiters - 1 {
+		token := <-tokens
+		require.Greater(t, token, last, "each holder's token is larger than the one before")
+		last = token
+	}
+	wg.Wait()
+	require.Equal(t, tablelock.Stats{}, l.Stats())
+	locks, queued := countRows(t, d.Pool)
+	require.Zero(t, locks)
+	require.Zero(t, queued)
+}
+
+// assertNoError is require.NoError for goroutines other than the test's.
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}
+
+// Waiters of several processes get the lock in the order they queued, and a releasing process
+// that asks again queues behind them.
+func TestWaitersAreServedInOrderAndTheReleaserQueuesBehind(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	lockers := make([]*tablelock.Locker, 3)
+	for i := range lockers {
+		lockers[i] = newLocker(t, d.NewPool(t, nil), nil)
+	}
+
+	held, err := lockers[0].TryAcquire(ctx, "fifo", nil)
+	require.NoError(t, err)
+	order := make(chan int, 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			lk, err := lockers[i].Acquire(ctx, "fifo", nil)
+			if assertNoError(t, err) {
+				order <- i
+				assertNoError(t, lk.Release(ctx))
+			}
+		}()
+		waitForQueue(t, d.Pool, i)
+	}
+
+	require.NoError(t, held.Release(ctx))
+	_, err = lockers[0].TryAcquire(ctx, "fifo", nil)
+	require.ErrorIs(t, err, pglock.ErrLocked, "the lock went to the first waiter, not back to the releaser")
+	again, err := lockers[0].Acquire(ctx, "fifo", nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, <-order)
+	require.Equal(t, 2, <-order)
+	require.NoError(t, again.Release(ctx))
+}
+
+func TestCanceledWaitLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	l := newLocker(t, d.Pool, nil)
+	held, err := l.TryAcquire(context.Background(), "c", nil)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := l.Acquire(ctx, "c", nil)
+		done <- err
+	}()
+	waitForQueue(t, d.Pool, 1)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	waitForQueue(t, d.Pool, 0)
+	require.Equal(t, tablelock.Stats{Held: 1}, l.Stats())
+	require.NoError(t, held.Release(context.Background()))
+}
+
+func TestWaitTimeoutReportsTheHolder(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	holder := newLocker(t, d.Pool, &tablelock.Config{AppName: "holder-app"})
+	l := newLocker(t, d.Pool, nil)
+	ctx := context.Background()
+	held, err := holder.TryAcquire(ctx, "t", &tablelock.AcquireOptions{Metadata: map[string]any{"by": "holder"}})
+	require.NoError(t, err)
+
+	_, err = l.Acquire(ctx, "t", &tablelock.AcquireOptions{WaitTimeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, pglock.ErrLocked)
+	var locked *tablelock.LockedError
+	require.ErrorAs(t, err, &locked)
+	require.True(t, strings.HasPrefix(locked.Instance, "holder-app@"))
+	require.Equal(t, map[string]any{"by": "holder"}, locked.Metadata)
+	require.True(t, locked.ExpiresAt.Equal(held.ExpiresAt()))
+
+	err = l.WithLock(ctx, "t", &tablelock.AcquireOptions{WaitTimeout: 100 * time.Millisecond}, func(context.Context) error {
+		panic("must not run")
+	})
+	require.ErrorIs(t, err, pglock.ErrLocked)
+	waitForQueue(t, d.Pool, 0)
+	require.NoError(t, held.Release(ctx))
+}
+
+// With notifications off (PgBouncer in transaction mode) waiting works by polling alone.
+func TestWaitingWithoutNotifications(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	pool, polls := countedPool(t, d, "polling", 4)
+	holder := newLocker(t, d.Pool, nil)
+	l := newLocker(t, pool, &tablelock.Config{DisableNotifications: true, MaxPollInterval: 50 * time.Millisecond})
+	ctx := context.Background()
+
+	held, err := holder.TryAcquire(ctx, "p", nil)
+	require.NoError(t, err)
+	acquired := make(chan *tablelock.Lock)
+	go func() {
+		lk, err := l.Acquire(ctx, "p", nil)
+		if assertNoError(t, err) {
+			acquired <- lk
+		}
+	}()
+	waitForQueue(t, d.Pool, 1)
+	require.NoError(t, held.Release(ctx))
+	lk := <-acquired
+	require.Greater(t, polls.n.Load(), int64(1), "found by polling")
+	var listening int
+	require.NoError(t, d.Pool.QueryRow(ctx,
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'polling' AND query LIKE 'LISTEN%'").Scan(&listening))
+	require.Zero(t, listening)
+	require.NoError(t, lk.Release(ctx))
+}
+
+// A release commits without waiting for its WAL flush (a lost release only keeps the lock
+// until its TTL), except a handoff, which is an acquisition and must be durable. A deferred
+// trigger sees the setting each release transaction commits with.
+func TestReleaseCommitsAsynchronouslyUnlessItHandsOff(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `
+		CREATE TABLE commit_modes (lock_name text, mode text);
+		CREATE FUNCTION record_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO commit_modes VALUES (OLD.lock_name, current_setting('synchronous_commit'));
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER record_commit_mode AFTER DELETE ON distributed_locks
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION record_commit_mode();`)
+	require.NoError(t, err)
+	l := newLocker(t, d.Pool, nil)
+	other := newLocker(t, d.NewPool(t, nil), nil)
+
+	alone, err := l.TryAcquire(ctx, "alone", nil)
+	require.NoError(t, err)
+	require.NoError(t, alone.Release(ctx))
+
+	contended, err := l.TryAcquire(ctx, "contended", nil)
+	require.NoError(t, err)
+	acquired := make(chan *tablelock.Lock)
+	go func() {
+		lk, err := other.Acquire(ctx, "contended", nil)
+		if assertNoError(t, err) {
+			acquired <- lk
+		}
+	}()
+	waitForQueue(t, d.Pool, 1)
+	require.NoError(t, contended.Release(ctx))
+	next := <-acquired
+
+	rows, err := d.Pool.Query(ctx, "SELECT lock_name || ': ' || mode FROM commit_modes ORDER BY lock_name")
+	require.NoError(t, err)
+	modes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"alone: off", "contended: on"}, modes)
+	require.NoError(t, next.Release(ctx))
+}
+
+// Two instances (separate pools) × 8 goroutines × many critical sections on a few names. Each
+// critical section writes an enter and an exit row, each in a transaction fenced by the lock;
+// the database then proves that no two accepted critical sections of a name interleaved and
+// that tokens never went down.
+func TestMutualExclusionUnderStress(t *testing.T) {
+	t.Parallel()
+	const instances, goroutines, sections = 2, 8, 125 // 2,000 critical sections
+	names := []string{"a", "b", "c"}
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `CREATE TABLE cs_log (
+		id bigserial PRIMARY KEY, lock_name text NOT NULL, token bigint NOT NULL, phase text NOT NULL)`)
+	require.NoError(t, err)
+
+	var inside [3]atomic.Int32
+	var wg sync.WaitGroup
+	for range instances {
+		pool := d.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = goroutines })
+		l := newLocker(t, pool, nil)
+		for g := range goroutines {
+			wg.Go(func() {
+				for s := range sections {
+					n := (g + s) % len(names)
+					lk, err := l.Acquire(ctx, names[n], &tablelock.AcquireOptions{TTL: 5 * time.Second})
+					if !assertNoError(t, err) {
+						return
+					}
+					if inside[n].Add(1) != 1 {
+						t.Errorf("two holders of %q in this process", names[n])
+					}
+					for _, phase := range []string{"enter", "exit"} {
+						assertNoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+							if err := lk.Fence(ctx, tx); err != nil {
+								return err
+							}
+							_, err := tx.Exec(ctx, "INSERT INTO cs_log (lock_name, token, phase) VALUES ($1, $2, $3)",
+								lk.Name(), lk.Token(), phase)
+							return err
+						}))
+					}
+					inside[n].Add(-1)
+					assertNoError(t, lk.Release(ctx))
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	var total, overlapping, decreasing int
+	require.NoError(t, d.Pool.QueryRow(ctx, `
+		WITH ordered AS (
+			SELECT phase, token,
+			       lag(phase) OVER w AS prev_phase, lag(token) OVER w AS prev_token
+			  FROM cs_log WINDOW w AS (PARTITION BY lock_name ORDER BY id))
+		SELECT count(*) FILTER (WHERE phase = 'enter'),
+		       count(*) FILTER (WHERE (phase = 'enter' AND prev_phase = 'enter')
+		                           OR (phase = 'exit' AND (prev_phase IS DISTINCT FROM 'enter' OR prev_token <> token))),
+		       count(*) FILTER (WHERE token < prev_token)
+		  FROM ordered`).Scan(&total, &overlapping, &decreasing))
+	require.Equal(t, instances*goroutines*sections, total)
+	require.Zero(t, overlapping, "every exit follows its own enter, with nothing in between")
+	require.Zero(t, decreasing)
+}
