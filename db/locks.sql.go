@@ -13,25 +13,37 @@ import (
 
 const acquireLock = `-- name: AcquireLock :one
 
-SELECT a.acquired::boolean          AS acquired,
-       a.queued::boolean            AS queued,
-       a.holder_id::varchar         AS holder_id,
-       a.instance::varchar          AS instance,
-       a.fencing_token::bigint      AS fencing_token,
-       a.acquired_at::timestamptz   AS acquired_at,
-       a.expires_at::timestamptz    AS expires_at,
-       a.metadata::jsonb            AS metadata,
-       a.checked_at::timestamptz    AS checked_at
-  FROM pglock_acquire($1, $2, $3, $4, $5, $6) AS a
+WITH held AS (
+    SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at, l.metadata
+      FROM distributed_locks l
+     WHERE l.lock_name = $1 AND l.holder_id <> $2
+       AND l.expires_at > clock_timestamp() AND NOT $3::boolean
+)
+SELECT false                      AS acquired,
+       false                      AS queued,
+       h.holder_id::varchar       AS holder_id,
+       h.instance::varchar        AS instance,
+       h.fencing_token::bigint    AS fencing_token,
+       h.acquired_at::timestamptz AS acquired_at,
+       h.expires_at::timestamptz  AS expires_at,
+       h.metadata::jsonb          AS metadata,
+       clock_timestamp()::timestamptz AS checked_at
+  FROM held h
+UNION ALL
+SELECT a.acquired::boolean, a.queued::boolean, a.holder_id::varchar, a.instance::varchar,
+       a.fencing_token::bigint, a.acquired_at::timestamptz, a.expires_at::timestamptz,
+       a.metadata::jsonb, a.checked_at::timestamptz
+  FROM pglock_acquire($1, $2, $4, $5, $6, $3::boolean) AS a
+ WHERE NOT EXISTS (SELECT FROM held)
 `
 
 type AcquireLockParams struct {
 	LockName string
 	HolderID string
+	Wait     bool
 	TtlMs    int64
 	Metadata json.RawMessage
 	Instance string
-	Wait     bool
 }
 
 type AcquireLockRow struct {
@@ -47,14 +59,18 @@ type AcquireLockRow struct {
 }
 
 // sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
+// AcquireLock answers a try (not @wait) on a lock someone else holds from a plain read of its
+// row, the cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose
+// answer for that case is the same. The read's condition is not correlated with the function
+// scan, so PostgreSQL gates the scan with it and never runs the function when it holds.
 func (q *Queries) AcquireLock(ctx context.Context, arg AcquireLockParams) (AcquireLockRow, error) {
 	row := q.db.QueryRow(ctx, acquireLock,
 		arg.LockName,
 		arg.HolderID,
+		arg.Wait,
 		arg.TtlMs,
 		arg.Metadata,
 		arg.Instance,
-		arg.Wait,
 	)
 	var i AcquireLockRow
 	err := row.Scan(

@@ -64,9 +64,15 @@ DECLARE
     v_waiter distributed_lock_waiters;
     v_ttl    interval;
     v_now    timestamptz;
-    v_queued boolean := false;
+    v_fresh  boolean;
+    v_last_token bigint;
 BEGIN
-    PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
+    -- Checked as plain expressions, which cost next to nothing; the helper that says exactly
+    -- what is wrong runs only when something is.
+    IF p_lock_name IS NULL OR p_holder_id IS NULL OR length(p_lock_name) NOT BETWEEN 1 AND 255
+       OR length(p_holder_id) NOT BETWEEN 1 AND 255 THEN
+        PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
+    END IF;
     IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 OR p_ttl_ms > 86400000 THEN
         RAISE EXCEPTION 'p_ttl_ms: must be from 1 to 86400000 milliseconds (24 h), got %',
             coalesce(p_ttl_ms::text, 'null') USING ERRCODE = '22023';
@@ -80,21 +86,29 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     v_ttl := p_ttl_ms * interval '1 millisecond';
+    queued := false;
 
     LOOP
-        -- Plain reads first: a lock held by someone else is answered without locking a row or
+        -- Plain reads first, in one statement: the lock, and the first live waiter in case the
+        -- lock is free. A lock held by someone else is answered without locking a row or
         -- taking a transaction id (unless the caller is queued, which writes its place).
-        SELECT * INTO v_lock FROM distributed_locks l WHERE l.lock_name = p_lock_name;
         v_now := clock_timestamp();
-        IF NOT FOUND OR v_lock.expires_at <= v_now THEN
+        SELECT l.lock_name, l.holder_id, l.fencing_token, l.acquired_at, l.expires_at, l.metadata,
+               l.instance, w.holder_id, w.expires_at, w.metadata, w.instance
+          INTO v_lock.lock_name, v_lock.holder_id, v_lock.fencing_token, v_lock.acquired_at,
+               v_lock.expires_at, v_lock.metadata, v_lock.instance, v_waiter.holder_id,
+               v_waiter.expires_at, v_waiter.metadata, v_waiter.instance
+          FROM (SELECT) AS one
+          LEFT JOIN distributed_locks l ON l.lock_name = p_lock_name
+          LEFT JOIN LATERAL (SELECT * FROM distributed_lock_waiters w
+                              WHERE w.lock_name = p_lock_name AND w.expires_at > v_now
+                              ORDER BY w.waiter_seq LIMIT 1) w ON true;
+        v_fresh := v_lock.lock_name IS NULL;
+        IF (v_fresh OR v_lock.expires_at <= v_now)
+           AND v_waiter.holder_id IS NOT NULL AND v_waiter.holder_id <> p_holder_id THEN
             -- A free lock belongs to the first live waiter, not to whoever asks first.
-            SELECT * INTO v_waiter FROM distributed_lock_waiters w
-             WHERE w.lock_name = p_lock_name AND w.expires_at > v_now
-             ORDER BY w.waiter_seq LIMIT 1;
-            IF FOUND AND v_waiter.holder_id <> p_holder_id THEN
-                v_lock := ROW(p_lock_name, v_waiter.holder_id, NULL, NULL, v_waiter.expires_at,
-                              v_waiter.metadata, v_waiter.instance)::distributed_locks;
-            END IF;
+            v_lock := ROW(p_lock_name, v_waiter.holder_id, NULL, NULL, v_waiter.expires_at,
+                          v_waiter.metadata, v_waiter.instance)::distributed_locks;
         END IF;
 
         IF v_lock.holder_id IS NOT NULL AND v_lock.holder_id <> p_holder_id
@@ -107,32 +121,29 @@ BEGIN
                 IF NOT FOUND OR v_waiter.expires_at < v_now + v_ttl * 2 / 3 THEN
                     INSERT INTO distributed_lock_waiters AS w
                         (lock_name, holder_id, instance, ttl_ms, metadata, enqueued_at, expires_at)
-                    VALUES (p_lock_name, p_holder_id, p_instance, p_ttl_ms,
+                    VALUES (p_lock_name, p_holder_id, coalesce(p_instance, ''), p_ttl_ms,
                             coalesce(p_metadata, '{}'), v_now, v_now + v_ttl)
                     ON CONFLICT (lock_name, holder_id) DO UPDATE
                         SET instance   = excluded.instance,
                             ttl_ms     = excluded.ttl_ms,
                             metadata   = excluded.metadata,
                             expires_at = excluded.expires_at;
-                    v_queued := true;
+                    queued := true;
                 END IF;
             END IF;
-            RETURN QUERY SELECT false, v_queued, v_lock.holder_id, v_lock.instance,
-                                v_lock.fencing_token, v_lock.acquired_at, v_lock.expires_at,
-                                v_lock.metadata, v_now;
-            RETURN;
+            acquired := false;
+            EXIT;
         END IF;
 
-        -- A new holder's token is drawn only once the row is ours (locked in ON CONFLICT, or
-        -- inserted by us below), so tokens follow the order in which holders held the name.
         INSERT INTO distributed_locks AS l
             (lock_name, holder_id, fencing_token, acquired_at, expires_at, metadata, instance)
-        VALUES (p_lock_name, p_holder_id, 0, v_now, v_now + v_ttl, coalesce(p_metadata, '{}'),
-                coalesce(p_instance, ''))
+        VALUES (p_lock_name, p_holder_id, nextval('distributed_locks_fencing_token_seq'), v_now,
+                v_now + v_ttl, coalesce(p_metadata, '{}'), coalesce(p_instance, ''))
         ON CONFLICT (lock_name) DO UPDATE
             SET holder_id     = excluded.holder_id,
-                -- Only a live lease keeps its token: a holder that lets its lease lapse and
-                -- takes the lock again gets a new one, so its writes from before are fenced off.
+                -- A takeover draws its token here, with the row locked. Only a live lease
+                -- keeps its token: a holder that lets its lease lapse and takes the lock again
+                -- gets a new one, so its writes from before are fenced off.
                 fencing_token = CASE WHEN l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp()
                                      THEN l.fencing_token
                                      ELSE nextval('distributed_locks_fencing_token_seq') END,
@@ -143,24 +154,38 @@ BEGIN
                 metadata      = excluded.metadata,
                 instance      = excluded.instance
             WHERE l.holder_id = excluded.holder_id OR l.expires_at <= clock_timestamp()
-        RETURNING l.* INTO v_lock;
+        RETURNING l.*, (SELECT s.last_value FROM distributed_locks_fencing_token_seq s)
+             INTO v_lock.lock_name, v_lock.holder_id, v_lock.fencing_token, v_lock.acquired_at,
+                  v_lock.expires_at, v_lock.metadata, v_lock.instance, v_last_token;
 
         IF FOUND THEN
-            IF v_lock.fencing_token = 0 THEN -- inserted, not taken over: draw the token now
+            -- A fresh row's token was drawn in VALUES, before the row was ours. If any token was
+            -- drawn since, a holder may have come and gone while our row was landing: draw again,
+            -- now that it is ours, so tokens follow the order in which holders held the name.
+            IF v_fresh AND v_lock.fencing_token <> v_last_token THEN
                 UPDATE distributed_locks l
                    SET fencing_token = nextval('distributed_locks_fencing_token_seq')
                  WHERE l.lock_name = p_lock_name
                 RETURNING l.* INTO v_lock;
             END IF;
-            DELETE FROM distributed_lock_waiters w
-             WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id;
-            RETURN QUERY SELECT true, false, v_lock.holder_id, v_lock.instance,
-                                v_lock.fencing_token, v_lock.acquired_at, v_lock.expires_at,
-                                v_lock.metadata, v_now;
-            RETURN;
+            IF p_wait THEN
+                DELETE FROM distributed_lock_waiters w
+                 WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id;
+            END IF;
+            acquired := true;
+            EXIT;
         END IF;
         -- Lost a race between the read and the upsert: read again.
     END LOOP;
+
+    holder_id := v_lock.holder_id;
+    instance := v_lock.instance;
+    fencing_token := v_lock.fencing_token;
+    acquired_at := v_lock.acquired_at;
+    expires_at := v_lock.expires_at;
+    metadata := v_lock.metadata;
+    checked_at := v_now;
+    RETURN NEXT;
 END;
 $$;
 
@@ -179,7 +204,12 @@ DECLARE
     v_waiter distributed_lock_waiters;
     v_now    timestamptz;
 BEGIN
-    PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
+    IF p_lock_name IS NULL OR p_holder_id IS NULL OR length(p_lock_name) NOT BETWEEN 1 AND 255
+       OR length(p_holder_id) NOT BETWEEN 1 AND 255 THEN
+        PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
+    END IF;
+    released := false;
+    handed_off := false;
 
     -- The lock row first, waiter rows after and only with SKIP LOCKED: an acquirer locks them
     -- in the same order, so the two cannot deadlock.
@@ -189,22 +219,28 @@ BEGIN
     IF NOT FOUND THEN
         DELETE FROM distributed_lock_waiters w
          WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id;
-        RETURN QUERY SELECT false, false;
+        RETURN NEXT;
         RETURN;
     END IF;
+    released := true;
 
+    -- The releaser may still have a place in the queue: a poll of its own can have written one
+    -- just as a release handed it the lock. It goes, in the statement that finds the next
+    -- waiter (whose snapshot still sees it, hence the holder_id condition).
     v_now := clock_timestamp();
-    DELETE FROM distributed_lock_waiters w
-     WHERE w.lock_name = p_lock_name AND (w.holder_id = p_holder_id OR w.expires_at <= v_now);
+    WITH own_place AS (
+        DELETE FROM distributed_lock_waiters w
+         WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id)
     SELECT * INTO v_waiter FROM distributed_lock_waiters w
-     WHERE w.lock_name = p_lock_name AND w.expires_at > v_now
+     WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
      ORDER BY w.waiter_seq LIMIT 1
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         PERFORM pg_notify('pglock_released', p_lock_name);
-        RETURN QUERY SELECT true, false;
+        RETURN NEXT;
         RETURN;
     END IF;
+    handed_off := true;
 
     -- The name is ours until commit (we deleted its row), so drawing the token here keeps
     -- tokens in holding order.
@@ -213,12 +249,18 @@ BEGIN
     VALUES (p_lock_name, v_waiter.holder_id, nextval('distributed_locks_fencing_token_seq'), v_now,
             v_now + v_waiter.ttl_ms * interval '1 millisecond', v_waiter.metadata, v_waiter.instance)
     RETURNING l.* INTO v_lock;
+    -- The new holder's place, and the places that expired in front of it.
     DELETE FROM distributed_lock_waiters w
-     WHERE w.lock_name = p_lock_name AND w.holder_id = v_waiter.holder_id;
+     WHERE (w.lock_name, w.holder_id) IN (
+           SELECT x.lock_name, x.holder_id FROM distributed_lock_waiters x
+            WHERE x.lock_name = p_lock_name
+              AND (x.holder_id = v_waiter.holder_id
+                   OR (x.waiter_seq < v_waiter.waiter_seq AND x.expires_at <= v_now))
+              FOR UPDATE SKIP LOCKED);
     PERFORM pg_notify('pglock_handoff', json_build_object(
         'lock_name', v_lock.lock_name, 'holder_id', v_lock.holder_id,
         'fencing_token', v_lock.fencing_token, 'expires_at', v_lock.expires_at)::text);
-    RETURN QUERY SELECT true, true;
+    RETURN NEXT;
 END;
 $$;
 

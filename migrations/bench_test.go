@@ -10,18 +10,6 @@ import (
 	"github.com/pglock/pglock/internal/testdb"
 )
 
-// The baseline: what a team writes by hand without pglock, the seed's upsert (its token drawn
-// in VALUES) and a delete, sent as plain statements.
-const (
-	rawUpsertSQL = `INSERT INTO distributed_locks AS l (lock_name, holder_id, fencing_token, acquired_at, expires_at)
-		VALUES ($1, $2, nextval('distributed_locks_fencing_token_seq'), clock_timestamp(), clock_timestamp() + interval '30 seconds')
-		ON CONFLICT (lock_name) DO UPDATE
-			SET holder_id = excluded.holder_id, fencing_token = excluded.fencing_token,
-				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-			WHERE l.holder_id = excluded.holder_id OR l.expires_at <= clock_timestamp()`
-	rawDeleteSQL = "DELETE FROM distributed_locks WHERE lock_name = $1 AND holder_id = $2"
-)
-
 // BenchmarkAcquireRelease: an uncontended acquire and release, durable commits, one connection.
 func BenchmarkAcquireRelease(b *testing.B) {
 	conn := benchConn(b)
@@ -31,10 +19,10 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 	testdb.Compare(b,
 		testdb.Case{Name: "raw-sql", Run: func() error {
-			if err := exec(rawUpsertSQL, "raw", "h"); err != nil {
+			if err := exec(testdb.RawUpsertSQL, "raw", "h"); err != nil {
 				return err
 			}
-			return exec(rawDeleteSQL, "raw", "h")
+			return exec(testdb.RawDeleteSQL, "raw", "h")
 		}},
 		testdb.Case{Name: "seed-functions", Run: func() error {
 			if err := exec("SELECT acquire_lock($1, $2, 30)", "seed", "h"); err != nil {
@@ -65,13 +53,13 @@ func BenchmarkFailedAcquire(b *testing.B) {
 
 	testdb.Compare(b,
 		testdb.Case{Name: "pk-read", Run: func() error {
-			return exec("SELECT holder_id, expires_at FROM distributed_locks WHERE lock_name = $1", "held")
+			return exec(testdb.PKReadSQL, "held")
 		}},
 		testdb.Case{Name: "sqlc-acquire", Run: func() error {
 			_, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "held", HolderID: "other", TtlMs: 30000, Metadata: []byte(`{}`)})
 			return err
 		}},
-		testdb.Case{Name: "raw-upsert", Run: func() error { return exec(rawUpsertSQL, "held", "other") }},
+		testdb.Case{Name: "raw-upsert", Run: func() error { return exec(testdb.RawUpsertSQL, "held", "other") }},
 	)
 }
 

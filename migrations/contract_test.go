@@ -591,3 +591,21 @@ func TestContractVerifyFenceHoldsUntilCommit(t *testing.T) {
 	require.True(t, callBool(t, other, releaseSQL, "f", "h1"))
 	require.False(t, callBool(t, pool, "SELECT verify_fence('f', $1)", lock.Token))
 }
+
+// A holder can have a place in the queue of its own lock: its poll may write one just as a
+// release hands it the lock. Its release must neither hand the lock to itself nor leave it.
+func TestContractReleaserLeavesTheQueue(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, waitSQL, "s", "h1"))
+	_, err := pool.Exec(ctx, `INSERT INTO distributed_lock_waiters (lock_name, holder_id, ttl_ms, enqueued_at, expires_at)
+		VALUES ('s', 'h1', 30000, clock_timestamp(), clock_timestamp() + interval '30 seconds')`)
+	require.NoError(t, err)
+	require.True(t, callBool(t, pool, releaseSQL, "s", "h1"))
+	_, found := readLock(t, pool, "s")
+	require.False(t, found, "not handed back to the releaser")
+	var waiters int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM distributed_lock_waiters").Scan(&waiters))
+	require.Zero(t, waiters)
+}

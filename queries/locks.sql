@@ -1,16 +1,32 @@
 -- sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
 
+-- AcquireLock answers a try (not @wait) on a lock someone else holds from a plain read of its
+-- row, the cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose
+-- answer for that case is the same. The read's condition is not correlated with the function
+-- scan, so PostgreSQL gates the scan with it and never runs the function when it holds.
 -- name: AcquireLock :one
-SELECT a.acquired::boolean          AS acquired,
-       a.queued::boolean            AS queued,
-       a.holder_id::varchar         AS holder_id,
-       a.instance::varchar          AS instance,
-       a.fencing_token::bigint      AS fencing_token,
-       a.acquired_at::timestamptz   AS acquired_at,
-       a.expires_at::timestamptz    AS expires_at,
-       a.metadata::jsonb            AS metadata,
-       a.checked_at::timestamptz    AS checked_at
-  FROM pglock_acquire(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, @wait) AS a;
+WITH held AS (
+    SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at, l.metadata
+      FROM distributed_locks l
+     WHERE l.lock_name = @lock_name AND l.holder_id <> @holder_id
+       AND l.expires_at > clock_timestamp() AND NOT @wait::boolean
+)
+SELECT false                      AS acquired,
+       false                      AS queued,
+       h.holder_id::varchar       AS holder_id,
+       h.instance::varchar        AS instance,
+       h.fencing_token::bigint    AS fencing_token,
+       h.acquired_at::timestamptz AS acquired_at,
+       h.expires_at::timestamptz  AS expires_at,
+       h.metadata::jsonb          AS metadata,
+       clock_timestamp()::timestamptz AS checked_at
+  FROM held h
+UNION ALL
+SELECT a.acquired::boolean, a.queued::boolean, a.holder_id::varchar, a.instance::varchar,
+       a.fencing_token::bigint, a.acquired_at::timestamptz, a.expires_at::timestamptz,
+       a.metadata::jsonb, a.checked_at::timestamptz
+  FROM pglock_acquire(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, @wait::boolean) AS a
+ WHERE NOT EXISTS (SELECT FROM held);
 
 -- ExtendLock returns no row (pgx.ErrNoRows) when the lock is not held.
 -- name: ExtendLock :one

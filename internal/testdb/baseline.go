@@ -1,0 +1,14 @@
+package testdb
+
+// The baseline benchmarks measure pglock against: what a team writes by hand without pglock,
+// the seed's upsert (its token drawn in VALUES) and a delete, sent as plain statements.
+const (
+	RawUpsertSQL = `INSERT INTO distributed_locks AS l (lock_name, holder_id, fencing_token, acquired_at, expires_at)
+		VALUES ($1, $2, nextval('distributed_locks_fencing_token_seq'), clock_timestamp(), clock_timestamp() + interval '30 seconds')
+		ON CONFLICT (lock_name) DO UPDATE
+			SET holder_id = excluded.holder_id, fencing_token = excluded.fencing_token,
+				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+			WHERE l.holder_id = excluded.holder_id OR l.expires_at <= clock_timestamp()`
+	RawDeleteSQL = "DELETE FROM distributed_locks WHERE lock_name = $1 AND holder_id = $2"
+	PKReadSQL    = "SELECT holder_id, expires_at FROM distributed_locks WHERE lock_name = $1"
+)
