@@ -18,23 +18,29 @@ WITH held AS (
       FROM distributed_locks l
      WHERE l.lock_name = $1 AND l.holder_id <> $2
        AND l.expires_at > clock_timestamp() AND NOT $3::boolean
+), answer AS (
+    SELECT false AS acquired, false AS queued, h.holder_id::varchar, h.instance::varchar,
+           h.fencing_token, h.acquired_at, h.expires_at, h.metadata, clock_timestamp() AS checked_at
+      FROM held h
+    UNION ALL
+    SELECT a.acquired, a.queued, a.holder_id, a.instance, a.fencing_token, a.acquired_at,
+           a.expires_at, a.metadata, a.checked_at
+      FROM pglock_acquire($1, $2, $4, $5, $6, $3::boolean) AS a
+     WHERE NOT EXISTS (SELECT FROM held)
 )
-SELECT false                      AS acquired,
-       false                      AS queued,
-       h.holder_id::varchar       AS holder_id,
-       h.instance::varchar        AS instance,
-       h.fencing_token::bigint    AS fencing_token,
-       h.acquired_at::timestamptz AS acquired_at,
-       h.expires_at::timestamptz  AS expires_at,
-       h.metadata::jsonb          AS metadata,
-       clock_timestamp()::timestamptz AS checked_at
-  FROM held h
-UNION ALL
-SELECT a.acquired::boolean, a.queued::boolean, a.holder_id::varchar, a.instance::varchar,
-       a.fencing_token::bigint, a.acquired_at::timestamptz, a.expires_at::timestamptz,
-       a.metadata::jsonb, a.checked_at::timestamptz
-  FROM pglock_acquire($1, $2, $4, $5, $6, $3::boolean) AS a
- WHERE NOT EXISTS (SELECT FROM held)
+SELECT r.acquired::boolean          AS acquired,
+       r.queued::boolean            AS queued,
+       r.holder_id::varchar         AS holder_id,
+       r.instance::varchar          AS instance,
+       r.fencing_token::bigint      AS fencing_token,
+       r.acquired_at::timestamptz   AS acquired_at,
+       r.expires_at::timestamptz    AS expires_at,
+       r.metadata::jsonb            AS metadata,
+       r.checked_at::timestamptz    AS checked_at,
+       set_config('synchronous_commit',
+                  CASE WHEN r.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)             AS synchronous_commit
+  FROM answer r
 `
 
 type AcquireLockParams struct {
@@ -47,15 +53,16 @@ type AcquireLockParams struct {
 }
 
 type AcquireLockRow struct {
-	Acquired     bool
-	Queued       bool
-	HolderID     string
-	Instance     string
-	FencingToken int64
-	AcquiredAt   time.Time
-	ExpiresAt    time.Time
-	Metadata     json.RawMessage
-	CheckedAt    time.Time
+	Acquired          bool
+	Queued            bool
+	HolderID          string
+	Instance          string
+	FencingToken      int64
+	AcquiredAt        time.Time
+	ExpiresAt         time.Time
+	Metadata          json.RawMessage
+	CheckedAt         time.Time
+	SynchronousCommit string
 }
 
 // sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
@@ -63,6 +70,9 @@ type AcquireLockRow struct {
 // row, the cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose
 // answer for that case is the same. The read's condition is not correlated with the function
 // scan, so PostgreSQL gates the scan with it and never runs the function when it holds.
+// An acquisition commits durably; anything else commits without waiting for the WAL flush:
+// the only other write is a waiter's place in the queue, and a place lost in a crash is
+// written again at the waiter's next poll (a handoff to it commits durably, flushing it too).
 func (q *Queries) AcquireLock(ctx context.Context, arg AcquireLockParams) (AcquireLockRow, error) {
 	row := q.db.QueryRow(ctx, acquireLock,
 		arg.LockName,
@@ -83,6 +93,7 @@ func (q *Queries) AcquireLock(ctx context.Context, arg AcquireLockParams) (Acqui
 		&i.ExpiresAt,
 		&i.Metadata,
 		&i.CheckedAt,
+		&i.SynchronousCommit,
 	)
 	return i, err
 }

@@ -27,7 +27,6 @@ type Lock struct {
 
 	stopKeeping context.CancelFunc // ends the keeper, and any renewal it has in flight
 	keeperCtx   context.Context
-	keeperDone  chan struct{}
 	renewed     chan struct{} // a renewal succeeded: the keeper moves its loss timer
 
 	renewing sync.Mutex // one renewal at a time, so the lease always follows the latest
@@ -43,9 +42,8 @@ func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Tim
 	lk := &Lock{
 		l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata,
 		heldFrom: time.Now(), timing: req.timing, expiresAt: expiresAt,
-		deadline:   leaseStart.Add(req.timing.ttl - req.timing.margin),
-		keeperDone: make(chan struct{}),
-		renewed:    make(chan struct{}, 1),
+		deadline: leaseStart.Add(req.timing.ttl - req.timing.margin),
+		renewed:  make(chan struct{}, 1),
 	}
 	lk.lostCtx, lk.markLost = context.WithCancelCause(context.Background())
 	lk.keeperCtx, lk.stopKeeping = context.WithCancel(l.ctx)
@@ -111,8 +109,9 @@ func (lk *Lock) Release(ctx context.Context) error {
 	}
 	lk.released = true
 	lk.mu.Unlock()
-	lk.stopKeeping() // no renewal may race the release and mistake it for a loss
-	<-lk.keeperDone
+	// No need to wait for the keeper to stop: a renewal still in flight can only fail (the row
+	// is gone), and a released lock is never declared lost.
+	lk.stopKeeping()
 	lk.l.forget(lk)
 
 	start := time.Now()
@@ -216,7 +215,6 @@ func (lk *Lock) state() (timing, time.Time) {
 // deadline. It ends when the lock is released, lost, or its Locker closed.
 func (lk *Lock) keep() {
 	defer lk.l.wg.Done()
-	defer close(lk.keeperDone)
 
 	t, deadline := lk.state()
 	loss := time.NewTimer(time.Until(deadline))
