@@ -11,93 +11,6 @@ import (
 	"time"
 )
 
-const acquireLock = `-- name: AcquireLock :one
-
-WITH held AS (
-    SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at, l.metadata
-      FROM distributed_locks l
-     WHERE l.lock_name = $1 AND l.holder_id <> $2
-       AND l.expires_at > clock_timestamp() AND NOT $3::boolean
-), answer AS (
-    SELECT false AS acquired, false AS queued, h.holder_id::varchar, h.instance::varchar,
-           h.fencing_token, h.acquired_at, h.expires_at, h.metadata, clock_timestamp() AS checked_at
-      FROM held h
-    UNION ALL
-    SELECT a.acquired, a.queued, a.holder_id, a.instance, a.fencing_token, a.acquired_at,
-           a.expires_at, a.metadata, a.checked_at
-      FROM pglock_acquire($1, $2, $4, $5, $6, $3::boolean) AS a
-     WHERE NOT EXISTS (SELECT FROM held)
-)
-SELECT r.acquired::boolean          AS acquired,
-       r.queued::boolean            AS queued,
-       r.holder_id::varchar         AS holder_id,
-       r.instance::varchar          AS instance,
-       r.fencing_token::bigint      AS fencing_token,
-       r.acquired_at::timestamptz   AS acquired_at,
-       r.expires_at::timestamptz    AS expires_at,
-       r.metadata::jsonb            AS metadata,
-       r.checked_at::timestamptz    AS checked_at,
-       set_config('synchronous_commit',
-                  CASE WHEN r.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
-                  true)             AS synchronous_commit
-  FROM answer r
-`
-
-type AcquireLockParams struct {
-	LockName string
-	HolderID string
-	Wait     bool
-	TtlMs    int64
-	Metadata json.RawMessage
-	Instance string
-}
-
-type AcquireLockRow struct {
-	Acquired          bool
-	Queued            bool
-	HolderID          string
-	Instance          string
-	FencingToken      int64
-	AcquiredAt        time.Time
-	ExpiresAt         time.Time
-	Metadata          json.RawMessage
-	CheckedAt         time.Time
-	SynchronousCommit string
-}
-
-// sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
-// AcquireLock answers a try (not @wait) on a lock someone else holds from a plain read of its
-// row, the cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose
-// answer for that case is the same. The read's condition is not correlated with the function
-// scan, so PostgreSQL gates the scan with it and never runs the function when it holds.
-// An acquisition commits durably; anything else commits without waiting for the WAL flush:
-// the only other write is a waiter's place in the queue, and a place lost in a crash is
-// written again at the waiter's next poll (a handoff to it commits durably, flushing it too).
-func (q *Queries) AcquireLock(ctx context.Context, arg AcquireLockParams) (AcquireLockRow, error) {
-	row := q.db.QueryRow(ctx, acquireLock,
-		arg.LockName,
-		arg.HolderID,
-		arg.Wait,
-		arg.TtlMs,
-		arg.Metadata,
-		arg.Instance,
-	)
-	var i AcquireLockRow
-	err := row.Scan(
-		&i.Acquired,
-		&i.Queued,
-		&i.HolderID,
-		&i.Instance,
-		&i.FencingToken,
-		&i.AcquiredAt,
-		&i.ExpiresAt,
-		&i.Metadata,
-		&i.CheckedAt,
-		&i.SynchronousCommit,
-	)
-	return i, err
-}
-
 const extendLock = `-- name: ExtendLock :one
 SELECT e.expires_at::timestamptz AS expires_at
   FROM extend_lock_ms($1, $2, $3) AS e(expires_at)
@@ -116,6 +29,71 @@ func (q *Queries) ExtendLock(ctx context.Context, arg ExtendLockParams) (time.Ti
 	var expires_at time.Time
 	err := row.Scan(&expires_at)
 	return expires_at, err
+}
+
+const pollLock = `-- name: PollLock :one
+SELECT a.acquired::boolean          AS acquired,
+       a.queued::boolean            AS queued,
+       a.holder_id::varchar         AS holder_id,
+       a.instance::varchar          AS instance,
+       a.fencing_token::bigint      AS fencing_token,
+       a.acquired_at::timestamptz   AS acquired_at,
+       a.expires_at::timestamptz    AS expires_at,
+       a.metadata::jsonb            AS metadata,
+       a.checked_at::timestamptz    AS checked_at,
+       set_config('synchronous_commit',
+                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)             AS synchronous_commit
+  FROM pglock_acquire($1, $2, $3, $4, $5, true) AS a
+`
+
+type PollLockParams struct {
+	LockName string
+	HolderID string
+	TtlMs    int64
+	Metadata json.RawMessage
+	Instance string
+}
+
+type PollLockRow struct {
+	Acquired          bool
+	Queued            bool
+	HolderID          string
+	Instance          string
+	FencingToken      int64
+	AcquiredAt        time.Time
+	ExpiresAt         time.Time
+	Metadata          json.RawMessage
+	CheckedAt         time.Time
+	SynchronousCommit string
+}
+
+// PollLock is a waiter's try: it takes the lock if the waiter's turn has come, else writes (or
+// keeps) its place in the queue. Only an acquisition waits for the WAL flush: a place lost in a
+// crash is written again at the waiter's next poll, and a handoff to it commits durably,
+// flushing it too. (A function's own SET clause would undo set_config on return: it is here.)
+func (q *Queries) PollLock(ctx context.Context, arg PollLockParams) (PollLockRow, error) {
+	row := q.db.QueryRow(ctx, pollLock,
+		arg.LockName,
+		arg.HolderID,
+		arg.TtlMs,
+		arg.Metadata,
+		arg.Instance,
+	)
+	var i PollLockRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.Queued,
+		&i.HolderID,
+		&i.Instance,
+		&i.FencingToken,
+		&i.AcquiredAt,
+		&i.ExpiresAt,
+		&i.Metadata,
+		&i.CheckedAt,
+		&i.SynchronousCommit,
+	)
+	return i, err
 }
 
 const releaseLock = `-- name: ReleaseLock :one
@@ -145,6 +123,75 @@ func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (Relea
 	row := q.db.QueryRow(ctx, releaseLock, arg.LockName, arg.HolderID)
 	var i ReleaseLockRow
 	err := row.Scan(&i.Released, &i.HandedOff, &i.SynchronousCommit)
+	return i, err
+}
+
+const tryAcquireLock = `-- name: TryAcquireLock :one
+
+WITH held AS (
+    SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at, l.metadata
+      FROM distributed_locks l
+     WHERE l.lock_name = $1 AND l.holder_id <> $2 AND l.expires_at > clock_timestamp()
+)
+SELECT false                          AS acquired,
+       h.holder_id::varchar           AS holder_id,
+       h.instance::varchar            AS instance,
+       h.fencing_token::bigint        AS fencing_token,
+       h.acquired_at::timestamptz     AS acquired_at,
+       h.expires_at::timestamptz      AS expires_at,
+       h.metadata::jsonb              AS metadata,
+       clock_timestamp()::timestamptz AS checked_at
+  FROM held h
+UNION ALL
+SELECT a.acquired, a.holder_id, a.instance, a.fencing_token, a.acquired_at, a.expires_at,
+       a.metadata, a.checked_at
+  FROM pglock_acquire($1, $2, $3, $4, $5, false) AS a
+ WHERE NOT EXISTS (SELECT FROM held)
+`
+
+type TryAcquireLockParams struct {
+	LockName string
+	HolderID string
+	TtlMs    int64
+	Metadata json.RawMessage
+	Instance string
+}
+
+type TryAcquireLockRow struct {
+	Acquired     bool
+	HolderID     string
+	Instance     string
+	FencingToken int64
+	AcquiredAt   time.Time
+	ExpiresAt    time.Time
+	Metadata     json.RawMessage
+	CheckedAt    time.Time
+}
+
+// sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
+// TryAcquireLock answers a try on a lock someone else holds from a plain read of its row, the
+// cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose answer for
+// that case is the same. The read's condition is not correlated with the function scan, so
+// PostgreSQL gates the scan with it and never runs the function when it holds.
+func (q *Queries) TryAcquireLock(ctx context.Context, arg TryAcquireLockParams) (TryAcquireLockRow, error) {
+	row := q.db.QueryRow(ctx, tryAcquireLock,
+		arg.LockName,
+		arg.HolderID,
+		arg.TtlMs,
+		arg.Metadata,
+		arg.Instance,
+	)
+	var i TryAcquireLockRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.HolderID,
+		&i.Instance,
+		&i.FencingToken,
+		&i.AcquiredAt,
+		&i.ExpiresAt,
+		&i.Metadata,
+		&i.CheckedAt,
+	)
 	return i, err
 }
 

@@ -22,19 +22,19 @@ func TestTranslateArgumentErrors(t *testing.T) {
 
 	tests := []struct {
 		name string
-		arg  db.AcquireLockParams
+		arg  db.TryAcquireLockParams
 		want error
 	}{
-		{"empty name", db.AcquireLockParams{LockName: "", HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
-		{"long name", db.AcquireLockParams{LockName: strings.Repeat("n", 256), HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
-		{"zero TTL", db.AcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 0}, pglock.ErrInvalidTTL},
-		{"empty holder", db.AcquireLockParams{LockName: "n", HolderID: "", TtlMs: 1000}, pglock.ErrInvalidArgument},
-		{"metadata not an object", db.AcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`"x"`)}, pglock.ErrInvalidArgument},
+		{"empty name", db.TryAcquireLockParams{LockName: "", HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
+		{"long name", db.TryAcquireLockParams{LockName: strings.Repeat("n", 256), HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
+		{"zero TTL", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 0}, pglock.ErrInvalidTTL},
+		{"empty holder", db.TryAcquireLockParams{LockName: "n", HolderID: "", TtlMs: 1000}, pglock.ErrInvalidArgument},
+		{"metadata not an object", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`"x"`)}, pglock.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := q.AcquireLock(ctx, tt.arg)
+			_, err := q.TryAcquireLock(ctx, tt.arg)
 			require.ErrorIs(t, err, tt.want)
 			var pgErr *pgconn.PgError
 			require.True(t, errors.As(err, &pgErr), "the PostgreSQL error stays reachable")
@@ -49,7 +49,7 @@ func TestTranslateUnmigratedDatabase(t *testing.T) {
 	q := db.New(db.Translating(pool))
 	ctx := context.Background()
 
-	_, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000})
+	_, err := q.TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000})
 	require.ErrorIs(t, err, pglock.ErrNotMigrated, "missing function")
 	require.Contains(t, err.Error(), "pglockctl migrate up")
 

@@ -224,17 +224,24 @@ BEGIN
     END IF;
     released := true;
 
-    -- The releaser may still have a place in the queue: a poll of its own can have written one
-    -- just as a release handed it the lock. It goes, in the statement that finds the next
-    -- waiter (whose snapshot still sees it, hence the holder_id condition).
+    -- In one statement: forget the releaser's own place in the queue (a poll of its own can have
+    -- written one just as a release handed it the lock), and take the first live waiter's place,
+    -- skipping places a poll has locked. Places that expired are passed over (pglockctl gc
+    -- removes them).
     v_now := clock_timestamp();
     WITH own_place AS (
         DELETE FROM distributed_lock_waiters w
-         WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id)
-    SELECT * INTO v_waiter FROM distributed_lock_waiters w
-     WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
-     ORDER BY w.waiter_seq LIMIT 1
-       FOR UPDATE SKIP LOCKED;
+         WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id
+    ), first_live AS (
+        SELECT w.holder_id FROM distributed_lock_waiters w
+         WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
+         ORDER BY w.waiter_seq LIMIT 1
+           FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM distributed_lock_waiters w
+     USING first_live f
+     WHERE w.lock_name = p_lock_name AND w.holder_id = f.holder_id
+    RETURNING w.* INTO v_waiter;
     IF NOT FOUND THEN
         PERFORM pg_notify('pglock_released', p_lock_name);
         RETURN NEXT;
@@ -249,14 +256,6 @@ BEGIN
     VALUES (p_lock_name, v_waiter.holder_id, nextval('distributed_locks_fencing_token_seq'), v_now,
             v_now + v_waiter.ttl_ms * interval '1 millisecond', v_waiter.metadata, v_waiter.instance)
     RETURNING l.* INTO v_lock;
-    -- The new holder's place, and the places that expired in front of it.
-    DELETE FROM distributed_lock_waiters w
-     WHERE (w.lock_name, w.holder_id) IN (
-           SELECT x.lock_name, x.holder_id FROM distributed_lock_waiters x
-            WHERE x.lock_name = p_lock_name
-              AND (x.holder_id = v_waiter.holder_id
-                   OR (x.waiter_seq < v_waiter.waiter_seq AND x.expires_at <= v_now))
-              FOR UPDATE SKIP LOCKED);
     PERFORM pg_notify('pglock_handoff', json_build_object(
         'lock_name', v_lock.lock_name, 'holder_id', v_lock.holder_id,
         'fencing_token', v_lock.fencing_token, 'expires_at', v_lock.expires_at)::text);

@@ -31,7 +31,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			return exec("SELECT release_lock($1, $2)", "seed", "h")
 		}},
 		testdb.Case{Name: "sqlc-queries", Run: func() error {
-			if _, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "sqlc", HolderID: "h", TtlMs: 30000, Metadata: []byte(`{}`)}); err != nil {
+			if _, err := q.TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "sqlc", HolderID: "h", TtlMs: 30000, Metadata: []byte(`{}`)}); err != nil {
 				return err
 			}
 			_, err := q.ReleaseLock(ctx, db.ReleaseLockParams{LockName: "sqlc", HolderID: "h"})
@@ -56,7 +56,7 @@ func BenchmarkFailedAcquire(b *testing.B) {
 			return exec(testdb.PKReadSQL, "held")
 		}},
 		testdb.Case{Name: "sqlc-acquire", Run: func() error {
-			_, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "held", HolderID: "other", TtlMs: 30000, Metadata: []byte(`{}`)})
+			_, err := q.TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "held", HolderID: "other", TtlMs: 30000, Metadata: []byte(`{}`)})
 			return err
 		}},
 		testdb.Case{Name: "raw-upsert", Run: func() error { return exec(testdb.RawUpsertSQL, "held", "other") }},

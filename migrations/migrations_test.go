@@ -184,7 +184,7 @@ func TestInstallIntoAChosenSchema(t *testing.T) {
 	require.Zero(t, inPublic)
 
 	q := db.New(db.Translating(d.Pool))
-	lock, err := q.AcquireLock(ctx, db.AcquireLockParams{LockName: "schema", HolderID: "h1", TtlMs: 5000, Metadata: []byte(`{}`), Instance: "test"})
+	lock, err := q.TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "schema", HolderID: "h1", TtlMs: 5000, Metadata: []byte(`{}`), Instance: "test"})
 	require.NoError(t, err)
 	require.True(t, lock.Acquired)
 	release, err := q.ReleaseLock(ctx, db.ReleaseLockParams{LockName: "schema", HolderID: "h1"})

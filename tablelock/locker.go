@@ -82,12 +82,12 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 		return nil, err
 	}
 	start := time.Now()
-	row, err := l.queries.AcquireLock(ctx, req.params(false))
+	row, err := l.queries.TryAcquireLock(ctx, req.params())
 	if err != nil {
 		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
 	}
 	if !row.Acquired {
-		locked := lockedError(name, row)
+		locked := lockedError(name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
 		l.emit(Event{Kind: EventLocked, Name: name, Latency: time.Since(start)})
 		return nil, locked
 	}
@@ -216,10 +216,11 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	return request{name: name, holder: newHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
 }
 
-func (r request) params(wait bool) db.AcquireLockParams {
-	return db.AcquireLockParams{
+// params are the arguments of a try; a poll's (db.PollLockParams) are the same.
+func (r request) params() db.TryAcquireLockParams {
+	return db.TryAcquireLockParams{
 		LockName: r.name, HolderID: r.holder, TtlMs: r.timing.ttl.Milliseconds(),
-		Metadata: r.encoded, Instance: r.instance, Wait: wait,
+		Metadata: r.encoded, Instance: r.instance,
 	}
 }
 
@@ -249,9 +250,9 @@ func (l *Locker) emit(e Event) {
 	}
 }
 
-func lockedError(name string, row db.AcquireLockRow) *LockedError {
-	e := &LockedError{Name: name, Holder: row.HolderID, Instance: row.Instance, ExpiresAt: row.ExpiresAt}
-	_ = json.Unmarshal(row.Metadata, &e.Metadata) // the database only stores JSON objects
+func lockedError(name, holder, instance string, metadata json.RawMessage, expiresAt time.Time) *LockedError {
+	e := &LockedError{Name: name, Holder: holder, Instance: instance, ExpiresAt: expiresAt}
+	_ = json.Unmarshal(metadata, &e.Metadata) // the database only stores JSON objects
 	return e
 }
 

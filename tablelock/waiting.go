@@ -58,7 +58,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 	for {
 		pollStart := time.Now()
 		idlePolls++
-		row, err := l.queries.AcquireLock(ctx, req.params(true))
+		row, err := l.queries.PollLock(ctx, db.PollLockParams(req.params()))
 		switch {
 		case err == nil && row.Acquired:
 			l.unregister(w, false)
@@ -67,7 +67,8 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			if row.Queued {
 				queuedAt = pollStart
 			}
-			locked, checked = lockedError(req.name, row), time.Now()
+			locked = lockedError(req.name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
+			checked = time.Now()
 			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
 		case ctx.Err() != nil:
 		case !transient(err):

@@ -18,7 +18,7 @@ import (
 	"github.com/pglock/pglock/tablelock"
 )
 
-// pollCounter counts the acquire statements (polls) a pool sends, and the waiters (holder ids)
+// pollCounter counts the polls (PollLock statements) a pool sends, and the waiters (holder ids)
 // that sent them since the last reset.
 type pollCounter struct {
 	n       atomic.Int64
@@ -27,11 +27,11 @@ type pollCounter struct {
 }
 
 func (c *pollCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(data.SQL, "pglock_acquire(") {
+	if strings.Contains(data.SQL, "name: PollLock") {
 		c.n.Add(1)
 		c.mu.Lock()
 		if c.holders != nil {
-			c.holders[data.Args[1]] = true // AcquireLock's second argument is the holder id
+			c.holders[data.Args[1]] = true // PollLock's second argument is the holder id
 		}
 		c.mu.Unlock()
 	}
