@@ -154,7 +154,7 @@ BEGIN
                 metadata      = excluded.metadata,
                 instance      = excluded.instance
             WHERE l.holder_id = excluded.holder_id OR l.expires_at <= clock_timestamp()
-        RETURNING l.*, (SELECT s.last_value FROM distributed_locks_fencing_token_seq s)
+        RETURNING l.*, pg_sequence_last_value('distributed_locks_fencing_token_seq')
              INTO v_lock.lock_name, v_lock.holder_id, v_lock.fencing_token, v_lock.acquired_at,
                   v_lock.expires_at, v_lock.metadata, v_lock.instance, v_last_token;
 
@@ -229,6 +229,11 @@ BEGIN
     -- skipping places a poll has locked. Places that expired are passed over (pglockctl gc
     -- removes them).
     v_now := clock_timestamp();
+    IF NOT EXISTS (SELECT FROM distributed_lock_waiters w WHERE w.lock_name = p_lock_name) THEN
+        PERFORM pg_notify('pglock_released', p_lock_name);
+        RETURN NEXT;
+        RETURN;
+    END IF;
     WITH own_place AS (
         DELETE FROM distributed_lock_waiters w
          WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id
