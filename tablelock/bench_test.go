@@ -83,7 +83,10 @@ func BenchmarkAcquireAmongManyLocks(b *testing.B) {
 		l, d := benchLocker(b)
 		if _, err := d.Pool.Exec(ctx, `INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
 			SELECT 'filler:' || n, 'filler', n, clock_timestamp(), clock_timestamp() + interval '1 day'
-			  FROM generate_series(1, $1) n; ANALYZE distributed_locks`, rows); err != nil {
+			  FROM generate_series(1, $1::int) n`, rows); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.Pool.Exec(ctx, "ANALYZE distributed_locks"); err != nil {
 			b.Fatal(err)
 		}
 		cases = append(cases, testdb.Case{Name: fmt.Sprintf("rows-%d", rows), Run: func() error {
