@@ -27,6 +27,8 @@ func Translate(err error) error {
 		return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
 	case "22023": // invalid_parameter_value, raised by the SQL contract's argument checks
 		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)
+	case "55P03": // lock_not_available: lock_timeout ran out
+		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 	}
 	return err
 }

@@ -1,0 +1,108 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+)
+
+// XactLock waits for the exclusive lock on key for the rest of tx: it is released when tx
+// commits or rolls back, and cannot be released before. For a wait limit, use a ctx deadline
+// or SET LOCAL lock_timeout in tx; either way the error matches pglock.ErrLockTimeout.
+func XactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactWait(ctx, tx, key, false) }
+
+// RXactLock waits for the shared lock on key for the rest of tx, as XactLock does.
+func RXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactWait(ctx, tx, key, true) }
+
+// TryXactLock takes the exclusive lock on key for the rest of tx if it is free, else returns
+// an error matching pglock.ErrLocked.
+func TryXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactTry(ctx, tx, key, false) }
+
+// TryRXactLock takes the shared lock on key for the rest of tx, as TryXactLock does.
+func TryRXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactTry(ctx, tx, key, true) }
+
+// WithXactLock begins a transaction on pool, waits for the exclusive lock on key in it, runs
+// fn, and commits, or rolls back if fn (or anything else) fails, returning that error.
+func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if pool == nil {
+		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
+	if _, err := key.lock(false); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := XactLock(ctx, tx, key); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
+// WithLock opens a Session on pool, waits for the exclusive lock on key, runs fn, unlocks and
+// closes the session. fn's context is canceled, with cause pglock.ErrLockLost, if the session
+// is lost meanwhile; WithLock then returns an error matching pglock.ErrLockLost too.
+func WithLock(ctx context.Context, pool *pgxpool.Pool, key Key, cfg *Config, fn func(ctx context.Context) error) (err error) {
+	if _, err := key.lock(false); err != nil {
+		return err
+	}
+	s, err := Open(ctx, pool, cfg)
+	if err != nil {
+		return err
+	}
+	cleanup := context.WithoutCancel(ctx)
+	defer func() { err = errors.Join(err, s.Close(cleanup)) }()
+	if err := s.Lock(ctx, key); err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.lostCtx, func() { cancel(s.Err()) })
+	defer stop()
+	fnErr := fn(fnCtx)
+	if lost := s.Err(); lost != nil {
+		return errors.Join(fnErr, lost)
+	}
+	return errors.Join(fnErr, s.Unlock(cleanup, key))
+}
+
+func xactWait(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
+	id, err := xactBegin(tx, key, shared)
+	if err != nil {
+		return err
+	}
+	if err := db.New(db.Translating(tx)).AdvisoryXactLock(ctx, db.AdvisoryXactLockParams(id.params())); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("pglock: %s: %w: %w", key, pglock.ErrLockTimeout, err)
+		}
+		return fmt.Errorf("pglock: %s: %w", key, err)
+	}
+	return nil
+}
+
+func xactTry(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
+	id, err := xactBegin(tx, key, shared)
+	if err != nil {
+		return err
+	}
+	acquired, err := db.New(db.Translating(tx)).AdvisoryTryXactLock(ctx, db.AdvisoryTryXactLockParams(id.params()))
+	if err != nil {
+		return fmt.Errorf("pglock: %s: %w", key, err)
+	}
+	if !acquired {
+		return fmt.Errorf("pglock: %s: %w", key, pglock.ErrLocked)
+	}
+	return nil
+}
+
+func xactBegin(tx pgx.Tx, key Key, shared bool) (lockID, error) {
+	if tx == nil {
+		return lockID{}, fmt.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
+	}
+	return key.lock(shared)
+}
