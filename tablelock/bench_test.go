@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,7 +114,7 @@ func BenchmarkHandoff(b *testing.B) {
 	total := max(b.N, 2000)
 	b.ResetTimer()
 
-	tablelockRun := contend(workers, total, func(worker int) (func() (time.Duration, error), func()) {
+	tablelockRun := testdb.Contend(workers, total, func(worker int) (func() (time.Duration, error), func()) {
 		l, err := tablelock.New(pools[worker], &tablelock.Config{AppName: "bench"})
 		if err != nil {
 			b.Fatal(err)
@@ -131,7 +129,7 @@ func BenchmarkHandoff(b *testing.B) {
 			return waited, lk.Release(ctx)
 		}, func() { l.Close(ctx) }
 	})
-	advisoryRun := contend(workers, total, func(worker int) (func() (time.Duration, error), func()) {
+	advisoryRun := testdb.Contend(workers, total, func(worker int) (func() (time.Duration, error), func()) {
 		conn, err := pools[worker].Acquire(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -148,78 +146,11 @@ func BenchmarkHandoff(b *testing.B) {
 	})
 	for _, run := range []struct {
 		name string
-		r    contention
+		r    testdb.Contention
 	}{{"tablelock", tablelockRun}, {"advisory", advisoryRun}} {
-		if run.r.err != nil {
-			b.Fatal(run.r.err)
-		}
-		b.ReportMetric(run.r.perSecond, run.name+"-acq/s")
-		b.ReportMetric(run.r.maxDeviation*100, run.name+"-max-share-dev-%")
-		b.ReportMetric(float64(run.r.p99.Microseconds())/1e3, run.name+"-p99-wait-ms")
-		b.Logf("%s: %d acquisitions in %s, per worker %v", run.name, total, run.r.elapsed.Round(time.Millisecond), run.r.counts)
+		run.r.Report(b, run.name)
 	}
-	b.ReportMetric(tablelockRun.perSecond/advisoryRun.perSecond, "tablelock/advisory-throughput")
-}
-
-type contention struct {
-	counts       []int
-	perSecond    float64
-	maxDeviation float64 // of a worker's count from total/workers, as a fraction of it
-	p99          time.Duration
-	elapsed      time.Duration
-	err          error
-}
-
-// contend runs workers that each repeat their step until total steps are done, and measures.
-func contend(workers, total int, setup func(worker int) (step func() (time.Duration, error), teardown func())) contention {
-	var (
-		done  atomic.Int64
-		mu    sync.Mutex
-		waits []time.Duration
-		wg    sync.WaitGroup
-		r     = contention{counts: make([]int, workers)}
-	)
-	steps := make([]func() (time.Duration, error), workers)
-	for i := range workers {
-		step, teardown := setup(i)
-		steps[i] = step
-		defer teardown()
-	}
-	start := time.Now()
-	for i := range workers {
-		wg.Go(func() {
-			for done.Add(1) <= int64(total) {
-				waited, err := steps[i]()
-				mu.Lock()
-				if err != nil && r.err == nil {
-					r.err = err
-				}
-				waits = append(waits, waited)
-				r.counts[i]++
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	r.elapsed = time.Since(start)
-	r.perSecond = float64(total) / r.elapsed.Seconds()
-	fair := float64(total) / float64(workers)
-	for _, c := range r.counts {
-		r.maxDeviation = max(r.maxDeviation, abs(float64(c)-fair)/fair)
-	}
-	slices.Sort(waits)
-	r.p99 = waits[len(waits)*99/100]
-	return r
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
+	b.ReportMetric(tablelockRun.PerSecond/advisoryRun.PerSecond, "tablelock/advisory-throughput")
 }
 
 // BenchmarkCancelWait: how long Acquire takes to return once its context is canceled

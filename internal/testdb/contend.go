@@ -1,0 +1,84 @@
+package testdb
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Contention is what Contend measured.
+type Contention struct {
+	Counts       []int         // steps done by each worker
+	PerSecond    float64       // steps per second, all workers together
+	MaxDeviation float64       // of a worker's count from a fair share, as a fraction of it
+	P99          time.Duration // of the waits the steps reported
+	Elapsed      time.Duration
+	Err          error // the first error a step returned
+}
+
+// Contend runs workers that each repeat their step until total steps are done between them.
+// setup makes worker i's step (which reports how long it waited) and its teardown.
+func Contend(workers, total int, setup func(worker int) (step func() (time.Duration, error), teardown func())) Contention {
+	var (
+		done  atomic.Int64
+		mu    sync.Mutex
+		waits []time.Duration
+		wg    sync.WaitGroup
+		r     = Contention{Counts: make([]int, workers)}
+	)
+	steps := make([]func() (time.Duration, error), workers)
+	for i := range workers {
+		step, teardown := setup(i)
+		steps[i] = step
+		defer teardown()
+	}
+	start := time.Now()
+	for i := range workers {
+		wg.Go(func() {
+			for done.Add(1) <= int64(total) {
+				waited, err := steps[i]()
+				mu.Lock()
+				if err != nil && r.Err == nil {
+					r.Err = err
+				}
+				waits = append(waits, waited)
+				r.Counts[i]++
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.Elapsed = time.Since(start)
+	r.PerSecond = float64(total) / r.Elapsed.Seconds()
+	fair := float64(total) / float64(workers)
+	for _, c := range r.Counts {
+		r.MaxDeviation = max(r.MaxDeviation, abs(float64(c)-fair)/fair)
+	}
+	slices.Sort(waits)
+	r.P99 = waits[len(waits)*99/100]
+	return r
+}
+
+// Report reports the measurement as benchmark metrics named after name.
+func (r Contention) Report(b *testing.B, name string) {
+	b.Helper()
+	if r.Err != nil {
+		b.Fatal(r.Err)
+	}
+	b.ReportMetric(r.PerSecond, name+"-acq/s")
+	b.ReportMetric(r.MaxDeviation*100, name+"-max-share-dev-%")
+	b.ReportMetric(float64(r.P99.Microseconds())/1e3, name+"-p99-wait-ms")
+	b.Logf("%s: %.0f acquisitions/s over %s, per worker %v", name, r.PerSecond, r.Elapsed.Round(time.Millisecond), r.Counts)
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
