@@ -57,6 +57,9 @@ func TestStringKeysMatchTheDocumentedSQL(t *testing.T) {
 		got, ok := advisory.NamespacedKey(tt.namespace, tt.name).Int64()
 		require.True(t, ok)
 		require.Equal(t, want, got, "%q/%q", tt.namespace, tt.name)
+		var fromFunction int64
+		require.NoError(t, pool.QueryRow(context.Background(), "SELECT pglock_advisory_key($1, $2)", tt.name, tt.namespace).Scan(&fromFunction))
+		require.Equal(t, want, fromFunction, "pglock_advisory_key agrees")
 	}
 	plain, _ := advisory.StringKey("order:1").Int64()
 	spaced, _ := advisory.NamespacedKey("billing", "order:1").Int64()
@@ -253,6 +256,18 @@ func TestNoLeakOverManyCycles(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	require.Zero(t, pool.Stat().AcquiredConns())
 
+	// An unlock that fails in the database (its backend was killed) loses the session; closing
+	// it leaves nothing held and nothing checked out.
+	doomed := open(t, pool, nil)
+	require.NoError(t, doomed.Lock(ctx, advisory.Int64Key(7)))
+	_, err := d.Pool.Exec(ctx, "SELECT pg_terminate_backend($1)", doomed.PID())
+	require.NoError(t, err)
+	require.Error(t, doomed.Unlock(ctx, advisory.Int64Key(7)))
+	require.ErrorIs(t, doomed.Err(), pglock.ErrLockLost)
+	require.NoError(t, doomed.Close(ctx))
+	require.Empty(t, advisoryLocks(t, d.Pool))
+	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 0 }, 5*time.Second, 5*time.Millisecond)
+
 	// A session closed while holding locks frees them.
 	held := open(t, pool, nil)
 	for i := range 5 {
@@ -382,4 +397,59 @@ func TestBadInputHoldsNothing(t *testing.T) {
 
 	require.NoError(t, s.Close(ctx))
 	require.ErrorIs(t, s.Lock(ctx, advisory.Int64Key(1)), pglock.ErrClosed)
+}
+
+// List shows who holds and who awaits each advisory lock, by name where one was registered.
+func TestListShowsHoldersWaitersAndNames(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	app := func(name string) func(*pgxpool.Config) {
+		return func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = name }
+	}
+	holder := open(t, d.NewPool(t, app("holder-app")), &advisory.Config{RegisterNames: true})
+	waiter := open(t, d.NewPool(t, app("waiter-app")), nil)
+	named := advisory.NamespacedKey("billing", "invoice:7")
+	require.NoError(t, holder.Lock(ctx, named))
+	require.NoError(t, holder.RLock(ctx, advisory.PairKey(3, -4)))
+	require.NoError(t, holder.Lock(ctx, advisory.Int64Key(-1)))
+
+	waitCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- waiter.Lock(waitCtx, named) }()
+	defer func() { cancel(); <-done }()
+
+	var locks []advisory.LockInfo
+	require.Eventually(t, func() bool {
+		var err error
+		locks, err = advisory.List(ctx, d.Pool)
+		require.NoError(t, err)
+		return len(locks) == 4
+	}, 5*time.Second, 5*time.Millisecond)
+
+	byKey := map[string]advisory.LockInfo{}
+	for _, l := range locks {
+		byKey[fmt.Sprint(l.Key, l.Granted)] = l
+	}
+	id, _ := named.Int64()
+	held := byKey[fmt.Sprint(advisory.Int64Key(id), true)]
+	require.Equal(t, "billing", held.Namespace)
+	require.Equal(t, "invoice:7", held.Name)
+	require.Equal(t, "exclusive", held.Mode)
+	require.Equal(t, int32(holder.PID()), held.PID)
+	require.Equal(t, "holder-app", held.ApplicationName)
+	require.Equal(t, "127.0.0.1", held.ClientAddr)
+	require.Greater(t, held.SessionAge, time.Duration(0))
+
+	awaited := byKey[fmt.Sprint(advisory.Int64Key(id), false)]
+	require.Equal(t, int32(waiter.PID()), awaited.PID)
+	require.Equal(t, "waiter-app", awaited.ApplicationName)
+	require.Equal(t, []int32{int32(holder.PID())}, awaited.BlockedBy, "who blocks whom")
+	require.Equal(t, "invoice:7", awaited.Name)
+
+	pair := byKey[fmt.Sprint(advisory.PairKey(3, -4), true)]
+	require.Equal(t, "shared", pair.Mode, "a pair key, its negative half read back as such")
+	minusOne := byKey[fmt.Sprint(advisory.Int64Key(-1), true)]
+	require.Equal(t, "exclusive", minusOne.Mode, "a negative bigint key read back as such")
+	require.Empty(t, minusOne.Name, "numbers have no name")
 }

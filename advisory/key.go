@@ -25,11 +25,11 @@ import (
 // Two different names share a key with probability 2⁻⁶⁴; among n names, some two do with
 // probability about n²/2⁶⁵: 3·10⁻⁸ for a million names, 3 % for a billion.
 type Key struct {
-	pair      bool
-	id        int64
-	ns, minor int32
-	name      string // the string it came from, if any
-	err       error  // why the string cannot be a key
+	pair            bool
+	id              int64
+	ns, minor       int32
+	namespace, name string // the strings it came from, if any
+	err             error  // why they cannot make a key
 }
 
 // StringKey is the key of a name (see Key). The name follows pglock.ValidateName.
@@ -37,10 +37,7 @@ func StringKey(name string) Key { return NamespacedKey("", name) }
 
 // NamespacedKey is the key of name inside namespace (see Key); an empty namespace is none.
 func NamespacedKey(namespace, name string) Key {
-	k := Key{name: name}
-	if namespace != "" {
-		k.name = namespace + "/" + name
-	}
+	k := Key{namespace: namespace, name: name}
 	if err := pglock.ValidateName(name); err != nil {
 		k.err = err
 		return k
@@ -72,6 +69,8 @@ func (k Key) String() string {
 	switch {
 	case k.pair:
 		return fmt.Sprintf("advisory(%d, %d)", k.ns, k.minor)
+	case k.namespace != "":
+		return fmt.Sprintf("advisory %q in %q (%d)", k.name, k.namespace, k.id)
 	case k.name != "":
 		return fmt.Sprintf("advisory %q (%d)", k.name, k.id)
 	}

@@ -27,6 +27,11 @@ type Config struct {
 	// so that a dead peer is noticed even by a session blocked in a wait. Default: 5 s.
 	KeepAlive time.Duration
 
+	// RegisterNames records the name behind each string key the session locks, the first time
+	// this process locks it, so that operators see names rather than numbers (see Register).
+	// Default: false.
+	RegisterNames bool
+
 	// Logger receives the session's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -34,6 +39,7 @@ type Config struct {
 // Session holds advisory locks on one connection, pinned from a pool until Close. Its methods
 // are safe for concurrent use; they run one at a time on the connection.
 type Session struct {
+	pool    *pgxpool.Pool
 	conn    *pgxpool.Conn
 	queries *db.Queries
 	cfg     Config
@@ -75,7 +81,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Session, error
 	}
 	setKeepAlive(conn.Conn().PgConn().Conn(), c.KeepAlive)
 
-	s := &Session{conn: conn, queries: db.New(db.Translating(conn)), cfg: c, held: map[lockID]int{}, checked: make(chan struct{})}
+	s := &Session{pool: pool, conn: conn, queries: db.New(db.Translating(conn)), cfg: c, held: map[lockID]int{}, checked: make(chan struct{})}
 	s.lostCtx, s.markLost = context.WithCancelCause(context.Background())
 	var checkCtx context.Context
 	checkCtx, s.stop = context.WithCancel(context.Background())
@@ -169,12 +175,23 @@ func (s *Session) begin(key Key, shared bool) (lockID, error) {
 	return id, nil
 }
 
+// named registers key when the session registers names. Called with mu held.
+func (s *Session) named(ctx context.Context, key Key) error {
+	if !s.cfg.RegisterNames {
+		return nil
+	}
+	return register(ctx, s.pool, s.queries, key)
+}
+
 func (s *Session) try(ctx context.Context, key Key, shared bool) error {
 	id, err := s.begin(key, shared)
 	if err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
+	if err := s.named(ctx, key); err != nil {
+		return err
+	}
 	acquired, err := s.queries.AdvisoryTryLock(ctx, db.AdvisoryTryLockParams(id.params()))
 	if err != nil {
 		return s.failed(key, err)
@@ -196,6 +213,9 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return waitError(ctx, key)
+	}
+	if err := s.named(ctx, key); err != nil {
+		return err
 	}
 	pgConn := s.conn.Conn().PgConn()
 	stop := context.AfterFunc(ctx, func() { pgConn.CancelRequest(context.Background()) })

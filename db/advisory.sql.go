@@ -41,6 +41,79 @@ func (q *Queries) AdvisoryLock(ctx context.Context, arg AdvisoryLockParams) erro
 	return err
 }
 
+const advisoryLocks = `-- name: AdvisoryLocks :many
+SELECT coalesce(l.lock_key, 0)::bigint        AS lock_key,
+       l.pair::boolean                        AS pair,
+       coalesce(l.pair_namespace, 0)::integer AS pair_namespace,
+       coalesce(l.pair_id, 0)::integer        AS pair_id,
+       coalesce(l.namespace, '')::text        AS namespace,
+       coalesce(l.name, '')::text             AS name,
+       l.mode::text                           AS mode,
+       l.granted::boolean                     AS granted,
+       coalesce(round(extract(epoch FROM clock_timestamp() - l.waiting_since) * 1000), 0)::bigint AS waited_ms,
+       l.pid::integer                         AS pid,
+       coalesce(l.application_name, '')::text AS application_name,
+       coalesce(host(l.client_addr), '')::text AS client_addr,
+       coalesce(round(extract(epoch FROM clock_timestamp() - l.backend_start) * 1000), -1)::bigint AS session_age_ms,
+       l.blocked_by::integer[]                AS blocked_by
+  FROM advisory_locks() AS l
+`
+
+type AdvisoryLocksRow struct {
+	LockKey         int64
+	Pair            bool
+	PairNamespace   int32
+	PairID          int32
+	Namespace       string
+	Name            string
+	Mode            string
+	Granted         bool
+	WaitedMs        int64
+	Pid             int32
+	ApplicationName string
+	ClientAddr      string
+	SessionAgeMs    int64
+	BlockedBy       []int32
+}
+
+// AdvisoryLocks lists the database's advisory locks. Absent values come back as ” or 0, and
+// times as durations on the database's clock: waited_ms is 0 for a granted lock, and
+// session_age_ms is -1 for a session the caller may not see (see advisory_locks()).
+func (q *Queries) AdvisoryLocks(ctx context.Context) ([]AdvisoryLocksRow, error) {
+	rows, err := q.db.Query(ctx, advisoryLocks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AdvisoryLocksRow
+	for rows.Next() {
+		var i AdvisoryLocksRow
+		if err := rows.Scan(
+			&i.LockKey,
+			&i.Pair,
+			&i.PairNamespace,
+			&i.PairID,
+			&i.Namespace,
+			&i.Name,
+			&i.Mode,
+			&i.Granted,
+			&i.WaitedMs,
+			&i.Pid,
+			&i.ApplicationName,
+			&i.ClientAddr,
+			&i.SessionAgeMs,
+			&i.BlockedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const advisoryTryLock = `-- name: AdvisoryTryLock :one
 SELECT (CASE
     WHEN $1::boolean AND $2::boolean THEN pg_try_advisory_lock_shared($3::int, $4::int)
@@ -165,6 +238,20 @@ func (q *Queries) AdvisoryXactLock(ctx context.Context, arg AdvisoryXactLockPara
 		arg.ID,
 		arg.Key,
 	)
+	return err
+}
+
+const registerAdvisoryName = `-- name: RegisterAdvisoryName :exec
+SELECT register_advisory_name($1::text, $2::text)
+`
+
+type RegisterAdvisoryNameParams struct {
+	Name      string
+	Namespace string
+}
+
+func (q *Queries) RegisterAdvisoryName(ctx context.Context, arg RegisterAdvisoryNameParams) error {
+	_, err := q.db.Exec(ctx, registerAdvisoryName, arg.Name, arg.Namespace)
 	return err
 }
 

@@ -9,6 +9,14 @@ import (
 	"time"
 )
 
+// pglock: the names behind advisory lock keys, registered by their holders. Write only through register_advisory_name.
+type AdvisoryLockName struct {
+	LockKey      int64
+	Namespace    string
+	Name         string
+	RegisteredAt time.Time
+}
+
 // pglock lease locks: one row per held (or expired, not yet reclaimed) lock. Write only through the pglock functions.
 type DistributedLock struct {
 	LockName string

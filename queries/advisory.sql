@@ -48,3 +48,26 @@ END)::boolean AS acquired;
 -- SessionPing checks that a session's connection still answers.
 -- name: SessionPing :exec
 SELECT 1;
+
+-- name: RegisterAdvisoryName :exec
+SELECT register_advisory_name(@name::text, @namespace::text);
+
+-- AdvisoryLocks lists the database's advisory locks. Absent values come back as '' or 0, and
+-- times as durations on the database's clock: waited_ms is 0 for a granted lock, and
+-- session_age_ms is -1 for a session the caller may not see (see advisory_locks()).
+-- name: AdvisoryLocks :many
+SELECT coalesce(l.lock_key, 0)::bigint        AS lock_key,
+       l.pair::boolean                        AS pair,
+       coalesce(l.pair_namespace, 0)::integer AS pair_namespace,
+       coalesce(l.pair_id, 0)::integer        AS pair_id,
+       coalesce(l.namespace, '')::text        AS namespace,
+       coalesce(l.name, '')::text             AS name,
+       l.mode::text                           AS mode,
+       l.granted::boolean                     AS granted,
+       coalesce(round(extract(epoch FROM clock_timestamp() - l.waiting_since) * 1000), 0)::bigint AS waited_ms,
+       l.pid::integer                         AS pid,
+       coalesce(l.application_name, '')::text AS application_name,
+       coalesce(host(l.client_addr), '')::text AS client_addr,
+       coalesce(round(extract(epoch FROM clock_timestamp() - l.backend_start) * 1000), -1)::bigint AS session_age_ms,
+       l.blocked_by::integer[]                AS blocked_by
+  FROM advisory_locks() AS l;

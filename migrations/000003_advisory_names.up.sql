@@ -1,0 +1,99 @@
+-- pglock SQL contract v3: names for advisory locks, and a view of them for operators.
+-- Advisory locks are keyed by numbers; these let pg_locks be read by name.
+BEGIN;
+
+SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
+SELECT pglock_check_schema_is_safe();
+
+-- The key of a name, as the Go package computes it: the first 8 bytes of the SHA-256 of the
+-- name (or of namespace, NUL, name), read as a big-endian bigint.
+CREATE FUNCTION pglock_advisory_key(p_name text, p_namespace text DEFAULT '')
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN ('x' || substr(encode(sha256(
+           CASE WHEN p_namespace = '' THEN convert_to(p_name, 'UTF8')
+                ELSE convert_to(p_namespace, 'UTF8') || '\x00'::bytea || convert_to(p_name, 'UTF8') END
+       ), 'hex'), 1, 16))::bit(64)::bigint;
+
+-- Opt-in: one row per name whose holders chose to register it.
+CREATE TABLE advisory_lock_names (
+    lock_key      bigint      PRIMARY KEY,
+    namespace     text        NOT NULL DEFAULT '',
+    name          text        NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+COMMENT ON TABLE advisory_lock_names IS
+    'pglock: the names behind advisory lock keys, registered by their holders. Write only through register_advisory_name.';
+
+-- Records the name behind its key, once; returns the key.
+CREATE FUNCTION register_advisory_name(p_name text, p_namespace text DEFAULT '')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    IF p_name IS NULL OR p_name = '' OR length(p_name) > 255 THEN
+        RAISE EXCEPTION 'p_name: must be 1 to 255 characters' USING ERRCODE = '22023';
+    END IF;
+    v_key := pglock_advisory_key(p_name, coalesce(p_namespace, ''));
+    INSERT INTO advisory_lock_names (lock_key, namespace, name)
+    VALUES (v_key, coalesce(p_namespace, ''), p_name)
+    ON CONFLICT (lock_key) DO NOTHING;
+    RETURN v_key;
+END;
+$$;
+
+-- Every advisory lock held or awaited in this database: its key (one bigint, or two ints when
+-- pair), its registered name if any, the mode, whether it is granted or since when it is
+-- awaited, the backend (pid, application, client address, session start) and the pids that
+-- block a waiter. It runs with the caller's rights: seeing other roles' sessions takes
+-- pg_read_all_stats.
+CREATE FUNCTION advisory_locks()
+RETURNS TABLE (
+    lock_key         bigint,
+    pair             boolean,
+    pair_namespace   integer,
+    pair_id          integer,
+    namespace        text,
+    name             text,
+    mode             text,
+    granted          boolean,
+    waiting_since    timestamptz,
+    pid              integer,
+    application_name text,
+    client_addr      inet,
+    backend_start    timestamptz,
+    blocked_by       integer[]
+)
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN l.objsubid = 1 THEN (l.classid::bigint << 32) | l.objid::bigint END,
+           l.objsubid = 2,
+           CASE WHEN l.objsubid = 2 THEN (l.classid::bigint - CASE WHEN l.classid::bigint > 2147483647 THEN 4294967296 ELSE 0 END)::integer END,
+           CASE WHEN l.objsubid = 2 THEN (l.objid::bigint - CASE WHEN l.objid::bigint > 2147483647 THEN 4294967296 ELSE 0 END)::integer END,
+           n.namespace,
+           n.name,
+           CASE l.mode WHEN 'ExclusiveLock' THEN 'exclusive' WHEN 'ShareLock' THEN 'shared' ELSE l.mode END,
+           l.granted,
+           l.waitstart,
+           l.pid,
+           a.application_name,
+           a.client_addr,
+           a.backend_start,
+           CASE WHEN NOT l.granted THEN pg_blocking_pids(l.pid) ELSE '{}' END
+      FROM pg_locks l
+      LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+      LEFT JOIN advisory_lock_names n
+             ON l.objsubid = 1 AND n.lock_key = (l.classid::bigint << 32) | l.objid::bigint
+     WHERE l.locktype = 'advisory'
+       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+     ORDER BY l.granted DESC, l.pid;
+$$;
+
+REVOKE ALL ON FUNCTION register_advisory_name(text, text) FROM PUBLIC;
+
+COMMIT;
