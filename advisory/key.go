@@ -64,6 +64,9 @@ func PairKey(namespace, id int32) Key { return Key{pair: true, ns: namespace, mi
 // Int64 returns the bigint a string or int64 key stands for, and false for a pair key.
 func (k Key) Int64() (int64, bool) { return k.id, !k.pair }
 
+// Pair returns the two ints of a pair key (zero for other keys).
+func (k Key) Pair() (namespace, id int32) { return k.ns, k.minor }
+
 // String describes the key for logs and errors.
 func (k Key) String() string {
 	switch {

@@ -105,19 +105,34 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 		status.Dirty = row.Dirty
 	}
 
-	src, err := iofs.New(files, ".")
-	if err != nil {
-		return Status{}, err
-	}
-	defer src.Close()
-	for version, err := src.First(); err == nil; version, err = src.Next(version) {
+	err = eachVersion(func(src source.Driver, version uint) {
 		status.Latest = version
 		// A dirty version did not finish: it is pending too.
 		if version > status.Version || (status.Dirty && version == status.Version) {
 			status.Pending = append(status.Pending, upFileName(src, version))
 		}
+	})
+	return status, err
+}
+
+// Latest is the newest version these files provide.
+func Latest() uint {
+	var latest uint
+	eachVersion(func(_ source.Driver, version uint) { latest = version }) // embedded: cannot fail
+	return latest
+}
+
+// eachVersion calls fn with every version the files provide, oldest first.
+func eachVersion(fn func(src source.Driver, version uint)) error {
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		return err
 	}
-	return status, nil
+	defer src.Close()
+	for version, err := src.First(); err == nil; version, err = src.Next(version) {
+		fn(src, version)
+	}
+	return nil
 }
 
 func upFileName(src source.Driver, version uint) string {
