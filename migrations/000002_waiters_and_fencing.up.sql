@@ -128,6 +128,16 @@ BEGIN
                             ttl_ms     = excluded.ttl_ms,
                             metadata   = excluded.metadata,
                             expires_at = excluded.expires_at;
+                    -- A release may have handed us the lock, deleting our place, after we read
+                    -- the lock: our write then waited for it and made a new place. The caller
+                    -- would count a lease from this poll, later than the handoff; so take the
+                    -- lock here instead, which renews the lease from now.
+                    IF EXISTS (SELECT FROM distributed_locks l
+                                WHERE l.lock_name = p_lock_name AND l.holder_id = p_holder_id) THEN
+                        DELETE FROM distributed_lock_waiters w
+                         WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id;
+                        CONTINUE;
+                    END IF;
                     queued := true;
                 END IF;
             END IF;
@@ -255,7 +265,9 @@ BEGIN
     handed_off := true;
 
     -- The name is ours until commit (we deleted its row), so drawing the token here keeps
-    -- tokens in holding order.
+    -- tokens in holding order. The lease starts now, after the waiter's last write of its
+    -- place, from which the waiter counts it.
+    v_now := clock_timestamp();
     INSERT INTO distributed_locks AS l
         (lock_name, holder_id, fencing_token, acquired_at, expires_at, metadata, instance)
     VALUES (p_lock_name, v_waiter.holder_id, nextval('distributed_locks_fencing_token_seq'), v_now,

@@ -117,6 +117,10 @@ func (c *Config) timing(ttl time.Duration) (timing, error) {
 	if t.margin >= t.ttl {
 		return timing{}, fmt.Errorf("%w: safety margin %s is not less than the TTL %s", pglock.ErrInvalidTTL, t.margin, t.ttl)
 	}
+	if t.heartbeat >= t.ttl-t.margin {
+		return timing{}, fmt.Errorf("%w: heartbeat %s could not renew a TTL of %s before its safety margin (%s)",
+			pglock.ErrInvalidTTL, t.heartbeat, t.ttl, t.margin)
+	}
 	return t, nil
 }
 

@@ -27,7 +27,7 @@ type Lock struct {
 
 	stopKeeping context.CancelFunc // ends the keeper, and any renewal it has in flight
 	keeperCtx   context.Context
-	renewed     chan struct{} // a renewal succeeded: the keeper moves its loss timer
+	changed     chan struct{} // the deadline moved: the keeper moves its timers
 
 	renewing sync.Mutex // one renewal at a time, so the lease always follows the latest
 
@@ -43,7 +43,7 @@ func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Tim
 		l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata,
 		heldFrom: time.Now(), timing: req.timing, expiresAt: expiresAt,
 		deadline: leaseStart.Add(req.timing.ttl - req.timing.margin),
-		renewed:  make(chan struct{}, 1),
+		changed:  make(chan struct{}, 1),
 	}
 	lk.lostCtx, lk.markLost = context.WithCancelCause(context.Background())
 	lk.keeperCtx, lk.stopKeeping = context.WithCancel(l.ctx)
@@ -89,47 +89,57 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := lk.Err(); err != nil {
 		return err
 	}
-	lk.mu.Lock()
-	released := lk.released
-	lk.mu.Unlock()
-	if released {
-		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, lk.name)
-	}
-	return lk.renew(ctx, t)
+	return lk.renew(ctx, &t)
 }
 
 // Release gives the lock up, in one round trip: to the first waiter if there is one, else
 // freeing it. An error matching pglock.ErrLockLost means the lock had been lost, signalled or
 // not; nothing done under it since its last renewal is safe.
 func (lk *Lock) Release(ctx context.Context) error {
-	lk.mu.Lock()
-	if lk.released {
-		lk.mu.Unlock()
+	if !lk.markReleased() {
+		if lost := lk.Err(); lost != nil { // released by Locker.Close, which declared it lost
+			return lost
+		}
 		return fmt.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
 	}
-	lk.released = true
-	lk.mu.Unlock()
-	// No need to wait for the keeper to stop: a renewal still in flight can only fail (the row
-	// is gone), and a released lock is never declared lost.
-	lk.stopKeeping()
-	lk.l.forget(lk)
-
-	start := time.Now()
-	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
+	err := lk.releaseRow(ctx)
 	if lost := lk.Err(); lost != nil {
 		return lost
 	}
-	if err != nil {
-		return fmt.Errorf("pglock: release %q (it stays held until its TTL runs out): %w", lk.name, err)
+	return err
+}
+
+// markReleased stops keeping the lock; false if it was released already. No need to wait for
+// the keeper to stop: a renewal still in flight can only fail (the row is gone), and a
+// released lock is never declared lost.
+func (lk *Lock) markReleased() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.released {
+		return false
 	}
-	if !row.Released {
+	lk.released = true
+	lk.stopKeeping()
+	lk.l.forget(lk)
+	return true
+}
+
+// releaseRow gives the lock up in the database, in one round trip.
+func (lk *Lock) releaseRow(ctx context.Context) error {
+	start := time.Now()
+	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
+	switch {
+	case err != nil:
+		return fmt.Errorf("pglock: release %q (it stays held until its TTL runs out): %w", lk.name, err)
+	case !row.Released && lk.lostCtx.Err() == nil:
 		err := fmt.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
 			pglock.ErrLockLost, pglock.ErrNotHeld, lk.name)
 		lk.markLost(err)
 		lk.l.emit(Event{Kind: EventLost, Name: lk.name, Token: lk.token, Held: time.Since(lk.heldFrom), Err: err})
 		return err
+	case row.Released:
+		lk.l.emit(Event{Kind: EventReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
 	}
-	lk.l.emit(Event{Kind: EventReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
 	return nil
 }
 
@@ -167,28 +177,53 @@ func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error
 	return nil
 }
 
-// renew extends the lease by t.ttl from now. The new deadline counts from the start of the
-// request: the database set expires_at no earlier than that, plus the TTL.
-func (lk *Lock) renew(ctx context.Context, t timing) error {
+// renew extends the lease from now, with t's TTL (the lock's current one when t is nil). The
+// new deadline counts from the start of the request: the database set expires_at no earlier
+// than that, plus the TTL. The deadline moves in before the request is sent when the new lease
+// is shorter: a request that fails here may still have committed there.
+func (lk *Lock) renew(ctx context.Context, t *timing) error {
 	lk.renewing.Lock()
 	defer lk.renewing.Unlock()
 	start := time.Now()
+	lk.mu.Lock()
+	if lk.released {
+		lk.mu.Unlock()
+		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, lk.name)
+	}
+	if t == nil {
+		current := lk.timing
+		t = &current
+	}
+	if shorter := start.Add(t.ttl - t.margin); shorter.Before(lk.deadline) {
+		lk.deadline = shorter
+		lk.signalChange()
+	}
+	lk.mu.Unlock()
+
 	expiresAt, err := lk.l.queries.ExtendLock(ctx, db.ExtendLockParams{LockName: lk.name, HolderID: lk.holder, TtlMs: t.ttl.Milliseconds()})
 	switch {
 	case err == nil:
 		lk.mu.Lock()
-		lk.timing, lk.expiresAt, lk.deadline = t, expiresAt, start.Add(t.ttl-t.margin)
+		lk.timing, lk.expiresAt, lk.deadline = *t, expiresAt, start.Add(t.ttl-t.margin)
+		lk.signalChange()
 		lk.mu.Unlock()
-		select {
-		case lk.renewed <- struct{}{}:
-		default:
-		}
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
 		lk.lose(fmt.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, lk.name))
-		return lk.Err()
+		if lost := lk.Err(); lost != nil {
+			return lost
+		}
+		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, lk.name)
 	}
 	return fmt.Errorf("pglock: extend %q: %w", lk.name, err)
+}
+
+// signalChange tells the keeper the deadline or timing moved. Called with mu held.
+func (lk *Lock) signalChange() {
+	select {
+	case lk.changed <- struct{}{}:
+	default:
+	}
 }
 
 // lose declares the lock lost, once, unless it was released.
@@ -211,15 +246,16 @@ func (lk *Lock) state() (timing, time.Time) {
 	return lk.timing, lk.deadline
 }
 
-// keep renews the lock every heartbeat, retrying failures, and declares it lost at its
-// deadline. It ends when the lock is released, lost, or its Locker closed.
+// keep renews the lock every heartbeat (and never later than halfway to its deadline, which a
+// lock handed over with an old queue place can be close to), retrying failures, and declares
+// it lost at its deadline. It ends when the lock is released, lost, or its Locker closed.
 func (lk *Lock) keep() {
 	defer lk.l.wg.Done()
 
 	t, deadline := lk.state()
 	loss := time.NewTimer(time.Until(deadline))
 	defer loss.Stop()
-	renewal := time.NewTimer(t.heartbeat)
+	renewal := time.NewTimer(nextRenewal(t, deadline))
 	defer renewal.Stop()
 	if t.heartbeat == 0 {
 		renewal.Stop()
@@ -231,28 +267,26 @@ func (lk *Lock) keep() {
 			return
 		case <-lk.lostCtx.Done():
 			return
-		case <-lk.renewed:
+		case <-lk.changed:
 			t, deadline = lk.state()
 			loss.Reset(time.Until(deadline))
+			if t.heartbeat > 0 && failures == 0 {
+				renewal.Reset(nextRenewal(t, deadline))
+			}
 		case <-loss.C:
 			lk.lose(fmt.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
 				pglock.ErrLockLost, lk.name, t.ttl, t.margin))
 			return
 		case <-renewal.C:
 			ctx, cancel := context.WithDeadline(lk.keeperCtx, deadline)
-			err := lk.renew(ctx, t)
+			err := lk.renew(ctx, nil)
 			cancel()
 			if lk.keeperCtx.Err() != nil || lk.Err() != nil {
 				return
 			}
 			if err == nil {
 				failures = 0
-				t, deadline = lk.state()
-				loss.Reset(time.Until(deadline))
-				if t.heartbeat > 0 {
-					renewal.Reset(t.heartbeat)
-				}
-				continue
+				continue // renew signalled the change: the timers move there
 			}
 			failures++
 			lk.l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
@@ -260,6 +294,11 @@ func (lk *Lock) keep() {
 			renewal.Reset(retryDelay(failures, t.heartbeat))
 		}
 	}
+}
+
+// nextRenewal is a heartbeat from now, or half the time left before deadline if that is sooner.
+func nextRenewal(t timing, deadline time.Time) time.Duration {
+	return max(0, min(t.heartbeat, time.Until(deadline)/2))
 }
 
 // retryDelay backs off from 10 ms, doubling, up to the heartbeat (or 1 s without one).

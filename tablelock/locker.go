@@ -34,7 +34,8 @@ type Locker struct {
 	// waits counts Acquire calls waiting or cleaning up after a wait; Close waits for them.
 	waits sync.WaitGroup
 
-	closing   chan struct{} // closed when Close begins: waiters stop waiting
+	closing   context.Context // done when Close begins: waiters stop waiting, polls are canceled
+	stopWaits context.CancelFunc
 	closeOnce sync.Once
 
 	mu        sync.Mutex
@@ -60,17 +61,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		instance = instance[:255]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	closing, stopWaits := context.WithCancel(context.Background())
 	return &Locker{
-		pool:     pool,
-		queries:  db.New(db.Translating(pool)),
-		cfg:      resolved,
-		instance: instance,
-		ctx:      ctx,
-		cancel:   cancel,
-		closing:  make(chan struct{}),
-		held:     map[*Lock]struct{}{},
-		queues:   map[string][]*waiter{},
-		byHolder: map[string]*waiter{},
+		pool:      pool,
+		queries:   db.New(db.Translating(pool)),
+		cfg:       resolved,
+		instance:  instance,
+		ctx:       ctx,
+		cancel:    cancel,
+		closing:   closing,
+		stopWaits: stopWaits,
+		held:      map[*Lock]struct{}{},
+		queues:    map[string][]*waiter{},
+		byHolder:  map[string]*waiter{},
 	}, nil
 }
 
@@ -91,7 +94,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 		l.emit(Event{Kind: EventLocked, Name: name, Latency: time.Since(start)})
 		return nil, locked
 	}
-	return l.hold(req, row.FencingToken, row.ExpiresAt, start, 0), nil
+	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
 }
 
 // Acquire waits until it holds the lock, ctx is done, opts.WaitTimeout has passed, or the
@@ -120,11 +123,19 @@ func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions
 	defer cancel(nil)
 	stop := context.AfterFunc(lk.lostCtx, func() { cancel(lk.Err()) })
 	defer stop()
-
-	fnErr := fn(fnCtx)
-	// Release even when ctx is done: leaving the lock to expire would block others for a TTL.
+	// Release even when ctx is done, or fn panics: a lock left to expire would block others
+	// for a TTL, and one left to its keeper would be renewed until Close.
 	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), lk.timing.ttl)
 	defer cancelRelease()
+	released := false
+	defer func() {
+		if !released {
+			lk.Release(releaseCtx)
+		}
+	}()
+
+	fnErr := fn(fnCtx)
+	released = true
 	return errors.Join(fnErr, lk.Release(releaseCtx))
 }
 
@@ -135,8 +146,11 @@ func (l *Locker) Stats() Stats {
 	return Stats{Held: len(l.held), Waiting: len(l.byHolder)}
 }
 
-// Close stops the waiting Acquire calls (they return pglock.ErrClosed), releases every lock
-// the Locker holds, and stops its goroutines. It returns the errors of those releases.
+// Close stops the waiting Acquire calls (they return pglock.ErrClosed) and releases every lock
+// the Locker holds, declaring each lost first (Err matches pglock.ErrLockLost and
+// pglock.ErrClosed, and WithLock functions see their context canceled): a lock released by
+// Close may be someone else's a moment later. Then it stops its goroutines, waiting for them as
+// long as ctx allows. It returns the errors of the releases.
 func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Lock()
 	l.closed = true
@@ -145,12 +159,15 @@ func (l *Locker) Close(ctx context.Context) error {
 		held = append(held, lk)
 	}
 	l.mu.Unlock()
-	l.closeOnce.Do(func() { close(l.closing) })
+	l.closeOnce.Do(l.stopWaits)
 
 	var errs []error
 	for _, lk := range held {
-		if err := lk.Release(ctx); err != nil {
-			errs = append(errs, err)
+		lk.lose(fmt.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		if lk.markReleased() {
+			if err := lk.releaseRow(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	l.waitForBackground(ctx)
@@ -225,17 +242,25 @@ func (r request) params() db.TryAcquireLockParams {
 }
 
 // hold makes a held Lock whose lease counts from leaseStart, the start of the request that
-// last wrote it (or its place in the queue), and starts keeping it.
-func (l *Locker) hold(req request, token int64, expiresAt, leaseStart time.Time, waited time.Duration) *Lock {
+// last wrote it (or its place in the queue), and starts keeping it; unless the Locker closed
+// meanwhile, in which case nobody would keep it: it is released and the caller told so.
+func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, leaseStart time.Time, waited time.Duration) (*Lock, error) {
 	lk := newLock(l, req, token, expiresAt, leaseStart)
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		lk.markReleased()
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.timing.ttl)
+		defer cancel()
+		return nil, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
+	}
 	l.held[lk] = struct{}{}
-	l.mu.Unlock()
 	l.wg.Add(1)
+	l.mu.Unlock()
 	go lk.keep()
 	l.cfg.Logger.Debug("pglock: acquired", "lock", req.name, "token", token, "waited", waited)
 	l.emit(Event{Kind: EventAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
-	return lk
+	return lk, nil
 }
 
 func (l *Locker) forget(lk *Lock) {

@@ -43,6 +43,11 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errWaitTimeout)
 		defer cancel()
 	}
+	// Close cancels the wait, and a poll under way, whatever the caller's ctx.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
+	defer stop()
 	w, err := l.register(req)
 	if err != nil {
 		return nil, err
@@ -62,7 +67,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		switch {
 		case err == nil && row.Acquired:
 			l.unregister(w, false)
-			return l.hold(req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start)), nil
+			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
 		case err == nil:
 			if row.Queued {
 				queuedAt = pollStart
@@ -84,7 +89,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			timer.Stop()
 			if !queuedAt.IsZero() {
 				l.unregister(w, false)
-				return l.hold(req, h.FencingToken, h.ExpiresAt, queuedAt, time.Since(start)), nil
+				return l.hold(ctx, req, h.FencingToken, h.ExpiresAt, queuedAt, time.Since(start))
 			}
 			// We never learned when our place was written: poll, and the poll will find the lock ours.
 		case <-w.wake:
@@ -100,10 +105,6 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			}
 			l.emit(Event{Kind: EventWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
 			return nil, err
-		case <-l.closing:
-			timer.Stop()
-			l.unregister(w, true)
-			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed)
 		}
 	}
 }

@@ -1,0 +1,258 @@
+package tablelock_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// gate holds up the first query whose SQL contains match until release is closed.
+type gate struct {
+	match   string
+	once    sync.Once
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, g.match) {
+		g.once.Do(func() {
+			close(g.started)
+			<-g.release
+		})
+	}
+	return ctx
+}
+func (g *gate) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Close gives away the locks it holds, so their users are told first: a WithLock function's
+// context is canceled, with a cause matching ErrLockLost and ErrClosed.
+func TestCloseDeclaresLocksInUseLost(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l, err := tablelock.New(d.Pool, &tablelock.Config{AppName: "x"})
+	require.NoError(t, err)
+	other := newLocker(t, d.Pool, nil)
+	inFn, finish, done := make(chan context.Context), make(chan struct{}), make(chan error)
+	go func() {
+		done <- l.WithLock(ctx, "r1", nil, func(fctx context.Context) error { inFn <- fctx; <-finish; return nil })
+	}()
+	fctx := <-inFn
+	require.NoError(t, l.Close(ctx))
+	lk2, err := other.TryAcquire(ctx, "r1", nil)
+	require.NoError(t, err) // another instance holds it now
+	defer lk2.Release(ctx)
+	live := fctx.Err() == nil
+	close(finish)
+	err = <-done
+	require.False(t, live, "fn's context still live although Close gave the lock away")
+	require.ErrorIs(t, context.Cause(fctx), pglock.ErrLockLost)
+	require.ErrorIs(t, context.Cause(fctx), pglock.ErrClosed)
+	require.ErrorIs(t, err, pglock.ErrLockLost, "WithLock reports it")
+}
+
+// An acquisition that completes while Close runs would be kept by nobody: it is released, and
+// the caller gets ErrClosed.
+func TestAcquisitionRacingCloseIsReleased(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	g := &gate{match: "name: TryAcquireLock", started: make(chan struct{}), release: make(chan struct{})}
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = g })
+	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
+	require.NoError(t, err)
+	other := newLocker(t, d.Pool, nil)
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(ctx, "r2", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+		got <- err
+	}()
+	<-g.started
+	require.NoError(t, l.Close(ctx))
+	close(g.release)
+	require.ErrorIs(t, <-got, pglock.ErrClosed)
+	lk2, err := other.TryAcquire(ctx, "r2", nil)
+	require.NoError(t, err, "released at once, not left to expire")
+	require.NoError(t, lk2.Release(ctx))
+}
+
+// After Extend to a shorter TTL, renewals follow the new TTL's heartbeat.
+func TestExtendToAShorterTTLKeepsRenewing(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLocker(t, d.Pool, nil)
+	lk, err := l.TryAcquire(ctx, "r3", &tablelock.AcquireOptions{TTL: 30 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, lk.Extend(ctx, time.Second))
+	time.Sleep(2 * time.Second)
+	require.NoError(t, lk.Err(), "lost although it should have been renewed every 333ms")
+}
+
+// An Extend to a shorter TTL that fails on the client may still commit on the server: the
+// deadline moves in before the request, so the lock is declared lost before anyone else gets it.
+func TestAmbiguousShorterExtendMovesTheDeadlineIn(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	// No heartbeat: with one, the keeper renews in time and nobody else gets the lock at all.
+	l, err := tablelock.New(d.Pool, &tablelock.Config{AppName: "x", HeartbeatInterval: -1})
+	require.NoError(t, err)
+	defer l.Close(ctx)
+	other := newLocker(t, d.NewPool(t, nil), nil)
+	lk, err := l.TryAcquire(ctx, "r4", &tablelock.AcquireOptions{TTL: 30 * time.Second})
+	require.NoError(t, err)
+
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, lk.Fence(ctx, tx)) // FOR SHARE on the lock row: the extend blocks behind it
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = lk.Extend(short, time.Second)
+	cancel()
+	require.Error(t, err, "the extend timed out on the client")
+	require.NoError(t, tx.Commit(ctx)) // ... and now runs, and commits, on the server
+	time.Sleep(1500 * time.Millisecond)
+	lk2, err := other.TryAcquire(ctx, "r4", nil)
+	require.NoError(t, err, "the database gave the lock away")
+	defer lk2.Release(ctx)
+	require.Error(t, lk.Err(), "the first holder still believes it holds the lock")
+}
+
+// A waiter whose poll rewrites its queue place while a release hands it the lock must not count
+// its lease from that poll, later than the handoff: the poll takes the lock instead, renewing
+// the lease from its own start. A second waiter never gets the lock while the first holds it.
+func TestHandoffRacingAPollIsNeverCountedFromLater(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	_, err := d.Pool.Exec(ctx, "SELECT pglock_acquire('r5', 'A', 600000)")
+	require.NoError(t, err)
+	w := newLocker(t, d.NewPool(t, nil), &tablelock.Config{MaxPollInterval: 20 * time.Millisecond, HeartbeatInterval: -1})
+	x := newLocker(t, d.NewPool(t, nil), &tablelock.Config{MaxPollInterval: 20 * time.Millisecond})
+	opts := &tablelock.AcquireOptions{TTL: ttl}
+
+	wGot, xGot := make(chan *tablelock.Lock, 1), make(chan *tablelock.Lock, 1)
+	go func() { lk, err := w.Acquire(ctx, "r5", opts); assertNoError(t, err); wGot <- lk }()
+	waitForQueue(t, d.Pool, 1)
+	go func() { lk, err := x.Acquire(ctx, "r5", opts); assertNoError(t, err); xGot <- lk }()
+	waitForQueue(t, d.Pool, 2)
+
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	var handed bool
+	require.NoError(t, tx.QueryRow(ctx, "SELECT handed_off FROM pglock_release('r5', 'A')").Scan(&handed))
+	require.True(t, handed)
+	time.Sleep(1600 * time.Millisecond) // w's place ages past ttl/3: its next poll rewrites it and blocks on us
+	require.NoError(t, tx.Commit(ctx))
+	wlk := <-wGot
+
+	xlk := <-xGot // w does not renew (no heartbeat): x gets the lock once w's lease runs out
+	defer xlk.Release(ctx)
+	require.Error(t, wlk.Err(), "x holds the lock while w has not been told it lost it")
+}
+
+// A lock handed over onto an old queue place has a near deadline (the place's write + TTL less
+// the margin): it is renewed before it, not declared lost while the database holds it.
+func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	w := newLocker(t, d.NewPool(t, nil), nil)
+	for attempt := range 3 {
+		name := "r6-" + string(rune('a'+attempt))
+		_, err := d.Pool.Exec(ctx, "SELECT pglock_acquire($1, 'A', 600000)", name)
+		require.NoError(t, err)
+		got := make(chan *tablelock.Lock, 1)
+		go func() {
+			lk, err := w.Acquire(ctx, name, &tablelock.AcquireOptions{TTL: ttl})
+			assertNoError(t, err)
+			got <- lk
+		}()
+		waitForQueue(t, d.Pool, 1)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var age float64
+			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT extract(epoch FROM clock_timestamp() - (expires_at - ttl_ms * interval '1 ms'))
+				FROM distributed_lock_waiters WHERE lock_name = $1`, name).Scan(&age))
+			if age > 0.6*ttl.Seconds() {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		_, err = d.Pool.Exec(ctx, "SELECT pglock_release($1, 'A')", name)
+		require.NoError(t, err)
+		lk := <-got
+		time.Sleep(ttl / 2)
+		row, _ := readLock(t, d.Pool, name)
+		if lk.Err() != nil && row.Live {
+			t.Fatalf("attempt %d: lock declared lost (%v) while the database still holds it for us", attempt, lk.Err())
+		}
+		lk.Release(ctx)
+		waitForQueue(t, d.Pool, 0)
+	}
+}
+
+// Close returns by its context's deadline even while a waiter's poll is stuck (here, waiting
+// for a connection of an exhausted pool).
+func TestCloseHonoursItsContextWhileAPollIsStuck(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	_, err := d.Pool.Exec(ctx, "SELECT pglock_acquire('r7', 'A', 600000)")
+	require.NoError(t, err)
+	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
+	require.NoError(t, err)
+	go l.Acquire(ctx, "r7", nil)
+	waitForQueue(t, d.Pool, 1)
+	conn, err := pool.Acquire(ctx) // the application uses the pool's only connection for a while
+	require.NoError(t, err)
+	defer conn.Release()
+	time.Sleep(1500 * time.Millisecond) // the waiter's next poll now waits for a connection
+
+	closed := make(chan struct{})
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		l.Close(cctx)
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		conn.Release()
+		<-closed
+		t.Fatal("Close(ctx with 200ms timeout) still running after 3s")
+	}
+}
+
+// A panic in WithLock's function releases the lock (and goes on up).
+func TestWithLockReleasesWhenTheFunctionPanics(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLocker(t, d.Pool, nil)
+	other := newLocker(t, d.Pool, nil)
+	require.PanicsWithValue(t, "boom", func() {
+		l.WithLock(ctx, "r8", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond}, func(context.Context) error { panic("boom") })
+	})
+	lk, err := other.TryAcquire(ctx, "r8", nil)
+	require.NoError(t, err, "still held (Stats.Held=%d) after fn panicked", l.Stats().Held)
+	require.NoError(t, lk.Release(ctx))
+	require.Equal(t, tablelock.Stats{}, l.Stats())
+}
