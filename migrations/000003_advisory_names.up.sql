@@ -91,7 +91,7 @@ AS $$
              ON l.objsubid = 1 AND n.lock_key = (l.classid::bigint << 32) | l.objid::bigint
      WHERE l.locktype = 'advisory'
        AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-     ORDER BY l.granted DESC, l.pid;
+     ORDER BY l.granted DESC, l.pid, l.objsubid, l.classid, l.objid, l.mode;
 $$;
 
 REVOKE ALL ON FUNCTION register_advisory_name(text, text) FROM PUBLIC;
