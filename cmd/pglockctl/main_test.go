@@ -349,3 +349,22 @@ func TestGCDeletesExpiredRows(t *testing.T) {
 	out, _, _ = pglockctl(t, ctx, d.URL(), "gc")
 	require.Equal(t, "deleted 0 expired locks and 0 expired waiter places\n", out)
 }
+
+// Without --database-url, DATABASE_URL is used, and without it the libpq PG* variables.
+func TestConnectionFromTheEnvironment(t *testing.T) {
+	d := testdb.New(t, nil) // before the environment changes: the harness has found its server
+	config, err := pgxpool.ParseConfig(d.URL())
+	require.NoError(t, err)
+	for _, env := range []map[string]string{
+		{"DATABASE_URL": d.URL()},
+		{"DATABASE_URL": "", "PGHOST": config.ConnConfig.Host, "PGPORT": fmt.Sprint(config.ConnConfig.Port),
+			"PGUSER": config.ConnConfig.User, "PGDATABASE": config.ConnConfig.Database, "PGSSLMODE": "disable"},
+	} {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		var out, errs bytes.Buffer
+		require.Equal(t, exitOK, run(context.Background(), []string{"migrate", "status"}, &out, &errs), errs.String())
+		require.Contains(t, out.String(), fmt.Sprintf("version  %d of %d", migrations.Latest(), migrations.Latest()))
+	}
+}
