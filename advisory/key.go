@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"strings"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
@@ -42,9 +41,11 @@ func NamespacedKey(namespace, name string) Key {
 		k.err = err
 		return k
 	}
-	if strings.IndexByte(namespace, 0) >= 0 {
-		k.err = fmt.Errorf("%w: namespace contains a NUL byte", pglock.ErrInvalidName)
-		return k
+	if namespace != "" {
+		if err := pglock.ValidateName(namespace); err != nil {
+			k.err = fmt.Errorf("namespace: %w", err)
+			return k
+		}
 	}
 	input := name
 	if namespace != "" {

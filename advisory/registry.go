@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -64,11 +65,12 @@ func Register(ctx context.Context, pool *pgxpool.Pool, key Key) error {
 	return register(ctx, pool, db.New(db.Translating(pool)), key)
 }
 
-// registered remembers, per pool, the keys this process registered.
+// registered remembers, per pool, the keys this process registered. The pool is held weakly,
+// so a closed pool can be freed.
 var registered sync.Map // of registration
 
 type registration struct {
-	pool *pgxpool.Pool
+	pool weak.Pointer[pgxpool.Pool]
 	id   int64
 }
 
@@ -79,7 +81,7 @@ func register(ctx context.Context, pool *pgxpool.Pool, q *db.Queries, key Key) e
 	if key.name == "" {
 		return nil
 	}
-	r := registration{pool: pool, id: key.id}
+	r := registration{pool: weak.Make(pool), id: key.id}
 	if _, ok := registered.Load(r); ok {
 		return nil
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,6 +43,7 @@ type Config struct {
 type Session struct {
 	pool    *pgxpool.Pool
 	conn    *pgxpool.Conn
+	pid     uint32
 	queries *db.Queries
 	cfg     Config
 
@@ -48,6 +51,9 @@ type Session struct {
 	markLost context.CancelCauseFunc
 	stop     context.CancelFunc // ends the health check
 	checked  chan struct{}      // closed when the health check has ended
+
+	// interrupt ends the wait under way, if any, so that Close need not wait for it.
+	interrupt atomic.Pointer[context.CancelCauseFunc]
 
 	mu     sync.Mutex // one statement at a time; guards what follows
 	held   map[lockID]int
@@ -81,7 +87,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Session, error
 	}
 	setKeepAlive(conn.Conn().PgConn().Conn(), c.KeepAlive)
 
-	s := &Session{pool: pool, conn: conn, queries: db.New(db.Translating(conn)), cfg: c, held: map[lockID]int{}, checked: make(chan struct{})}
+	s := &Session{pool: pool, conn: conn, pid: conn.Conn().PgConn().PID(), queries: db.New(db.Translating(conn)), cfg: c, held: map[lockID]int{}, checked: make(chan struct{})}
 	s.lostCtx, s.markLost = context.WithCancelCause(context.Background())
 	var checkCtx context.Context
 	checkCtx, s.stop = context.WithCancel(context.Background())
@@ -121,7 +127,7 @@ func (s *Session) Unlock(ctx context.Context, key Key) error { return s.unlock(c
 func (s *Session) RUnlock(ctx context.Context, key Key) error { return s.unlock(ctx, key, true) }
 
 // PID is the process id of the session's backend, as pg_locks and pg_stat_activity show it.
-func (s *Session) PID() uint32 { return s.conn.Conn().PgConn().PID() }
+func (s *Session) PID() uint32 { return s.pid }
 
 // Lost is closed once the session's connection is lost, and with it every lock it held.
 func (s *Session) Lost() <-chan struct{} { return s.lostCtx.Done() }
@@ -140,6 +146,9 @@ func (s *Session) Err() error {
 func (s *Session) Close(ctx context.Context) error {
 	s.stop()
 	<-s.checked
+	if interrupt := s.interrupt.Load(); interrupt != nil {
+		(*interrupt)(pglock.ErrClosed)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -175,12 +184,13 @@ func (s *Session) begin(key Key, shared bool) (lockID, error) {
 	return id, nil
 }
 
-// named registers key when the session registers names. Called with mu held.
+// named registers key when the session registers names: through the pool, so that nothing
+// that happens to the registration (its ctx ending, say) touches the session's connection.
 func (s *Session) named(ctx context.Context, key Key) error {
 	if !s.cfg.RegisterNames {
 		return nil
 	}
-	return register(ctx, s.pool, s.queries, key)
+	return register(ctx, s.pool, db.New(db.Translating(s.pool)), key)
 }
 
 func (s *Session) try(ctx context.Context, key Key, shared bool) error {
@@ -217,21 +227,50 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	if err := s.named(ctx, key); err != nil {
 		return err
 	}
+	ctx, interrupt := context.WithCancelCause(ctx)
+	defer interrupt(nil)
+	s.interrupt.Store(&interrupt)
+	defer s.interrupt.Store(nil)
+
 	pgConn := s.conn.Conn().PgConn()
-	stop := context.AfterFunc(ctx, func() { pgConn.CancelRequest(context.Background()) })
+	canceled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(canceled)
+		cancelCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pgConn.CancelRequest(cancelCtx)
+	})
 	err = s.queries.AdvisoryLock(context.Background(), id.params())
-	if !stop() { // the cancel request was sent: it may yet land on a later statement
+	if !stop() {
+		// A cancel request was sent. Wait until the server has it, then run statements until
+		// one is not canceled: a cancel that arrives late must not land on a later statement.
+		<-canceled
 		s.absorbCancel()
 	}
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
+	if err == nil {
 		s.held[id]++ // granted, even if ctx ended meanwhile
 		return nil
-	case ctx.Err() != nil && errors.As(err, &pgErr) && pgErr.Code == "57014": // query_canceled
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !slices.Contains([]string{"57014", "55P03", "40P01"}, pgErr.Code) {
+		return s.failed(key, err)
+	}
+	// Canceled, lock_timeout or deadlock: yet PostgreSQL may have granted the lock just before,
+	// and a session lock outlives the aborted statement. Ask.
+	if s.held[id] > 0 { // a second hold is indistinguishable from none: trust nothing
+		return s.failed(key, fmt.Errorf("%w (and whether it was granted cannot be known)", err))
+	}
+	granted, checkErr := s.queries.AdvisoryHeldBySession(context.Background(), db.AdvisoryHeldBySessionParams(id.params()))
+	switch {
+	case checkErr != nil:
+		return s.failed(key, checkErr)
+	case granted:
+		s.held[id]++
+		return nil
+	case pgErr.Code == "57014" && ctx.Err() != nil:
 		return waitError(ctx, key)
 	}
-	return s.failed(key, err)
+	return fmt.Errorf("pglock: %s: %w", key, err) // lock_timeout (ErrLockTimeout), deadlock: the session stays
 }
 
 // absorbCancel runs statements until one is not canceled: a cancel request that arrived after
@@ -279,6 +318,9 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 // PostgreSQL frees whatever it held) and the session is lost. Called with mu held.
 func (s *Session) failed(key Key, err error) error {
 	err = fmt.Errorf("pglock: %s: %w", key, err)
+	if pgconn.SafeToRetry(err) { // never sent (ctx ended first): the connection is as it was
+		return err
+	}
 	s.lose(err)
 	return err
 }
@@ -310,8 +352,9 @@ func (s *Session) checkHealth(ctx context.Context) {
 			continue
 		}
 		if !s.closed && s.lostCtx.Err() == nil {
-			pingCtx, cancel := context.WithTimeout(ctx, s.cfg.HealthCheckInterval)
-			if err := s.queries.SessionPing(pingCtx); err != nil && ctx.Err() == nil {
+			// Not ctx: Close cancels that, and a ping cut short would close a healthy connection.
+			pingCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HealthCheckInterval)
+			if err := s.queries.SessionPing(pingCtx); err != nil {
 				s.lose(fmt.Errorf("health check: %w", err))
 			}
 			cancel()

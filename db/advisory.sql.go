@@ -9,6 +9,34 @@ import (
 	"context"
 )
 
+const advisoryHeldBySession = `-- name: AdvisoryHeldBySession :one
+SELECT pglock_session_holds_advisory($1::boolean, $2::boolean, $3::int, $4::int, $5::bigint) AS held
+`
+
+type AdvisoryHeldBySessionParams struct {
+	Pair   bool
+	Shared bool
+	Ns     int32
+	ID     int32
+	Key    int64
+}
+
+// AdvisoryHeldBySession says whether this session holds the lock: a wait that ended in an
+// error (canceled, lock_timeout, deadlock) may still have been granted, and a session lock
+// outlives the aborted statement.
+func (q *Queries) AdvisoryHeldBySession(ctx context.Context, arg AdvisoryHeldBySessionParams) (bool, error) {
+	row := q.db.QueryRow(ctx, advisoryHeldBySession,
+		arg.Pair,
+		arg.Shared,
+		arg.Ns,
+		arg.ID,
+		arg.Key,
+	)
+	var held bool
+	err := row.Scan(&held)
+	return held, err
+}
+
 const advisoryLock = `-- name: AdvisoryLock :exec
 
 SELECT CASE

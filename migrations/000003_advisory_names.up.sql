@@ -94,6 +94,29 @@ AS $$
      ORDER BY l.granted DESC, l.pid, l.objsubid, l.classid, l.objid, l.mode;
 $$;
 
+-- Whether the calling session holds an advisory lock, in the given mode: a bigint key
+-- (p_key), or with p_pair the two ints (p_ns, p_id). pg_locks shows a bigint key as its high
+-- and low 32 bits (objsubid 1), a pair as its two ints (objsubid 2), all as unsigned oids.
+CREATE FUNCTION pglock_session_holds_advisory(p_pair boolean, p_shared boolean, p_ns integer,
+                                              p_id integer, p_key bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (
+        SELECT FROM pg_catalog.pg_locks l
+         WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+           AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+           AND l.mode = CASE WHEN p_shared THEN 'ShareLock' ELSE 'ExclusiveLock' END
+           AND CASE WHEN p_pair
+                    THEN l.objsubid = 2
+                         AND l.classid::bigint = (p_ns::bigint & 4294967295)
+                         AND l.objid::bigint = (p_id::bigint & 4294967295)
+                    ELSE l.objsubid = 1
+                         AND l.classid::bigint = ((p_key >> 32) & 4294967295)
+                         AND l.objid::bigint = (p_key & 4294967295)
+               END);
+$$;
+
 REVOKE ALL ON FUNCTION register_advisory_name(text, text) FROM PUBLIC;
 
 COMMIT;

@@ -71,3 +71,9 @@ SELECT coalesce(l.lock_key, 0)::bigint        AS lock_key,
        coalesce(round(extract(epoch FROM clock_timestamp() - l.backend_start) * 1000), -1)::bigint AS session_age_ms,
        l.blocked_by::integer[]                AS blocked_by
   FROM advisory_locks() AS l;
+
+-- AdvisoryHeldBySession says whether this session holds the lock: a wait that ended in an
+-- error (canceled, lock_timeout, deadlock) may still have been granted, and a session lock
+-- outlives the aborted statement.
+-- name: AdvisoryHeldBySession :one
+SELECT pglock_session_holds_advisory(@pair::boolean, @shared::boolean, @ns::int, @id::int, @key::bigint) AS held;
