@@ -1,5 +1,5 @@
--- Back to contract v1: v1's own bodies of acquire_lock_ms and release_lock (as 000001 created
--- them), then every object 000002 added.
+-- Back to contract v1: v1's own bodies of acquire_lock_ms, acquire_lock and release_lock (as
+-- 000001 created them), then every object 000002 added.
 BEGIN;
 
 SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
@@ -82,6 +82,26 @@ BEGIN
         -- Lost a race to another acquirer between the read and the upsert: read again, and if the
         -- winner has already released, try again.
     END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION acquire_lock(
+    p_lock_name   varchar,
+    p_holder_id   varchar,
+    p_ttl_seconds integer DEFAULT 30,
+    p_metadata    jsonb DEFAULT '{}'
+)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 OR p_ttl_seconds > 86400 THEN
+        RAISE EXCEPTION 'p_ttl_seconds: must be from 1 to 86400 seconds (24 h), got %',
+            coalesce(p_ttl_seconds::text, 'null') USING ERRCODE = '22023';
+    END IF;
+    RETURN (SELECT a.acquired
+              FROM acquire_lock_ms(p_lock_name, p_holder_id, p_ttl_seconds * 1000::bigint, p_metadata) a);
 END;
 $$;
 

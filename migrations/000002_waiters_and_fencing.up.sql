@@ -298,7 +298,9 @@ BEGIN
 END;
 $$;
 
--- v1's functions, now through the queue: acquire_lock_ms never queues, release_lock hands off.
+-- v1's functions, now through the queue: acquire_lock_ms and acquire_lock never queue,
+-- release_lock hands off. Each calls the core directly, in plpgsql, which keeps its plans from
+-- call to call (an SQL-language SECURITY DEFINER function is planned at every call).
 CREATE OR REPLACE FUNCTION acquire_lock_ms(
     p_lock_name varchar,
     p_holder_id varchar,
@@ -313,19 +315,50 @@ RETURNS TABLE (
     expires_at    timestamptz,
     metadata      jsonb
 )
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
-    SELECT a.acquired, a.holder_id, a.fencing_token, a.acquired_at, a.expires_at, a.metadata
-      FROM pglock_acquire(p_lock_name, p_holder_id, p_ttl_ms, p_metadata) a;
+BEGIN
+    RETURN QUERY
+        SELECT a.acquired, a.holder_id, a.fencing_token, a.acquired_at, a.expires_at, a.metadata
+          FROM pglock_acquire(p_lock_name, p_holder_id, p_ttl_ms, p_metadata) a;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION acquire_lock(
+    p_lock_name   varchar,
+    p_holder_id   varchar,
+    p_ttl_seconds integer DEFAULT 30,
+    p_metadata    jsonb DEFAULT '{}'
+)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_acquired boolean;
+BEGIN
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 OR p_ttl_seconds > 86400 THEN
+        RAISE EXCEPTION 'p_ttl_seconds: must be from 1 to 86400 seconds (24 h), got %',
+            coalesce(p_ttl_seconds::text, 'null') USING ERRCODE = '22023';
+    END IF;
+    SELECT a.acquired INTO v_acquired
+      FROM pglock_acquire(p_lock_name, p_holder_id, p_ttl_seconds * 1000::bigint, p_metadata) a;
+    RETURN v_acquired;
+END;
 $$;
 
 CREATE OR REPLACE FUNCTION release_lock(p_lock_name varchar, p_holder_id varchar)
 RETURNS boolean
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
-    SELECT r.released FROM pglock_release(p_lock_name, p_holder_id) r;
+DECLARE
+    v_released boolean;
+BEGIN
+    SELECT r.released INTO v_released FROM pglock_release(p_lock_name, p_holder_id) r;
+    RETURN v_released;
+END;
 $$;
 
 REVOKE ALL ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) FROM PUBLIC;

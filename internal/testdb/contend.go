@@ -1,6 +1,7 @@
 package testdb
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,26 @@ func Contend(workers, total int, setup func(worker int) (step func() (time.Durat
 	slices.Sort(waits)
 	r.P99 = waits[len(waits)*99/100]
 	return r
+}
+
+// Add combines two measurements of the same workers, as if they had run one after the other.
+func (r Contention) Add(other Contention) Contention {
+	if r.Counts == nil {
+		return other
+	}
+	sum := Contention{Counts: make([]int, len(r.Counts)), Elapsed: r.Elapsed + other.Elapsed,
+		P99: max(r.P99, other.P99), Err: errors.Join(r.Err, other.Err)}
+	total := 0
+	for i := range sum.Counts {
+		sum.Counts[i] = r.Counts[i] + other.Counts[i]
+		total += sum.Counts[i]
+	}
+	sum.PerSecond = float64(total) / sum.Elapsed.Seconds()
+	fair := float64(total) / float64(len(sum.Counts))
+	for _, c := range sum.Counts {
+		sum.MaxDeviation = max(sum.MaxDeviation, abs(float64(c)-fair)/fair)
+	}
+	return sum
 }
 
 // Report reports the measurement as benchmark metrics named after name.
