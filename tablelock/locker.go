@@ -84,8 +84,23 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 	if err != nil {
 		return nil, err
 	}
+	if !l.enter() {
+		return nil, fmt.Errorf("pglock: acquire %q: %w", name, pglock.ErrClosed)
+	}
+	defer l.waits.Done()
+	// Close cancels a try under way (which then settles in the background), whatever ctx.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
+	defer stop()
 	start := time.Now()
-	row, err := l.queries.TryAcquireLock(ctx, req.params())
+	row, err := settled(l, ctx, req.timing.ttl,
+		func(ctx context.Context) (db.TryAcquireLockRow, error) { return l.queries.TryAcquireLock(ctx, req.params()) },
+		func(row db.TryAcquireLockRow, err error) { // the caller is gone: give back what it got
+			if err == nil && row.Acquired {
+				l.leave(req)
+			}
+		})
 	if err != nil {
 		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
 	}
@@ -146,11 +161,12 @@ func (l *Locker) Stats() Stats {
 	return Stats{Held: len(l.held), Waiting: len(l.byHolder)}
 }
 
-// Close stops the waiting Acquire calls (they return pglock.ErrClosed) and releases every lock
-// the Locker holds, declaring each lost first (Err matches pglock.ErrLockLost and
-// pglock.ErrClosed, and WithLock functions see their context canceled): a lock released by
-// Close may be someone else's a moment later. Then it stops its goroutines, waiting for them as
-// long as ctx allows. It returns the errors of the releases.
+// Close stops the TryAcquire and Acquire calls under way (they return pglock.ErrClosed) and
+// releases every lock the Locker holds, declaring each lost first (Err matches
+// pglock.ErrLockLost and pglock.ErrClosed, and WithLock functions see their context canceled):
+// a lock released by Close may be someone else's a moment later. Requests that were under way
+// settle in the background (what they took is given back), and Close waits for them and its
+// other goroutines as long as ctx allows. It returns the errors of the releases.
 func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Lock()
 	l.closed = true

@@ -63,10 +63,12 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 	for {
 		pollStart := time.Now()
 		idlePolls++
-		row, err := l.queries.PollLock(ctx, db.PollLockParams(req.params()))
+		row, err := settled(l, ctx, req.timing.ttl,
+			func(ctx context.Context) (db.PollLockRow, error) { return l.queries.PollLock(ctx, db.PollLockParams(req.params())) },
+			func(db.PollLockRow, error) { l.leave(req) }) // the poll is over: now leaving is final
 		switch {
 		case err == nil && row.Acquired:
-			l.unregister(w, false)
+			l.unregister(w)
 			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
 		case err == nil:
 			if row.Queued {
@@ -75,9 +77,13 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			locked = lockedError(req.name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
 			checked = time.Now()
 			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
-		case ctx.Err() != nil:
+		case ctx.Err() != nil: // settled also leaves the queue once a poll it gave up on is over
+			l.unregister(w)
+			l.leave(req)
+			return nil, l.waitError(ctx, req, start, timeout, locked)
 		case !transient(err):
-			l.unregister(w, true)
+			l.unregister(w)
+			l.leave(req)
 			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, err)
 		default:
 			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
@@ -88,7 +94,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		case h := <-w.handoff:
 			timer.Stop()
 			if !queuedAt.IsZero() {
-				l.unregister(w, false)
+				l.unregister(w)
 				return l.hold(ctx, req, h.FencingToken, h.ExpiresAt, queuedAt, time.Since(start))
 			}
 			// We never learned when our place was written: poll, and the poll will find the lock ours.
@@ -98,15 +104,21 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			l.unregister(w, true)
-			err := fmt.Errorf("pglock: acquire %q: %w", req.name, context.Cause(ctx))
-			if errors.Is(context.Cause(ctx), errWaitTimeout) {
-				err = fmt.Errorf("pglock: acquire %q: waited %s: %w", req.name, timeout, lockedOrPlain(locked))
-			}
-			l.emit(Event{Kind: EventWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
-			return nil, err
+			l.unregister(w)
+			l.leave(req)
+			return nil, l.waitError(ctx, req, start, timeout, locked)
 		}
 	}
+}
+
+// waitError is the error of a wait whose ctx ended, reported as an event too.
+func (l *Locker) waitError(ctx context.Context, req request, start time.Time, timeout time.Duration, locked *LockedError) error {
+	err := fmt.Errorf("pglock: acquire %q: %w", req.name, context.Cause(ctx))
+	if errors.Is(context.Cause(ctx), errWaitTimeout) {
+		err = fmt.Errorf("pglock: acquire %q: waited %s: %w", req.name, timeout, lockedOrPlain(locked))
+	}
+	l.emit(Event{Kind: EventWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
+	return err
 }
 
 func lockedOrPlain(locked *LockedError) error {
@@ -156,9 +168,8 @@ func (l *Locker) register(req request) (*waiter, error) {
 	return w, nil
 }
 
-// unregister removes w; abandon also removes its place in the database's queue (and releases
-// the lock if it was handed over meanwhile), in the background so the caller returns at once.
-func (l *Locker) unregister(w *waiter, abandon bool) {
+// unregister removes w from the local queues, and ends its count in l.waits.
+func (l *Locker) unregister(w *waiter) {
 	l.mu.Lock()
 	queue := l.queues[w.req.name]
 	wasHead := len(queue) > 0 && queue[0] == w
@@ -173,17 +184,20 @@ func (l *Locker) unregister(w *waiter, abandon bool) {
 	}
 	delete(l.byHolder, w.req.holder)
 	l.mu.Unlock()
+	l.waits.Done()
+}
 
-	if !abandon {
-		l.waits.Done()
-		return
-	}
+// leave removes req's place in the database's queue, and releases the lock if it was handed
+// over (or taken) meanwhile, in the background so that the caller returns at once. The caller
+// must hold a count in l.waits.
+func (l *Locker) leave(req request) {
+	l.waits.Add(1)
 	go func() {
 		defer l.waits.Done()
-		ctx, cancel := context.WithTimeout(l.ctx, w.req.timing.ttl)
+		ctx, cancel := context.WithTimeout(l.ctx, req.timing.ttl)
 		defer cancel()
-		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: w.req.name, HolderID: w.req.holder}); err != nil {
-			l.cfg.Logger.Warn("pglock: could not leave the queue; the place expires with its TTL", "lock", w.req.name, "error", err)
+		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: req.name, HolderID: req.holder}); err != nil {
+			l.cfg.Logger.Warn("pglock: could not leave the queue; the place expires with its TTL", "lock", req.name, "error", err)
 		}
 	}()
 }

@@ -1,0 +1,53 @@
+package tablelock
+
+import (
+	"context"
+	"time"
+)
+
+type answer[T any] struct {
+	value T
+	err   error
+}
+
+// settled sends a request whose outcome must be known here: it runs on a context the caller
+// cannot cancel (bounded by the Locker's life and limit), because a request cut short on the
+// wire may still run, and commit, on the server. If ctx ends first, settled returns at once
+// and, once the request's answer comes, undo runs with it in the background; Close waits for
+// that as long as its ctx allows. The caller must hold a count in l.waits.
+func settled[T any](l *Locker, ctx context.Context, limit time.Duration, send func(context.Context) (T, error), undo func(T, error)) (T, error) {
+	if ctx.Done() == nil { // a context that never ends: nothing to settle
+		return send(ctx)
+	}
+	answers := make(chan answer[T], 1)
+	go func() {
+		sendCtx, cancel := context.WithTimeout(l.ctx, limit)
+		defer cancel()
+		value, err := send(sendCtx)
+		answers <- answer[T]{value, err}
+	}()
+	select {
+	case a := <-answers:
+		return a.value, a.err
+	case <-ctx.Done():
+		l.waits.Add(1)
+		go func() {
+			defer l.waits.Done()
+			a := <-answers
+			undo(a.value, a.err)
+		}()
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+}
+
+// enter counts an operation in l.waits, so that Close waits for it; false once closed.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.waits.Add(1)
+	return true
+}
