@@ -88,20 +88,20 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 		return nil, fmt.Errorf("pglock: acquire %q: %w", name, pglock.ErrClosed)
 	}
 	defer l.waits.Done()
-	// Close cancels a try under way (which then settles in the background), whatever ctx.
+	// Close cancels a try under way, whatever ctx.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
 	defer stop()
 	start := time.Now()
-	row, err := settled(l, ctx, req.timing.ttl,
-		func(ctx context.Context) (db.TryAcquireLockRow, error) { return l.queries.TryAcquireLock(ctx, req.params()) },
-		func(row db.TryAcquireLockRow, err error) { // the caller is gone: give back what it got
-			if err == nil && row.Acquired {
-				l.leave(req)
-			}
-		})
+	row, err := l.queries.TryAcquireLock(ctx, req.params())
 	if err != nil {
+		if ctx.Err() != nil {
+			// Cut short on the wire, the try may still have taken the lock on the server: give
+			// it back. (Waiting for the answer instead, as polls do, costs a goroutine switch
+			// on every try; a release that overtakes the try leaves the lock to its TTL.)
+			l.leave(req)
+		}
 		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
 	}
 	if !row.Acquired {

@@ -64,7 +64,9 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		pollStart := time.Now()
 		idlePolls++
 		row, err := settled(l, ctx, req.timing.ttl,
-			func(ctx context.Context) (db.PollLockRow, error) { return l.queries.PollLock(ctx, db.PollLockParams(req.params())) },
+			func(ctx context.Context) (db.PollLockRow, error) {
+				return l.queries.PollLock(ctx, db.PollLockParams(req.params()))
+			},
 			func(db.PollLockRow, error) { l.leave(req) }) // the poll is over: now leaving is final
 		switch {
 		case err == nil && row.Acquired:
