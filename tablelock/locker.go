@@ -101,6 +101,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 			// it back. (Waiting for the answer instead, as polls do, costs a goroutine switch
 			// on every try; a release that overtakes the try leaves the lock to its TTL.)
 			l.leave(req)
+			return nil, fmt.Errorf("pglock: acquire %q: %w", name, context.Cause(ctx))
 		}
 		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
 	}
