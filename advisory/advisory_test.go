@@ -182,7 +182,7 @@ func TestTerminatedBackendIsSignalled(t *testing.T) {
 	require.NoError(t, s.Lock(ctx, advisory.StringKey("job")))
 
 	var terminated bool
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", s.PID()).Scan(&terminated))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", s.PID()).Scan(&terminated))
 	require.True(t, terminated)
 	killedAt := time.Now()
 	<-s.Lost()
@@ -260,7 +260,7 @@ func TestNoLeakOverManyCycles(t *testing.T) {
 	// it leaves nothing held and nothing checked out.
 	doomed := open(t, pool, nil)
 	require.NoError(t, doomed.Lock(ctx, advisory.Int64Key(7)))
-	_, err := d.Pool.Exec(ctx, "SELECT pg_terminate_backend($1)", doomed.PID())
+	_, err := d.Pool.Exec(ctx, "SELECT pg_terminate_backend($1, 5000)", doomed.PID()) // waits until it is gone
 	require.NoError(t, err)
 	require.Error(t, doomed.Unlock(ctx, advisory.Int64Key(7)))
 	require.ErrorIs(t, doomed.Err(), pglock.ErrLockLost)

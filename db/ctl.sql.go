@@ -127,9 +127,10 @@ func (q *Queries) ListTableLocks(ctx context.Context) ([]ListTableLocksRow, erro
 }
 
 const terminateBackend = `-- name: TerminateBackend :one
-SELECT pg_terminate_backend($1::integer) AS terminated
+SELECT pg_terminate_backend($1::integer, 5000) AS terminated
 `
 
+// TerminateBackend ends a backend and waits (up to 5 s) until it is gone, with its locks.
 func (q *Queries) TerminateBackend(ctx context.Context, pid int32) (bool, error) {
 	row := q.db.QueryRow(ctx, terminateBackend, pid)
 	var terminated bool

@@ -24,8 +24,9 @@ SELECT f.holder_id::varchar AS holder_id, f.instance::varchar AS instance,
 SELECT g.expired_locks::bigint AS expired_locks, g.expired_waiters::bigint AS expired_waiters
   FROM pglock_gc() AS g;
 
+-- TerminateBackend ends a backend and waits (up to 5 s) until it is gone, with its locks.
 -- name: TerminateBackend :one
-SELECT pg_terminate_backend(@pid::integer) AS terminated;
+SELECT pg_terminate_backend(@pid::integer, 5000) AS terminated;
 
 -- name: DatabaseNow :one
 SELECT clock_timestamp()::timestamptz AS now;
