@@ -48,21 +48,7 @@ func BenchmarkHandoff(b *testing.B) {
 	id, _ := key.Int64()
 	b.ResetTimer()
 
-	rawWorkers := func(worker int) (func() (time.Duration, error), func()) {
-		conn, err := pools[worker].Acquire(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func() (time.Duration, error) {
-			start := time.Now()
-			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
-				return 0, err
-			}
-			waited := time.Since(start)
-			_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", id)
-			return waited, err
-		}, conn.Release
-	}
+	rawWorkers := testdb.RawAdvisoryWorkers(b, pools, id)
 	sessionWorkers := func(worker int) (func() (time.Duration, error), func()) {
 		s, err := advisory.Open(ctx, pools[worker], &advisory.Config{HealthCheckInterval: time.Hour})
 		if err != nil {

@@ -129,21 +129,7 @@ func BenchmarkHandoff(b *testing.B) {
 			return waited, lk.Release(ctx)
 		}, func() { l.Close(ctx) }
 	})
-	advisoryRun := testdb.Contend(workers, total, func(worker int) (func() (time.Duration, error), func()) {
-		conn, err := pools[worker].Acquire(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func() (time.Duration, error) {
-			start := time.Now()
-			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(42)"); err != nil {
-				return 0, err
-			}
-			waited := time.Since(start)
-			_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock(42)")
-			return waited, err
-		}, conn.Release
-	})
+	advisoryRun := testdb.Contend(workers, total, testdb.RawAdvisoryWorkers(b, pools, 42))
 	for _, run := range []struct {
 		name string
 		r    testdb.Contention

@@ -1,12 +1,15 @@
 package testdb
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Contention is what Contend measured.
@@ -102,4 +105,26 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// RawAdvisoryWorkers are Contend workers for the baseline the handoff benchmarks share: each
+// pins a connection of its pool and hands a blocking pg_advisory_lock on key around, sent by
+// hand.
+func RawAdvisoryWorkers(tb testing.TB, pools []*pgxpool.Pool, key int64) func(worker int) (func() (time.Duration, error), func()) {
+	return func(worker int) (func() (time.Duration, error), func()) {
+		ctx := context.Background()
+		conn, err := pools[worker].Acquire(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return func() (time.Duration, error) {
+			start := time.Now()
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+				return 0, err
+			}
+			waited := time.Since(start)
+			_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
+			return waited, err
+		}, conn.Release
+	}
 }
