@@ -62,7 +62,7 @@ func Register(ctx context.Context, pool *pgxpool.Pool, key Key) error {
 	if pool == nil {
 		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	return register(ctx, pool, db.New(db.Translating(pool)), key)
+	return register(ctx, pool, key)
 }
 
 // registered remembers, per pool, the keys this process registered. The pool is held weakly,
@@ -74,7 +74,7 @@ type registration struct {
 	id   int64
 }
 
-func register(ctx context.Context, pool *pgxpool.Pool, q *db.Queries, key Key) error {
+func register(ctx context.Context, pool *pgxpool.Pool, key Key) error {
 	if key.err != nil {
 		return key.err
 	}
@@ -85,7 +85,7 @@ func register(ctx context.Context, pool *pgxpool.Pool, q *db.Queries, key Key) e
 	if _, ok := registered.Load(r); ok {
 		return nil
 	}
-	if err := q.RegisterAdvisoryName(ctx, db.RegisterAdvisoryNameParams{Name: key.name, Namespace: key.namespace}); err != nil {
+	if err := db.New(db.Translating(pool)).RegisterAdvisoryName(ctx, db.RegisterAdvisoryNameParams{Name: key.name, Namespace: key.namespace}); err != nil {
 		return fmt.Errorf("pglock: register %s: %w", key, err)
 	}
 	registered.Store(r, true)

@@ -190,7 +190,7 @@ func (s *Session) named(ctx context.Context, key Key) error {
 	if !s.cfg.RegisterNames {
 		return nil
 	}
-	return register(ctx, s.pool, db.New(db.Translating(s.pool)), key)
+	return register(ctx, s.pool, key)
 }
 
 func (s *Session) try(ctx context.Context, key Key, shared bool) error {

@@ -16,9 +16,6 @@ type answer[T any] struct {
 // and, once the request's answer comes, undo runs with it in the background; Close waits for
 // that as long as its ctx allows. The caller must hold a count in l.waits.
 func settled[T any](l *Locker, ctx context.Context, limit time.Duration, send func(context.Context) (T, error), undo func(T, error)) (T, error) {
-	if ctx.Done() == nil { // a context that never ends: nothing to settle
-		return send(ctx)
-	}
 	answers := make(chan answer[T], 1)
 	go func() {
 		sendCtx, cancel := context.WithTimeout(l.ctx, limit)
