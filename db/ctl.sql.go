@@ -77,9 +77,9 @@ SELECT l.lock_name::varchar          AS lock_name,
        l.expires_at::timestamptz     AS expires_at,
        l.metadata::jsonb             AS metadata,
        (SELECT count(*) FROM distributed_lock_waiters w
-         WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters,
-       clock_timestamp()::timestamptz AS now
+         WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters
   FROM distributed_locks l
+ WHERE $1::varchar IS NULL OR l.lock_name = $1
  ORDER BY l.lock_name
 `
 
@@ -92,12 +92,12 @@ type ListTableLocksRow struct {
 	ExpiresAt    time.Time
 	Metadata     json.RawMessage
 	Waiters      int64
-	Now          time.Time
 }
 
 // What pglockctl reads and does. Times are the database's: now is its clock_timestamp().
-func (q *Queries) ListTableLocks(ctx context.Context) ([]ListTableLocksRow, error) {
-	rows, err := q.db.Query(ctx, listTableLocks)
+// ListTableLocks lists the table locks, or with @lock_name only that one.
+func (q *Queries) ListTableLocks(ctx context.Context, lockName *string) ([]ListTableLocksRow, error) {
+	rows, err := q.db.Query(ctx, listTableLocks, lockName)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,6 @@ func (q *Queries) ListTableLocks(ctx context.Context) ([]ListTableLocksRow, erro
 			&i.ExpiresAt,
 			&i.Metadata,
 			&i.Waiters,
-			&i.Now,
 		); err != nil {
 			return nil, err
 		}

@@ -1,5 +1,6 @@
 -- What pglockctl reads and does. Times are the database's: now is its clock_timestamp().
 
+-- ListTableLocks lists the table locks, or with @lock_name only that one.
 -- name: ListTableLocks :many
 SELECT l.lock_name::varchar          AS lock_name,
        l.holder_id::varchar          AS holder_id,
@@ -9,9 +10,9 @@ SELECT l.lock_name::varchar          AS lock_name,
        l.expires_at::timestamptz     AS expires_at,
        l.metadata::jsonb             AS metadata,
        (SELECT count(*) FROM distributed_lock_waiters w
-         WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters,
-       clock_timestamp()::timestamptz AS now
+         WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters
   FROM distributed_locks l
+ WHERE sqlc.narg('lock_name')::varchar IS NULL OR l.lock_name = sqlc.narg('lock_name')
  ORDER BY l.lock_name;
 
 -- name: ForceReleaseLock :one

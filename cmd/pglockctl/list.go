@@ -93,7 +93,7 @@ type (
 )
 
 func (a *app) printLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool) error {
-	locks, err := a.collect(ctx, pool, kind, match)
+	locks, err := a.collect(ctx, pool, kind, match, nil)
 	if err != nil {
 		return err
 	}
@@ -142,8 +142,9 @@ func (a *app) printLocks(ctx context.Context, pool *pgxpool.Pool, kind string, m
 	return nil
 }
 
-// collect reads the locks kind asks for whose names match.
-func (a *app) collect(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool) (listJSON, error) {
+// collect reads the locks kind asks for whose names match; only the table lock named only,
+// when only is not nil.
+func (a *app) collect(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool, only *string) (listJSON, error) {
 	q := db.New(db.Translating(pool))
 	now, err := q.DatabaseNow(ctx)
 	if err != nil {
@@ -151,7 +152,7 @@ func (a *app) collect(ctx context.Context, pool *pgxpool.Pool, kind string, matc
 	}
 	out := listJSON{Now: now, TableLocks: []tableLockJSON{}, AdvisoryLocks: []advisoryLockJSON{}}
 	if kind != "advisory" {
-		rows, err := q.ListTableLocks(ctx)
+		rows, err := q.ListTableLocks(ctx, only)
 		if err != nil {
 			return listJSON{}, err
 		}
@@ -161,8 +162,8 @@ func (a *app) collect(ctx context.Context, pool *pgxpool.Pool, kind string, matc
 			}
 			out.TableLocks = append(out.TableLocks, tableLockJSON{
 				Name: r.LockName, Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken,
-				AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, ExpiresInMs: r.ExpiresAt.Sub(r.Now).Milliseconds(),
-				Expired: !r.ExpiresAt.After(r.Now), Waiters: r.Waiters, Metadata: r.Metadata,
+				AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, ExpiresInMs: r.ExpiresAt.Sub(now).Milliseconds(),
+				Expired: !r.ExpiresAt.After(now), Waiters: r.Waiters, Metadata: r.Metadata,
 			})
 		}
 	}

@@ -60,7 +60,7 @@ func (a *app) releaseTable(ctx context.Context, pool *pgxpool.Pool, name string,
 	if err := pglock.ValidateName(name); err != nil {
 		return usageError{err}
 	}
-	locks, err := a.collect(ctx, pool, "table", func(n string) bool { return n == name })
+	locks, err := a.collect(ctx, pool, "table", func(string) bool { return true }, &name)
 	if err != nil {
 		return err
 	}
