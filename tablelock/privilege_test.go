@@ -46,14 +46,7 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(time.Second) // renewed several times
 	require.NoError(t, held.Err())
-	acquired := make(chan *tablelock.Lock)
-	go func() {
-		lk, err := second.Acquire(ctx, "app", nil)
-		if assertNoError(t, err) {
-			acquired <- lk
-		}
-	}()
-	waitForQueue(t, d.Pool, 1)
+	acquired := acquireQueued(t, second, d.Pool, "app", nil)
 	require.NoError(t, held.Release(ctx))
 	next := <-acquired
 	require.NoError(t, pgx.BeginFunc(ctx, d.NewPool(t, asRole), func(tx pgx.Tx) error { return next.Fence(ctx, tx) }))

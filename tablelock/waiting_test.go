@@ -83,13 +83,7 @@ func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 
 	held, err := holder.TryAcquire(ctx, "handoff", opts)
 	require.NoError(t, err)
-	acquired := make(chan *tablelock.Lock)
-	go func() {
-		lk, err := waiter.Acquire(ctx, "handoff", opts)
-		require.NoError(t, err)
-		acquired <- lk
-	}()
-	waitForQueue(t, d.Pool, 1)
+	acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
 	time.Sleep(2 * time.Second) // the waiter's backoff grows past a second
 
 	before := polls.n.Load()
@@ -160,6 +154,21 @@ func TestThousandWaitersInOneProcess(t *testing.T) {
 	locks, queued := countRows(t, d.Pool)
 	require.Zero(t, locks)
 	require.Zero(t, queued)
+}
+
+// acquireQueued starts l.Acquire(name) in the background and returns once it waits in the
+// queue of the database queue is a pool on; the Lock comes on the channel.
+func acquireQueued(t *testing.T, l *tablelock.Locker, queue *pgxpool.Pool, name string, opts *tablelock.AcquireOptions) <-chan *tablelock.Lock {
+	t.Helper()
+	acquired := make(chan *tablelock.Lock, 1)
+	go func() {
+		lk, err := l.Acquire(context.Background(), name, opts)
+		if assertNoError(t, err) {
+			acquired <- lk
+		}
+	}()
+	waitForQueue(t, queue, 1)
+	return acquired
 }
 
 // assertNoError is require.NoError for goroutines other than the test's.
@@ -264,14 +273,7 @@ func TestWaitingWithoutNotifications(t *testing.T) {
 
 	held, err := holder.TryAcquire(ctx, "p", nil)
 	require.NoError(t, err)
-	acquired := make(chan *tablelock.Lock)
-	go func() {
-		lk, err := l.Acquire(ctx, "p", nil)
-		if assertNoError(t, err) {
-			acquired <- lk
-		}
-	}()
-	waitForQueue(t, d.Pool, 1)
+	acquired := acquireQueued(t, l, d.Pool, "p", nil)
 	require.NoError(t, held.Release(ctx))
 	lk := <-acquired
 	require.Greater(t, polls.n.Load(), int64(1), "found by polling")
@@ -329,14 +331,7 @@ func TestOnlyAcquisitionsWaitForTheWALFlush(t *testing.T) {
 
 	contended, err := l.TryAcquire(ctx, "contended", nil)
 	require.NoError(t, err)
-	acquired := make(chan *tablelock.Lock)
-	go func() {
-		lk, err := other.Acquire(ctx, "contended", nil)
-		if assertNoError(t, err) {
-			acquired <- lk
-		}
-	}()
-	waitForQueue(t, d.Pool, 1)
+	acquired := acquireQueued(t, other, d.Pool, "contended", nil)
 	require.NoError(t, contended.Release(ctx))
 	next := <-acquired
 	require.Equal(t, []string{
