@@ -128,25 +128,20 @@ func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (Relea
 
 const tryAcquireLock = `-- name: TryAcquireLock :one
 
-WITH held AS (
-    SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at, l.metadata
-      FROM distributed_locks l
-     WHERE l.lock_name = $1 AND l.holder_id <> $2 AND l.expires_at > clock_timestamp()
-)
-SELECT false                          AS acquired,
-       h.holder_id::varchar           AS holder_id,
-       h.instance::varchar            AS instance,
-       h.fencing_token::bigint        AS fencing_token,
-       h.acquired_at::timestamptz     AS acquired_at,
-       h.expires_at::timestamptz      AS expires_at,
-       h.metadata::jsonb              AS metadata,
-       clock_timestamp()::timestamptz AS checked_at
-  FROM held h
-UNION ALL
-SELECT a.acquired, a.holder_id, a.instance, a.fencing_token, a.acquired_at, a.expires_at,
-       a.metadata, a.checked_at
-  FROM pglock_acquire($1, $2, $3, $4, $5, false) AS a
- WHERE NOT EXISTS (SELECT FROM held)
+SELECT (a).acquired::boolean       AS acquired,
+       (a).holder_id::varchar      AS holder_id,
+       (a).instance::varchar       AS instance,
+       (a).fencing_token::bigint   AS fencing_token,
+       (a).expires_at::timestamptz AS expires_at,
+       (a).metadata::jsonb         AS metadata
+  FROM (SELECT coalesce(
+                   (SELECT ROW(false, false, l.holder_id, l.instance, l.fencing_token, l.acquired_at,
+                               l.expires_at, l.metadata, clock_timestamp())::pglock_acquisition
+                      FROM distributed_locks l
+                     WHERE l.lock_name = $1 AND l.holder_id <> $2
+                       AND l.expires_at > clock_timestamp()),
+                   pglock_acquire($1, $2, $3, $4, $5, false)) AS a
+        OFFSET 0) AS attempt
 `
 
 type TryAcquireLockParams struct {
@@ -162,17 +157,16 @@ type TryAcquireLockRow struct {
 	HolderID     string
 	Instance     string
 	FencingToken int64
-	AcquiredAt   time.Time
 	ExpiresAt    time.Time
 	Metadata     json.RawMessage
-	CheckedAt    time.Time
 }
 
 // sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
 // TryAcquireLock answers a try on a lock someone else holds from a plain read of its row, the
 // cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose answer for
-// that case is the same. The read's condition is not correlated with the function scan, so
-// PostgreSQL gates the scan with it and never runs the function when it holds.
+// that case is the same. coalesce evaluates the call only when the read finds no live holder,
+// and a call inside an expression costs nothing to set up, unlike a function in FROM. OFFSET 0
+// keeps the answer from being computed once per column.
 func (q *Queries) TryAcquireLock(ctx context.Context, arg TryAcquireLockParams) (TryAcquireLockRow, error) {
 	row := q.db.QueryRow(ctx, tryAcquireLock,
 		arg.LockName,
@@ -187,10 +181,8 @@ func (q *Queries) TryAcquireLock(ctx context.Context, arg TryAcquireLockParams) 
 		&i.HolderID,
 		&i.Instance,
 		&i.FencingToken,
-		&i.AcquiredAt,
 		&i.ExpiresAt,
 		&i.Metadata,
-		&i.CheckedAt,
 	)
 	return i, err
 }

@@ -23,7 +23,7 @@ func Translate(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case "42P01", "42883": // undefined_table, undefined_function
+	case "42P01", "42883", "42704": // undefined_table, undefined_function, undefined_object (a type)
 		return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
 	case "22023": // invalid_parameter_value, raised by the SQL contract's argument checks
 		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)

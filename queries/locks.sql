@@ -2,28 +2,24 @@
 
 -- TryAcquireLock answers a try on a lock someone else holds from a plain read of its row, the
 -- cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose answer for
--- that case is the same. The read's condition is not correlated with the function scan, so
--- PostgreSQL gates the scan with it and never runs the function when it holds.
+-- that case is the same. coalesce evaluates the call only when the read finds no live holder,
+-- and a call inside an expression costs nothing to set up, unlike a function in FROM. OFFSET 0
+-- keeps the answer from being computed once per column.
 -- name: TryAcquireLock :one
-WITH held AS (
-    SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at, l.metadata
-      FROM distributed_locks l
-     WHERE l.lock_name = @lock_name AND l.holder_id <> @holder_id AND l.expires_at > clock_timestamp()
-)
-SELECT false                          AS acquired,
-       h.holder_id::varchar           AS holder_id,
-       h.instance::varchar            AS instance,
-       h.fencing_token::bigint        AS fencing_token,
-       h.acquired_at::timestamptz     AS acquired_at,
-       h.expires_at::timestamptz      AS expires_at,
-       h.metadata::jsonb              AS metadata,
-       clock_timestamp()::timestamptz AS checked_at
-  FROM held h
-UNION ALL
-SELECT a.acquired, a.holder_id, a.instance, a.fencing_token, a.acquired_at, a.expires_at,
-       a.metadata, a.checked_at
-  FROM pglock_acquire(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, false) AS a
- WHERE NOT EXISTS (SELECT FROM held);
+SELECT (a).acquired::boolean       AS acquired,
+       (a).holder_id::varchar      AS holder_id,
+       (a).instance::varchar       AS instance,
+       (a).fencing_token::bigint   AS fencing_token,
+       (a).expires_at::timestamptz AS expires_at,
+       (a).metadata::jsonb         AS metadata
+  FROM (SELECT coalesce(
+                   (SELECT ROW(false, false, l.holder_id, l.instance, l.fencing_token, l.acquired_at,
+                               l.expires_at, l.metadata, clock_timestamp())::pglock_acquisition
+                      FROM distributed_locks l
+                     WHERE l.lock_name = @lock_name AND l.holder_id <> @holder_id
+                       AND l.expires_at > clock_timestamp()),
+                   pglock_acquire(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, false)) AS a
+        OFFSET 0) AS attempt;
 
 -- PollLock is a waiter's try: it takes the lock if the waiter's turn has come, else writes (or
 -- keeps) its place in the queue. Only an acquisition waits for the WAL flush: a place lost in a

@@ -39,7 +39,8 @@ func (a *app) listCommand() *cobra.Command {
 				for {
 					fmt.Fprint(a.stdout, "\033[H\033[2J") // home and clear, as watch(1) does
 					fmt.Fprintf(a.stdout, "Every %s: pglockctl list (Ctrl-C to stop)\n\n", interval)
-					if err := a.printLocks(ctx, pool, kind, match); err != nil {
+					// Ctrl-C mid-draw is the normal way to stop, not an error.
+					if err := a.printLocks(ctx, pool, kind, match); err != nil && ctx.Err() == nil {
 						return err
 					}
 					select {
