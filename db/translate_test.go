@@ -13,6 +13,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
 	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/migrations"
 )
 
 func TestTranslateArgumentErrors(t *testing.T) {
@@ -59,6 +60,19 @@ func TestTranslateUnmigratedDatabase(t *testing.T) {
 	rows, err := db.Translating(pool).Query(ctx, "SELECT lock_name FROM distributed_locks")
 	require.Nil(t, rows)
 	require.ErrorIs(t, err, pglock.ErrNotMigrated, "Query translates too")
+}
+
+// An application newer than the schema it meets (a migration not yet applied) is told to migrate.
+func TestTranslateOlderSchema(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
+
+	_, err := db.New(db.Translating(d.Pool)).TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000})
+	require.ErrorIs(t, err, pglock.ErrNotMigrated)
+	require.Contains(t, err.Error(), "pglockctl migrate up")
 }
 
 func TestTranslateLeavesOtherErrorsAloneAndCoversRows(t *testing.T) {
