@@ -32,19 +32,18 @@ func (q *Queries) ExtendLock(ctx context.Context, arg ExtendLockParams) (time.Ti
 }
 
 const pollLock = `-- name: PollLock :one
-SELECT a.acquired::boolean          AS acquired,
-       a.queued::boolean            AS queued,
-       a.holder_id::varchar         AS holder_id,
-       a.instance::varchar          AS instance,
-       a.fencing_token::bigint      AS fencing_token,
-       a.acquired_at::timestamptz   AS acquired_at,
-       a.expires_at::timestamptz    AS expires_at,
-       a.metadata::jsonb            AS metadata,
-       a.checked_at::timestamptz    AS checked_at,
+SELECT a.acquired::boolean                  AS acquired,
+       a.queued::boolean                    AS queued,
+       a.holder_id::varchar                 AS holder_id,
+       a.instance::varchar                  AS instance,
+       coalesce(a.fencing_token, 0)::bigint AS fencing_token,
+       a.expires_at::timestamptz            AS expires_at,
+       a.metadata::jsonb                    AS metadata,
+       a.checked_at::timestamptz            AS checked_at,
        set_config('synchronous_commit',
                   CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
-                  true)             AS synchronous_commit
-  FROM pglock_acquire($1, $2, $3, $4, $5, true) AS a
+                  true)                     AS synchronous_commit
+  FROM pglock_attempt($1, $2, $3, $4, $5, true) AS a
 `
 
 type PollLockParams struct {
@@ -61,7 +60,6 @@ type PollLockRow struct {
 	HolderID          string
 	Instance          string
 	FencingToken      int64
-	AcquiredAt        time.Time
 	ExpiresAt         time.Time
 	Metadata          json.RawMessage
 	CheckedAt         time.Time
@@ -72,6 +70,7 @@ type PollLockRow struct {
 // keeps) its place in the queue. Only an acquisition waits for the WAL flush: a place lost in a
 // crash is written again at the waiter's next poll, and a handoff to it commits durably,
 // flushing it too. (A function's own SET clause would undo set_config on return: it is here.)
+// As in TryAcquireLock, the token is 0 when the answer is a reservation for another waiter.
 func (q *Queries) PollLock(ctx context.Context, arg PollLockParams) (PollLockRow, error) {
 	row := q.db.QueryRow(ctx, pollLock,
 		arg.LockName,
@@ -87,7 +86,6 @@ func (q *Queries) PollLock(ctx context.Context, arg PollLockParams) (PollLockRow
 		&i.HolderID,
 		&i.Instance,
 		&i.FencingToken,
-		&i.AcquiredAt,
 		&i.ExpiresAt,
 		&i.Metadata,
 		&i.CheckedAt,
@@ -128,19 +126,19 @@ func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (Relea
 
 const tryAcquireLock = `-- name: TryAcquireLock :one
 
-SELECT (a).acquired::boolean       AS acquired,
-       (a).holder_id::varchar      AS holder_id,
-       (a).instance::varchar       AS instance,
-       (a).fencing_token::bigint   AS fencing_token,
-       (a).expires_at::timestamptz AS expires_at,
-       (a).metadata::jsonb         AS metadata
+SELECT (a).acquired::boolean                  AS acquired,
+       (a).holder_id::varchar                 AS holder_id,
+       (a).instance::varchar                  AS instance,
+       coalesce((a).fencing_token, 0)::bigint AS fencing_token,
+       (a).expires_at::timestamptz            AS expires_at,
+       (a).metadata::jsonb                    AS metadata
   FROM (SELECT coalesce(
                    (SELECT ROW(false, false, l.holder_id, l.instance, l.fencing_token, l.acquired_at,
                                l.expires_at, l.metadata, clock_timestamp())::pglock_acquisition
                       FROM distributed_locks l
                      WHERE l.lock_name = $1 AND l.holder_id <> $2
                        AND l.expires_at > clock_timestamp()),
-                   pglock_acquire($1, $2, $3, $4, $5, false)) AS a
+                   pglock_attempt($1, $2, $3, $4, $5, false)) AS a
         OFFSET 0) AS attempt
 `
 
@@ -163,10 +161,11 @@ type TryAcquireLockRow struct {
 
 // sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
 // TryAcquireLock answers a try on a lock someone else holds from a plain read of its row, the
-// cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose answer for
+// cost of a primary-key lookup; only otherwise does it call pglock_attempt, whose answer for
 // that case is the same. coalesce evaluates the call only when the read finds no live holder,
 // and a call inside an expression costs nothing to set up, unlike a function in FROM. OFFSET 0
-// keeps the answer from being computed once per column.
+// keeps the answer from being computed once per column. A free lock kept for a waiter has no
+// token yet: 0 then (the token of an answer that is not an acquisition means nothing).
 func (q *Queries) TryAcquireLock(ctx context.Context, arg TryAcquireLockParams) (TryAcquireLockRow, error) {
 	row := q.db.QueryRow(ctx, tryAcquireLock,
 		arg.LockName,

@@ -23,8 +23,12 @@ func Translate(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case "42P01", "42883", "42704": // undefined_table, undefined_function, undefined_object (a type)
+	case "42P01", "42883": // undefined_table, undefined_function
 		return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
+	case "42704": // undefined_object: one of pglock's types, or anything else (a setting, a role)
+		if strings.HasPrefix(pgErr.Message, `type "pglock_`) {
+			return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
+		}
 	case "22023": // invalid_parameter_value, raised by the SQL contract's argument checks
 		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)
 	case "55P03": // lock_not_available: lock_timeout ran out

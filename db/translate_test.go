@@ -84,12 +84,17 @@ func TestTranslateLeavesOtherErrorsAloneAndCoversRows(t *testing.T) {
 	_, err := q.ExtendLock(ctx, db.ExtendLockParams{LockName: "never-held", HolderID: "h", TtlMs: 1000})
 	require.ErrorIs(t, err, pgx.ErrNoRows, "extending a lock not held returns no row")
 
-	_, err = db.Translating(pool).Exec(ctx, "SELECT 1/0")
-	var pgErr *pgconn.PgError
-	require.True(t, errors.As(err, &pgErr))
-	require.Equal(t, "22012", pgErr.Code)
-	for _, sentinel := range []error{pglock.ErrNotMigrated, pglock.ErrInvalidArgument, pglock.ErrInvalidName, pglock.ErrInvalidTTL} {
-		require.NotErrorIs(t, err, sentinel)
+	for sql, code := range map[string]string{
+		"SELECT 1/0":        "22012",
+		"SHOW no_such_knob": "42704", // undefined_object, as a missing pglock type is, but not that
+	} {
+		_, err = db.Translating(pool).Exec(ctx, sql)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr))
+		require.Equal(t, code, pgErr.Code)
+		for _, sentinel := range []error{pglock.ErrNotMigrated, pglock.ErrInvalidArgument, pglock.ErrInvalidName, pglock.ErrInvalidTTL} {
+			require.NotErrorIs(t, err, sentinel, sql)
+		}
 	}
 
 	// An error raised while rows are read is translated too.

@@ -1,16 +1,10 @@
--- Back to contract v4: pglock_acquire returns a set of one row again (000002's text), keeping
--- its grants, then every object 000005 added.
+-- Back to contract v4: 000002's texts of pglock_acquire, acquire_lock_ms and acquire_lock, then
+-- every object 000005 added.
 BEGIN;
 
 SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
 
-CREATE TEMPORARY TABLE pglock_acquire_acl ON COMMIT DROP AS
-SELECT p.proacl FROM pg_proc p
- WHERE p.oid = 'pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)'::regprocedure;
-
-DROP FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean);
-
-CREATE FUNCTION pglock_acquire(
+CREATE OR REPLACE FUNCTION pglock_acquire(
     p_lock_name varchar,
     p_holder_id varchar,
     p_ttl_ms    bigint,
@@ -173,10 +167,54 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) FROM PUBLIC;
-SELECT pglock_grant_execute('pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)', a.proacl)
-  FROM pg_temp.pglock_acquire_acl a;
-DROP FUNCTION pglock_grant_execute(regprocedure, aclitem[]);
+CREATE OR REPLACE FUNCTION acquire_lock_ms(
+    p_lock_name varchar,
+    p_holder_id varchar,
+    p_ttl_ms    bigint,
+    p_metadata  jsonb DEFAULT '{}'
+)
+RETURNS TABLE (
+    acquired      boolean,
+    holder_id     varchar,
+    fencing_token bigint,
+    acquired_at   timestamptz,
+    expires_at    timestamptz,
+    metadata      jsonb
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT a.acquired, a.holder_id, a.fencing_token, a.acquired_at, a.expires_at, a.metadata
+          FROM pglock_acquire(p_lock_name, p_holder_id, p_ttl_ms, p_metadata) a;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION acquire_lock(
+    p_lock_name   varchar,
+    p_holder_id   varchar,
+    p_ttl_seconds integer DEFAULT 30,
+    p_metadata    jsonb DEFAULT '{}'
+)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_acquired boolean;
+BEGIN
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 OR p_ttl_seconds > 86400 THEN
+        RAISE EXCEPTION 'p_ttl_seconds: must be from 1 to 86400 seconds (24 h), got %',
+            coalesce(p_ttl_seconds::text, 'null') USING ERRCODE = '22023';
+    END IF;
+    SELECT a.acquired INTO v_acquired
+      FROM pglock_acquire(p_lock_name, p_holder_id, p_ttl_seconds * 1000::bigint, p_metadata) a;
+    RETURN v_acquired;
+END;
+$$;
+
+DROP FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean);
 DROP TYPE pglock_acquisition;
 
 COMMIT;

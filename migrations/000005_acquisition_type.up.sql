@@ -1,8 +1,8 @@
--- pglock SQL contract v5: pglock_acquire returns one pglock_acquisition value rather than a set
--- of one row. Callers that select from it see the same columns; a query may now also call it
--- inside an expression, which PostgreSQL sets up far more cheaply than a set-returning function
--- in FROM, even when it never runs: a try on a held lock then costs little more than reading
--- the lock row (queries/locks.sql, TryAcquireLock). Its body is unchanged.
+-- pglock SQL contract v5: pglock_attempt, the acquire as one pglock_acquisition value rather than a
+-- set of one row, so that a query can call it inside an expression. PostgreSQL sets such a call
+-- up far more cheaply than a set-returning function in FROM, even one that never runs: a try on a
+-- held lock then costs little more than reading the lock row (queries/locks.sql). Every function
+-- before it keeps its signature and result; pglock_acquire and v1's acquires now call it.
 BEGIN;
 
 SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
@@ -21,51 +21,18 @@ CREATE TYPE pglock_acquisition AS (
 );
 
 COMMENT ON TYPE pglock_acquisition IS
-    'The answer of pglock_acquire: the caller''s lock when acquired, else who holds it or is first in line.';
+    'The answer of pglock_attempt: the caller''s lock when acquired, else who holds it or is first in line.';
 
--- Grants EXECUTE on p_function to everyone p_acl (another function's privileges) lets execute it,
--- but p_function's owner, who needs no grant. A migration that must drop a function and create it
--- anew calls it, so that whoever could call the function before still can, whatever the DBA granted.
-CREATE FUNCTION pglock_grant_execute(p_function regprocedure, p_acl aclitem[])
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_grant record;
-BEGIN
-    FOR v_grant IN SELECT a.grantee, a.is_grantable
-                     FROM aclexplode(p_acl) a, pg_proc p
-                    WHERE p.oid = p_function AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
-    LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s%s', p_function,
-                       CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC' ELSE v_grant.grantee::regrole::text END,
-                       CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END;
-$$;
-
-REVOKE ALL ON FUNCTION pglock_grant_execute(regprocedure, aclitem[]) FROM PUBLIC;
-
--- A function's result type cannot change in place: pglock_acquire is dropped and created anew,
--- with the grants it had.
-DO $$
-BEGIN
-    -- In a DO block: sqlc, which reads these files as the schema, cannot parse CREATE TABLE AS.
-    CREATE TEMPORARY TABLE pglock_acquire_acl ON COMMIT DROP AS
-    SELECT p.proacl FROM pg_proc p
-     WHERE p.oid = 'pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)'::regprocedure;
-END;
-$$;
-
-DROP FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean);
-
--- The one acquire. Takes p_lock_name for p_holder_id if it is free or expired and nobody is
--- queued ahead, or if p_holder_id holds it already (which extends it and keeps its token).
--- Otherwise, with p_wait, queues p_holder_id (or refreshes its place). Returns the caller's lock
--- when acquired, else the current holder's, or the reservation of the waiter a free lock is kept
--- for; queued says whether this call wrote the caller's place in the queue, and checked_at is
--- the database time the answer holds for. Like v1's acquire, call it in a transaction of its own.
-CREATE FUNCTION pglock_acquire(
+-- The one acquire (000002's pglock_acquire, now returning one value). Takes p_lock_name for
+-- p_holder_id if it is free or expired and nobody is queued ahead, or if p_holder_id holds it
+-- already (which extends it and keeps its token). Otherwise, with p_wait, queues p_holder_id (or
+-- refreshes its place). Returns the caller's lock when acquired, else the current holder's, or
+-- the reservation of the waiter a free lock is kept for (which has no token or acquired_at yet);
+-- queued says whether this call wrote the caller's place in the queue, and checked_at is the
+-- database time the answer holds for. Like v1's acquire, call it in a transaction of its own.
+-- In an expression, expand it once (FROM, LATERAL or OFFSET 0): (pglock_attempt(...)).* calls
+-- it once per column.
+CREATE FUNCTION pglock_attempt(
     p_lock_name varchar,
     p_holder_id varchar,
     p_ttl_ms    bigint,
@@ -212,8 +179,102 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) FROM PUBLIC;
-SELECT pglock_grant_execute('pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)', a.proacl)
-  FROM pg_temp.pglock_acquire_acl a;
+-- pglock_acquire gives the same answer as a set of one row, as it always has.
+CREATE OR REPLACE FUNCTION pglock_acquire(
+    p_lock_name varchar,
+    p_holder_id varchar,
+    p_ttl_ms    bigint,
+    p_metadata  jsonb   DEFAULT '{}',
+    p_instance  varchar DEFAULT '',
+    p_wait      boolean DEFAULT false
+)
+RETURNS TABLE (
+    acquired      boolean,
+    queued        boolean,
+    holder_id     varchar,
+    instance      varchar,
+    fencing_token bigint,
+    acquired_at   timestamptz,
+    expires_at    timestamptz,
+    metadata      jsonb,
+    checked_at    timestamptz
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT a.* FROM pglock_attempt(p_lock_name, p_holder_id, p_ttl_ms, p_metadata, p_instance, p_wait) a;
+END;
+$$;
+
+-- v1's acquires call the core directly, as before.
+CREATE OR REPLACE FUNCTION acquire_lock_ms(
+    p_lock_name varchar,
+    p_holder_id varchar,
+    p_ttl_ms    bigint,
+    p_metadata  jsonb DEFAULT '{}'
+)
+RETURNS TABLE (
+    acquired      boolean,
+    holder_id     varchar,
+    fencing_token bigint,
+    acquired_at   timestamptz,
+    expires_at    timestamptz,
+    metadata      jsonb
+)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT a.acquired, a.holder_id, a.fencing_token, a.acquired_at, a.expires_at, a.metadata
+          FROM pglock_attempt(p_lock_name, p_holder_id, p_ttl_ms, p_metadata) a;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION acquire_lock(
+    p_lock_name   varchar,
+    p_holder_id   varchar,
+    p_ttl_seconds integer DEFAULT 30,
+    p_metadata    jsonb DEFAULT '{}'
+)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_acquired boolean;
+BEGIN
+    IF p_ttl_seconds IS NULL OR p_ttl_seconds <= 0 OR p_ttl_seconds > 86400 THEN
+        RAISE EXCEPTION 'p_ttl_seconds: must be from 1 to 86400 seconds (24 h), got %',
+            coalesce(p_ttl_seconds::text, 'null') USING ERRCODE = '22023';
+    END IF;
+    SELECT a.acquired INTO v_acquired
+      FROM pglock_attempt(p_lock_name, p_holder_id, p_ttl_seconds * 1000::bigint, p_metadata) a;
+    RETURN v_acquired;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean) FROM PUBLIC;
+
+-- Whoever may call pglock_acquire may call pglock_attempt, which pglock's Go packages now use:
+-- a role granted what docs/sql.md listed before keeps working after the upgrade.
+DO $$
+DECLARE
+    v_grant record;
+BEGIN
+    FOR v_grant IN SELECT a.grantee, a.is_grantable
+                     FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+                    WHERE p.oid = 'pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)'::pg_catalog.regprocedure
+                      AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+    LOOP
+        EXECUTE pg_catalog.format(
+            'GRANT EXECUTE ON FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean) TO %s%s',
+            CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC' ELSE v_grant.grantee::pg_catalog.regrole::text END,
+            CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END;
+$$;
 
 COMMIT;

@@ -398,6 +398,7 @@ func TestContractLeastPrivilegeRole(t *testing.T) {
 		GRANT SELECT ON distributed_locks TO %[1]s;
 		GRANT EXECUTE ON FUNCTION acquire_lock(varchar, varchar, integer, jsonb), acquire_lock_ms(varchar, varchar, bigint, jsonb),
 			extend_lock(varchar, varchar, integer), extend_lock_ms(varchar, varchar, bigint), release_lock(varchar, varchar),
+			pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean),
 			pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean), pglock_release(varchar, varchar),
 			verify_fence(varchar, bigint) TO %[1]s;
 		CREATE ROLE %[1]s_none;

@@ -311,9 +311,9 @@ func TestDownMoreStepsThanApplied(t *testing.T) {
 	require.Equal(t, []string{"table " + migrations.VersionTable}, schemaObjects(t, d.Pool))
 }
 
-// 000005 drops pglock_acquire and creates it anew (its result type changed); up and down, every
-// role a DBA let call it can still call it, and no other.
-func TestReplacedFunctionsKeepTheirGrants(t *testing.T) {
+// 000005 adds pglock_attempt, which the Go packages call instead of pglock_acquire: every role a
+// DBA let call pglock_acquire may call it after the upgrade (no other role), and keeps what it had.
+func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, &testdb.Options{Unmigrated: true})
 	ctx := context.Background()
@@ -321,16 +321,16 @@ func TestReplacedFunctionsKeepTheirGrants(t *testing.T) {
 	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
 
 	role := fmt.Sprintf("pglock_grants_%d", time.Now().UnixNano()) // roles are cluster-wide
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s_app; CREATE ROLE %[1]s_admin; CREATE ROLE %[1]s_none;
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s_app; CREATE ROLE "%[1]s Admin"; CREATE ROLE %[1]s_none;
 		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %[1]s_app;
-		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %[1]s_admin WITH GRANT OPTION`, role))
+		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "%[1]s Admin" WITH GRANT OPTION`, role))
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s_app, %[1]s_admin, %[1]s_none;
-			DROP ROLE %[1]s_app; DROP ROLE %[1]s_admin; DROP ROLE %[1]s_none`, role))
+		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s_app, "%[1]s Admin", %[1]s_none;
+			DROP ROLE %[1]s_app; DROP ROLE "%[1]s Admin"; DROP ROLE %[1]s_none`, role))
 		require.NoError(t, err)
 	})
-	requireGrants := func(when string) {
+	requireGrants := func(when, function string) {
 		t.Helper()
 		for _, c := range []struct {
 			role, privilege string
@@ -338,21 +338,22 @@ func TestReplacedFunctionsKeepTheirGrants(t *testing.T) {
 		}{
 			{role + "_app", "EXECUTE", true},
 			{role + "_app", "EXECUTE WITH GRANT OPTION", false},
-			{role + "_admin", "EXECUTE WITH GRANT OPTION", true},
+			{role + " Admin", "EXECUTE WITH GRANT OPTION", true},
 			{role + "_none", "EXECUTE", false},
 			{"public", "EXECUTE", false},
 		} {
 			var has bool
-			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT has_function_privilege($1,
-				'pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)', $2)`, c.role, c.privilege).Scan(&has))
-			require.Equal(t, c.want, has, "%s: %s %s", when, c.role, c.privilege)
+			require.NoError(t, d.Pool.QueryRow(ctx, "SELECT has_function_privilege($1, $2, $3)", c.role,
+				function+"(varchar, varchar, bigint, jsonb, varchar, boolean)", c.privilege).Scan(&has))
+			require.Equal(t, c.want, has, "%s, %s: %s %s", when, function, c.role, c.privilege)
 		}
 	}
 
 	require.NoError(t, migrations.Up(ctx, d.Pool))
-	requireGrants("after up")
+	requireGrants("after up", "pglock_acquire")
+	requireGrants("after up", "pglock_attempt")
 	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
-	requireGrants("after down")
+	requireGrants("after down", "pglock_acquire")
 }
 
 // upFiles lists the up migrations in the order they apply.

@@ -1,44 +1,45 @@
 -- sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
 
 -- TryAcquireLock answers a try on a lock someone else holds from a plain read of its row, the
--- cost of a primary-key lookup; only otherwise does it call pglock_acquire, whose answer for
+-- cost of a primary-key lookup; only otherwise does it call pglock_attempt, whose answer for
 -- that case is the same. coalesce evaluates the call only when the read finds no live holder,
 -- and a call inside an expression costs nothing to set up, unlike a function in FROM. OFFSET 0
--- keeps the answer from being computed once per column.
+-- keeps the answer from being computed once per column. A free lock kept for a waiter has no
+-- token yet: 0 then (the token of an answer that is not an acquisition means nothing).
 -- name: TryAcquireLock :one
-SELECT (a).acquired::boolean       AS acquired,
-       (a).holder_id::varchar      AS holder_id,
-       (a).instance::varchar       AS instance,
-       (a).fencing_token::bigint   AS fencing_token,
-       (a).expires_at::timestamptz AS expires_at,
-       (a).metadata::jsonb         AS metadata
+SELECT (a).acquired::boolean                  AS acquired,
+       (a).holder_id::varchar                 AS holder_id,
+       (a).instance::varchar                  AS instance,
+       coalesce((a).fencing_token, 0)::bigint AS fencing_token,
+       (a).expires_at::timestamptz            AS expires_at,
+       (a).metadata::jsonb                    AS metadata
   FROM (SELECT coalesce(
                    (SELECT ROW(false, false, l.holder_id, l.instance, l.fencing_token, l.acquired_at,
                                l.expires_at, l.metadata, clock_timestamp())::pglock_acquisition
                       FROM distributed_locks l
                      WHERE l.lock_name = @lock_name AND l.holder_id <> @holder_id
                        AND l.expires_at > clock_timestamp()),
-                   pglock_acquire(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, false)) AS a
+                   pglock_attempt(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, false)) AS a
         OFFSET 0) AS attempt;
 
 -- PollLock is a waiter's try: it takes the lock if the waiter's turn has come, else writes (or
 -- keeps) its place in the queue. Only an acquisition waits for the WAL flush: a place lost in a
 -- crash is written again at the waiter's next poll, and a handoff to it commits durably,
 -- flushing it too. (A function's own SET clause would undo set_config on return: it is here.)
+-- As in TryAcquireLock, the token is 0 when the answer is a reservation for another waiter.
 -- name: PollLock :one
-SELECT a.acquired::boolean          AS acquired,
-       a.queued::boolean            AS queued,
-       a.holder_id::varchar         AS holder_id,
-       a.instance::varchar          AS instance,
-       a.fencing_token::bigint      AS fencing_token,
-       a.acquired_at::timestamptz   AS acquired_at,
-       a.expires_at::timestamptz    AS expires_at,
-       a.metadata::jsonb            AS metadata,
-       a.checked_at::timestamptz    AS checked_at,
+SELECT a.acquired::boolean                  AS acquired,
+       a.queued::boolean                    AS queued,
+       a.holder_id::varchar                 AS holder_id,
+       a.instance::varchar                  AS instance,
+       coalesce(a.fencing_token, 0)::bigint AS fencing_token,
+       a.expires_at::timestamptz            AS expires_at,
+       a.metadata::jsonb                    AS metadata,
+       a.checked_at::timestamptz            AS checked_at,
        set_config('synchronous_commit',
                   CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
-                  true)             AS synchronous_commit
-  FROM pglock_acquire(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, true) AS a;
+                  true)                     AS synchronous_commit
+  FROM pglock_attempt(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, true) AS a;
 
 -- ExtendLock returns no row (pgx.ErrNoRows) when the lock is not held.
 -- name: ExtendLock :one

@@ -25,6 +25,7 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		GRANT USAGE ON SCHEMA public TO %[1]s;
 		GRANT SELECT ON distributed_locks, distributed_lock_waiters TO %[1]s;
 		GRANT EXECUTE ON FUNCTION
+			pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean),
 			pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean),
 			pglock_release(varchar, varchar), verify_fence(varchar, bigint),
 			extend_lock_ms(varchar, varchar, bigint) TO %[1]s;`, role))

@@ -262,3 +262,31 @@ func TestWithLockReleasesWhenTheFunctionPanics(t *testing.T) {
 	require.NoError(t, lk.Release(ctx))
 	require.Equal(t, tablelock.Stats{}, l.Stats())
 }
+
+// A free lock kept for the first waiter has no token yet. A try, and a wait queued behind that
+// waiter, are told whom the lock is kept for (they used to fail reading the NULL token).
+func TestLockKeptForAWaiterIsReportedAsHeld(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `SELECT pglock_attempt('kept', 'lapsing', 30000, '{}', 'sql', false)`)
+	require.NoError(t, err)
+	_, err = d.Pool.Exec(ctx, `SELECT pglock_attempt('kept', 'first-waiter', 60000, '{"by": "w"}', 'w-instance', true)`)
+	require.NoError(t, err)
+	_, err = d.Pool.Exec(ctx, `UPDATE distributed_locks SET expires_at = clock_timestamp() - interval '1 second'`)
+	require.NoError(t, err)
+	l := newLocker(t, d.Pool, nil)
+
+	requireKept := func(err error) {
+		t.Helper()
+		var locked *tablelock.LockedError
+		require.ErrorAs(t, err, &locked)
+		require.Equal(t, "first-waiter", locked.Holder)
+		require.Equal(t, "w-instance", locked.Instance)
+		require.Equal(t, map[string]any{"by": "w"}, locked.Metadata)
+	}
+	_, err = l.TryAcquire(ctx, "kept", nil)
+	requireKept(err)
+	_, err = l.Acquire(ctx, "kept", &tablelock.AcquireOptions{WaitTimeout: 200 * time.Millisecond})
+	requireKept(err)
+}
