@@ -84,7 +84,9 @@ func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 	held, err := holder.TryAcquire(ctx, "handoff", opts)
 	require.NoError(t, err)
 	acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
-	time.Sleep(2 * time.Second) // the waiter's backoff grows past a second
+	// Release just after the waiter's ninth poll: its backoff, doubling from 10 ms, puts the next
+	// one over a second later, so only the handoff can wake it before then.
+	require.Eventually(t, func() bool { return polls.n.Load() >= 9 }, 30*time.Second, time.Millisecond)
 
 	before := polls.n.Load()
 	require.NoError(t, held.Release(ctx))
