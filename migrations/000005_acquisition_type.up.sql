@@ -5,7 +5,26 @@
 -- before it keeps its signature and result; pglock_acquire and v1's acquires now call it.
 BEGIN;
 
-SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+
+-- The check runs as whoever migrates, so it names exact types: an operator or function that
+-- matches exactly wins over pg_catalog's implicit casts, and a role that may create objects in
+-- the schema could otherwise run code as the migrating role (000001's text compared oid = 0).
+CREATE OR REPLACE FUNCTION pglock_check_schema_is_safe()
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n,
+                      pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n'::"char", n.nspowner))) a
+                WHERE n.oid = pg_catalog.current_schema()::pg_catalog.regnamespace::pg_catalog.oid
+                  AND a.grantee = 0::pg_catalog.oid AND a.privilege_type = 'CREATE'::pg_catalog.text) THEN
+        RAISE EXCEPTION 'pglock: every role may create objects in schema %, so they could hijack pglock''s SECURITY DEFINER functions', pg_catalog.current_schema()
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC, or install pglock into a schema of its own.', pg_catalog.current_schema());
+    END IF;
+END;
+$$;
 SELECT pglock_check_schema_is_safe();
 
 CREATE TYPE pglock_acquisition AS (
@@ -258,20 +277,29 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean) FROM PUBLIC;
 
--- Whoever may call pglock_acquire may call pglock_attempt, which pglock's Go packages now use:
--- a role granted what docs/sql.md listed before keeps working after the upgrade.
+-- pglock_attempt and its result type belong to whoever owns pglock_acquire, which calls it with
+-- that owner's rights: migrating as another role (a superuser, say) must not change whose
+-- rights the acquire runs with. Whoever may call pglock_acquire may call pglock_attempt, which
+-- pglock's Go packages now use: a role granted what docs/sql.md listed before keeps working.
+-- This block runs as the migrating role, so it names exact types (see the check above).
 DO $$
 DECLARE
-    v_grant record;
+    v_acquire pg_catalog.oid := 'pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)'::pg_catalog.regprocedure::pg_catalog.oid;
+    v_owner   pg_catalog.regrole;
+    v_grant   record;
 BEGIN
+    SELECT p.proowner::pg_catalog.regrole INTO v_owner FROM pg_catalog.pg_proc p WHERE p.oid = v_acquire;
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean) OWNER TO %s', v_owner);
+    EXECUTE pg_catalog.format('ALTER TYPE pglock_acquisition OWNER TO %s', v_owner);
     FOR v_grant IN SELECT a.grantee, a.is_grantable
                      FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-                    WHERE p.oid = 'pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)'::pg_catalog.regprocedure
-                      AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+                    WHERE p.oid = v_acquire AND a.privilege_type = 'EXECUTE'::pg_catalog.text
+                      AND a.grantee <> p.proowner
     LOOP
         EXECUTE pg_catalog.format(
             'GRANT EXECUTE ON FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean) TO %s%s',
-            CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC' ELSE v_grant.grantee::pg_catalog.regrole::text END,
+            CASE WHEN v_grant.grantee = 0::pg_catalog.oid THEN 'PUBLIC' ELSE v_grant.grantee::pg_catalog.regrole::pg_catalog.text END,
             CASE WHEN v_grant.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
 END;

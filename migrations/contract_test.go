@@ -421,6 +421,8 @@ func TestContractLeastPrivilegeRole(t *testing.T) {
 	var token int64
 	require.NoError(t, conn.QueryRow(ctx, "SELECT fencing_token FROM distributed_locks WHERE lock_name = 'app'").Scan(&token))
 	require.True(t, callBool(t, conn, "SELECT verify_fence('app', $1)", token), "verify_fence takes FOR SHARE with only SELECT granted")
+	require.False(t, callBool(t, conn, "SELECT acquired FROM pglock_attempt($1, $2, 30000)", "app", "h2"),
+		"the try Go sends, granted as docs/sql.md says")
 	require.False(t, callBool(t, conn, waitSQL, "app", "h2"), "queueing needs no table privilege")
 	require.True(t, callBool(t, conn, releaseSQL, "app", "h1"), "and the handoff neither")
 	require.True(t, callBool(t, conn, releaseSQL, "app", "h2"))

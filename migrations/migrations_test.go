@@ -356,6 +356,89 @@ func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
 	requireGrants("after down", "pglock_acquire")
 }
 
+// A schema owned by an ordinary role, upgraded by a superuser: the new acquire runs with the
+// owner's rights like the functions that call it, so the owner and its grantees can still
+// acquire, and nothing runs as the superuser.
+func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	owner := fmt.Sprintf("pglock_owner_%d", time.Now().UnixNano()) // roles are cluster-wide
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s; CREATE ROLE %[1]s_app;
+		CREATE SCHEMA %[1]s AUTHORIZATION %[1]s; GRANT USAGE ON SCHEMA %[1]s TO %[1]s_app`, owner))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA %[1]s CASCADE;
+			DROP OWNED BY %[1]s, %[1]s_app; DROP ROLE %[1]s; DROP ROLE %[1]s_app`, owner))
+		require.NoError(t, err)
+	})
+	inSchema := func(role string) *pgxpool.Pool {
+		return d.NewPool(t, func(c *pgxpool.Config) {
+			c.ConnConfig.RuntimeParams["search_path"] = owner
+			if role != "" {
+				c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+					_, err := conn.Exec(ctx, "SET ROLE "+role)
+					return err
+				}
+			}
+		})
+	}
+	asOwner, asSuperuser, asApp := inSchema(owner), inSchema(""), inSchema(owner+"_app")
+
+	require.NoError(t, migrations.Up(ctx, asOwner))
+	require.NoError(t, migrations.Down(ctx, asOwner, 1))
+	_, err = asOwner.Exec(ctx, "GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "+owner+"_app")
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, asSuperuser))
+
+	var functionOwner, typeOwner string
+	require.NoError(t, asSuperuser.QueryRow(ctx, `SELECT
+		(SELECT proowner::regrole::text FROM pg_proc WHERE oid = 'pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean)'::regprocedure),
+		(SELECT typowner::regrole::text FROM pg_type WHERE oid = 'pglock_acquisition'::regtype)`).Scan(&functionOwner, &typeOwner))
+	require.Equal(t, []string{owner, owner}, []string{functionOwner, typeOwner})
+	var acquired bool
+	require.NoError(t, asOwner.QueryRow(ctx, "SELECT acquire_lock('owned', 'h1', 30)").Scan(&acquired))
+	require.True(t, acquired, "v1's acquire, which calls pglock_attempt as the owner")
+	require.NoError(t, asApp.QueryRow(ctx, "SELECT acquired FROM pglock_acquire('owned', 'h2', 30000)").Scan(&acquired))
+	require.False(t, acquired, "the owner's grantee, through pglock_acquire")
+	require.NoError(t, asApp.QueryRow(ctx, "SELECT acquired FROM pglock_attempt('owned', 'h2', 30000)").Scan(&acquired))
+	require.False(t, acquired, "and directly")
+}
+
+// A role that may create objects in the schema (not every role: Up refuses that) defines
+// operators that match pglock's comparisons more exactly than pg_catalog's. 000005's own SQL,
+// which runs as the migrating role, must not call them.
+func TestUpgradeRunsNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
+
+	creator := fmt.Sprintf("pglock_creator_%d", time.Now().UnixNano()) // roles are cluster-wide
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s; GRANT CREATE ON SCHEMA public TO %[1]s;
+		SET ROLE %[1]s;
+		CREATE FUNCTION public.hijacked(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
+			$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %%', current_user; END $$;
+		CREATE FUNCTION public.hijacked(oid, regnamespace) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
+		CREATE FUNCTION public.hijacked(oid, regprocedure) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
+		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.hijacked);
+		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regnamespace, FUNCTION = public.hijacked);
+		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
+		RESET ROLE`, creator))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %[1]s; DROP ROLE %[1]s", creator))
+		require.NoError(t, err)
+	})
+	for _, trap := range []string{"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure"} {
+		_, err = d.Pool.Exec(ctx, trap)
+		require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
+	}
+
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+}
+
 // upFiles lists the up migrations in the order they apply.
 func upFiles(t *testing.T) []string {
 	t.Helper()
