@@ -315,10 +315,8 @@ func TestDownMoreStepsThanApplied(t *testing.T) {
 // DBA let call pglock_acquire may call it after the upgrade (no other role), and keeps what it had.
 func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	d := oneVersionBehind(t)
 	ctx := context.Background()
-	require.NoError(t, migrations.Up(ctx, d.Pool))
-	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
 
 	role := fmt.Sprintf("pglock_grants_%d", time.Now().UnixNano()) // roles are cluster-wide
 	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s_app; CREATE ROLE "%[1]s Admin"; CREATE ROLE %[1]s_none;
@@ -410,10 +408,8 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 // which runs as the migrating role, must not call them.
 func TestUpgradeRunsNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	d := oneVersionBehind(t)
 	ctx := context.Background()
-	require.NoError(t, migrations.Up(ctx, d.Pool))
-	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
 
 	creator := fmt.Sprintf("pglock_creator_%d", time.Now().UnixNano()) // roles are cluster-wide
 	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s; GRANT CREATE ON SCHEMA public TO %[1]s;
@@ -437,6 +433,15 @@ func TestUpgradeRunsNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	}
 
 	require.NoError(t, migrations.Up(ctx, d.Pool))
+}
+
+// oneVersionBehind is a database with every migration applied but the newest, to upgrade.
+func oneVersionBehind(t *testing.T) *testdb.DB {
+	t.Helper()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	require.NoError(t, migrations.Up(context.Background(), d.Pool))
+	require.NoError(t, migrations.Down(context.Background(), d.Pool, 1))
+	return d
 }
 
 // upFiles lists the up migrations in the order they apply.
