@@ -1,4 +1,4 @@
--- sqlc cannot see the columns of a function that RETURNS TABLE, so they are named and cast here.
+-- sqlc cannot see the columns of what a function returns, so they are named and cast here.
 
 -- TryAcquireLock answers a try on a lock someone else holds from a plain read of its row, the
 -- cost of a primary-key lookup; only otherwise does it call pglock_attempt, whose answer for
