@@ -390,24 +390,18 @@ func TestContractReleaseNotifiesWaiters(t *testing.T) {
 // and cannot write the table itself.
 func TestContractLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
-	pool := testdb.New(t, nil).Pool
+	d := testdb.New(t, nil)
+	pool := d.Pool
 	ctx := context.Background()
-	role := fmt.Sprintf("pglock_app_%d", time.Now().UnixNano()) // roles are cluster-wide
-	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s;
-		GRANT USAGE ON SCHEMA public TO %[1]s;
+	role, none := d.NewRole(t, "pglock_app"), d.NewRole(t, "pglock_none")
+	_, err := pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s, %[2]s;
 		GRANT SELECT ON distributed_locks TO %[1]s;
 		GRANT EXECUTE ON FUNCTION acquire_lock(varchar, varchar, integer, jsonb), acquire_lock_ms(varchar, varchar, bigint, jsonb),
 			extend_lock(varchar, varchar, integer), extend_lock_ms(varchar, varchar, bigint), release_lock(varchar, varchar),
 			pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean),
 			pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean), pglock_release(varchar, varchar),
-			verify_fence(varchar, bigint) TO %[1]s;
-		CREATE ROLE %[1]s_none;
-		GRANT USAGE ON SCHEMA public TO %[1]s_none;`, role))
+			verify_fence(varchar, bigint) TO %[1]s`, role, none))
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s, %[1]s_none; DROP ROLE %[1]s; DROP ROLE %[1]s_none`, role))
-		require.NoError(t, err)
-	})
 
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
@@ -440,7 +434,7 @@ func TestContractLeastPrivilegeRole(t *testing.T) {
 		require.Equal(t, "42501", pgErr.Code, write) // insufficient_privilege
 	}
 
-	_, err = conn.Exec(ctx, "SET ROLE "+role+"_none")
+	_, err = conn.Exec(ctx, "SET ROLE "+none)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, acquireSQL, "app", "h1", 30)
 	var pgErr *pgconn.PgError

@@ -318,26 +318,22 @@ func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
 	d := oneVersionBehind(t)
 	ctx := context.Background()
 
-	role := fmt.Sprintf("pglock_grants_%d", time.Now().UnixNano()) // roles are cluster-wide
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s_app; CREATE ROLE "%[1]s Admin"; CREATE ROLE %[1]s_none;
-		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %[1]s_app;
-		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "%[1]s Admin" WITH GRANT OPTION`, role))
+	app, admin, none := d.NewRole(t, "pglock_app"), d.NewRole(t, "pglock Admin"), d.NewRole(t, "pglock_none")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`
+		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %s;
+		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %s WITH GRANT OPTION`,
+		app, pgx.Identifier{admin}.Sanitize()))
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s_app, "%[1]s Admin", %[1]s_none;
-			DROP ROLE %[1]s_app; DROP ROLE "%[1]s Admin"; DROP ROLE %[1]s_none`, role))
-		require.NoError(t, err)
-	})
 	requireGrants := func(when, function string) {
 		t.Helper()
 		for _, c := range []struct {
 			role, privilege string
 			want            bool
 		}{
-			{role + "_app", "EXECUTE", true},
-			{role + "_app", "EXECUTE WITH GRANT OPTION", false},
-			{role + " Admin", "EXECUTE WITH GRANT OPTION", true},
-			{role + "_none", "EXECUTE", false},
+			{app, "EXECUTE", true},
+			{app, "EXECUTE WITH GRANT OPTION", false},
+			{admin, "EXECUTE WITH GRANT OPTION", true},
+			{none, "EXECUTE", false},
 			{"public", "EXECUTE", false},
 		} {
 			var has bool
@@ -361,13 +357,11 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, &testdb.Options{Unmigrated: true})
 	ctx := context.Background()
-	owner := fmt.Sprintf("pglock_owner_%d", time.Now().UnixNano()) // roles are cluster-wide
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s; CREATE ROLE %[1]s_app;
-		CREATE SCHEMA %[1]s AUTHORIZATION %[1]s; GRANT USAGE ON SCHEMA %[1]s TO %[1]s_app`, owner))
+	owner, app := d.NewRole(t, "pglock_owner"), d.NewRole(t, "pglock_app")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA %[1]s AUTHORIZATION %[1]s; GRANT USAGE ON SCHEMA %[1]s TO %[2]s`, owner, app))
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`DROP SCHEMA %[1]s CASCADE;
-			DROP OWNED BY %[1]s, %[1]s_app; DROP ROLE %[1]s; DROP ROLE %[1]s_app`, owner))
+		_, err := d.Pool.Exec(context.Background(), "DROP SCHEMA "+owner+" CASCADE")
 		require.NoError(t, err)
 	})
 	inSchema := func(role string) *pgxpool.Pool {
@@ -381,11 +375,11 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 			}
 		})
 	}
-	asOwner, asSuperuser, asApp := inSchema(owner), inSchema(""), inSchema(owner+"_app")
+	asOwner, asSuperuser, asApp := inSchema(owner), inSchema(""), inSchema(app)
 
 	require.NoError(t, migrations.Up(ctx, asOwner))
 	require.NoError(t, migrations.Down(ctx, asOwner, 1))
-	_, err = asOwner.Exec(ctx, "GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "+owner+"_app")
+	_, err = asOwner.Exec(ctx, "GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "+app)
 	require.NoError(t, err)
 	require.NoError(t, migrations.Up(ctx, asSuperuser))
 
@@ -411,8 +405,8 @@ func TestUpgradeRunsNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	d := oneVersionBehind(t)
 	ctx := context.Background()
 
-	creator := fmt.Sprintf("pglock_creator_%d", time.Now().UnixNano()) // roles are cluster-wide
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s; GRANT CREATE ON SCHEMA public TO %[1]s;
+	creator := d.NewRole(t, "pglock_creator")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT CREATE ON SCHEMA public TO %[1]s;
 		SET ROLE %[1]s;
 		CREATE FUNCTION public.hijacked(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
 			$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %%', current_user; END $$;
@@ -423,10 +417,6 @@ func TestUpgradeRunsNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
 		RESET ROLE`, creator))
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %[1]s; DROP ROLE %[1]s", creator))
-		require.NoError(t, err)
-	})
 	for _, trap := range []string{"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure"} {
 		_, err = d.Pool.Exec(ctx, trap)
 		require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)

@@ -20,9 +20,8 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
-	role := fmt.Sprintf("pglock_app_%d", time.Now().UnixNano()) // roles are cluster-wide
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s;
-		GRANT USAGE ON SCHEMA public TO %[1]s;
+	role := d.NewRole(t, "pglock_app")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s;
 		GRANT SELECT ON distributed_locks, distributed_lock_waiters TO %[1]s;
 		GRANT EXECUTE ON FUNCTION
 			pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean),
@@ -30,10 +29,6 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 			pglock_release(varchar, varchar), verify_fence(varchar, bigint),
 			extend_lock_ms(varchar, varchar, bigint) TO %[1]s;`, role))
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := d.Pool.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %[1]s; DROP ROLE %[1]s", role))
-		require.NoError(t, err)
-	})
 	asRole := func(c *pgxpool.Config) {
 		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, "SET ROLE "+role)

@@ -64,6 +64,24 @@ func (d *DB) NewPool(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Poo
 	return pool
 }
 
+// NewRole creates a role named prefix and a suffix that makes it unique in the cluster (roles are
+// cluster-wide, shared by parallel tests), and returns its name. When the test ends, the role is
+// dropped with whatever it owns and was granted in this database.
+func (d *DB) NewRole(t testing.TB, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	role := pgx.Identifier{name}.Sanitize()
+	if _, err := d.Pool.Exec(context.Background(), "CREATE ROLE "+role); err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := d.Pool.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("testdb: %v", err)
+		}
+	})
+	return name
+}
+
 // New creates a database for the calling test, cloned from a template database built once (per
 // server, for each set of migration files and Options) so that each clone costs ~70 ms. Each
 // test has a database of its own because advisory locks and NOTIFY are scoped to a database: in
