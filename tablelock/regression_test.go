@@ -2,12 +2,9 @@ package tablelock_test
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -16,29 +13,6 @@ import (
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/tablelock"
 )
-
-// gate holds up the first query whose SQL contains match until release is closed (or the
-// query's context ends, as a real network delay would).
-type gate struct {
-	match   string
-	once    sync.Once
-	started chan struct{}
-	release chan struct{}
-}
-
-func (g *gate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(data.SQL, g.match) {
-		g.once.Do(func() {
-			close(g.started)
-			select {
-			case <-g.release:
-			case <-ctx.Done():
-			}
-		})
-	}
-	return ctx
-}
-func (g *gate) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // Close gives away the locks it holds, so their users are told first: a WithLock function's
 // context is canceled, with a cause matching ErrLockLost and ErrClosed.
@@ -67,30 +41,47 @@ func TestCloseDeclaresLocksInUseLost(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrLockLost, "WithLock reports it")
 }
 
-// An acquisition that completes while Close runs would be kept by nobody: it is released, and
-// the caller gets ErrClosed.
-func TestAcquisitionRacingCloseIsReleased(t *testing.T) {
+// Close does not wait for a try that the server holds up: the try returns ErrClosed at once.
+// (What the server does with it later is given back, unless it overtakes the give-back: then
+// the lock waits out its TTL, as for a try whose ctx ends on the wire.)
+func TestCloseCutsOffATryUnderWay(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
-	g := &gate{match: "name: TryAcquireLock", started: make(chan struct{}), release: make(chan struct{})}
-	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = g })
-	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
+	l, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "x"})
 	require.NoError(t, err)
-	other := newLocker(t, d.Pool, nil)
+	// An expired lease whose row a transaction keeps locked: a takeover waits on the server.
+	_, err = d.Pool.Exec(ctx, `INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
+		VALUES ('r2', 'gone', 1, clock_timestamp() - interval '1 minute', clock_timestamp() - interval '1 second')`)
+	require.NoError(t, err)
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT FROM distributed_locks WHERE lock_name = 'r2' FOR UPDATE")
+	require.NoError(t, err)
 
 	got := make(chan error, 1)
 	go func() {
-		_, err := l.TryAcquire(ctx, "r2", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+		_, err := l.TryAcquire(ctx, "r2", &tablelock.AcquireOptions{TTL: time.Second})
 		got <- err
 	}()
-	<-g.started
-	require.NoError(t, l.Close(ctx))
-	close(g.release)
-	require.ErrorIs(t, <-got, pglock.ErrClosed)
-	lk2, err := other.TryAcquire(ctx, "r2", nil)
-	require.NoError(t, err, "released at once, not left to expire")
-	require.NoError(t, lk2.Release(ctx))
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: TryAcquireLock%')`).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the try waits on the server")
+
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, pglock.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("TryAcquire still waits for the server after Close")
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, <-closed)
 }
 
 // After Extend to a shorter TTL, renewals follow the new TTL's heartbeat.

@@ -3,6 +3,8 @@ package tablelock
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 type answer[T any] struct {
@@ -38,13 +40,34 @@ func settled[T any](l *Locker, ctx context.Context, limit time.Duration, send fu
 	}
 }
 
-// enter counts an operation in l.waits, so that Close waits for it; false once closed.
-func (l *Locker) enter() bool {
+// startTry counts a try in l.waits, so that Close waits for it, and lets Close cut off its
+// connection; false once closed.
+func (l *Locker) startTry(conn *pgxpool.Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return false
 	}
 	l.waits.Add(1)
+	l.tryConns[conn] = struct{}{}
 	return true
+}
+
+// endTry takes the try's connection out of Close's reach, and reports whether Close cut it
+// off: then a try that finished anyway leaves a deadline behind, which it clears so that the
+// connection goes back to the pool usable. The count in l.waits stays the caller's to end.
+func (l *Locker) endTry(conn *pgxpool.Conn) (cutOff bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.tryConns, conn)
+	if l.closed {
+		conn.Conn().PgConn().Conn().SetDeadline(time.Time{})
+	}
+	return l.closed
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }
