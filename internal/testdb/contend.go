@@ -3,6 +3,7 @@ package testdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -126,5 +127,70 @@ func RawAdvisoryWorkers(tb testing.TB, pools []*pgxpool.Pool, key int64) func(wo
 			_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
 			return waited, err
 		}, conn.Release
+	}
+}
+
+// RawHandoffWorkers are Contend workers for the floor of a durable handoff queue written by
+// hand: one lock row, a place per waiter, and each worker handing the lock to the next in turn.
+// A handoff is one durable statement (take the next worker's place, make it the holder with a
+// new token, NOTIFY its name on a channel all workers listen on, as pglock_handoff is); the
+// releaser then queues again without waiting for the WAL flush. This is what any lease queue
+// with direct handoff pays per acquisition on the machine, without pglock's checks, fairness
+// bookkeeping or lost-notification safety nets.
+func RawHandoffWorkers(tb testing.TB, pools []*pgxpool.Pool, name string) func(worker int) (func() (time.Duration, error), func()) {
+	turns := make([]chan struct{}, len(pools))
+	for i := range turns {
+		turns[i] = make(chan struct{}, 1)
+	}
+	holder := func(worker int) string { return fmt.Sprintf("raw-%d", worker) }
+	return func(worker int) (func() (time.Duration, error), func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		conn, err := pools[worker].Acquire(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		listener, err := pools[worker].Acquire(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := listener.Exec(ctx, "LISTEN pglock_raw_handoff"); err != nil {
+			tb.Fatal(err)
+		}
+		if worker == 0 {
+			if _, err := conn.Exec(ctx, rawHandoffSetupSQL, name, holder(0)); err != nil {
+				tb.Fatal(err)
+			}
+			turns[0] <- struct{}{}
+		} else if _, err := conn.Exec(ctx, rawQueueSQL, name, holder(worker)); err != nil {
+			tb.Fatal(err)
+		}
+		var listening sync.WaitGroup
+		listening.Go(func() {
+			for {
+				n, err := listener.Conn().WaitForNotification(ctx)
+				if err != nil {
+					return
+				}
+				if n.Payload == holder(worker) {
+					turns[worker] <- struct{}{}
+				}
+			}
+		})
+		next := holder((worker + 1) % len(pools))
+		return func() (time.Duration, error) {
+				start := time.Now()
+				<-turns[worker]
+				waited := time.Since(start)
+				if _, err := conn.Exec(ctx, rawHandoffSQL, name, next); err != nil {
+					return 0, err
+				}
+				_, err := conn.Exec(ctx, rawQueueSQL, name, holder(worker))
+				return waited, err
+			}, func() {
+				cancel()
+				listening.Wait()
+				listener.Release()
+				conn.Release()
+			}
 	}
 }
