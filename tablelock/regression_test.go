@@ -2,9 +2,13 @@ package tablelock_test
 
 import (
 	"context"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -43,12 +47,33 @@ func TestCloseDeclaresLocksInUseLost(t *testing.T) {
 
 // Close does not wait for a try that the server holds up: the try returns ErrClosed at once.
 // (What the server does with it later is given back, unless it overtakes the give-back: then
-// the lock waits out its TTL, as for a try whose ctx ends on the wire.)
+// the lock waits out its TTL, as for a try whose ctx ends on the wire.) The connection it cut
+// off is pgx's to close, under a deadline of pgx's own that the try must leave in place: else
+// a connection whose cancel request cannot get through stays open as long as the server keeps
+// the query running.
 func TestCloseCutsOffATryUnderWay(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
-	l, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "x"})
+	var dialed []*deadlineRecorder
+	var mu sync.Mutex
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		// pgx closes a cut-off connection in the background; the try, held up on its way back,
+		// runs after that has set its deadline.
+		c.ConnConfig.Tracer = slowFailure{50 * time.Millisecond}
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			dialed = append(dialed, &deadlineRecorder{Conn: conn})
+			return dialed[len(dialed)-1], nil
+		}
+	})
+	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
 	require.NoError(t, err)
 	// An expired lease whose row a transaction keeps locked: a takeover waits on the server.
 	_, err = d.Pool.Exec(ctx, `INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
@@ -80,8 +105,103 @@ func TestCloseCutsOffATryUnderWay(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("TryAcquire still waits for the server after Close")
 	}
+	mu.Lock()
+	tryConn := dialed[0]
+	mu.Unlock()
+	require.False(t, tryConn.lastDeadline().IsZero(), "the try cleared the deadline pgx closes its connection under")
 	require.NoError(t, tx.Rollback(ctx))
 	require.NoError(t, <-closed)
+}
+
+// A try whose answer came back just before Close cut its connection off: the lock it took is
+// released at once and the caller gets ErrClosed. The connection, whose deadline never struck,
+// goes back to the pool and works.
+func TestTryThatBeatCloseIsReleasedAndItsConnectionReused(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	g := &answerGate{started: make(chan struct{}), release: make(chan struct{})}
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.Tracer = g
+	})
+	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
+	require.NoError(t, err)
+	held, err := l.TryAcquire(ctx, "held", nil)
+	require.NoError(t, err)
+	g.armed.Store(true)
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(ctx, "r", &tablelock.AcquireOptions{TTL: time.Minute})
+		got <- err
+	}()
+	<-g.started
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(ctx) }()
+	<-held.Lost() // Close declares held locks lost after it has set the deadlines
+	close(g.release)
+	require.ErrorIs(t, <-got, pglock.ErrClosed)
+	require.NoError(t, <-closed)
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM distributed_locks").Scan(&rows))
+	require.Zero(t, rows, "both locks released at once, not left to their TTL")
+	require.EqualValues(t, 1, pool.Stat().NewConnsCount(), "the try's connection went back usable")
+}
+
+// deadlineRecorder is a connection that remembers the last deadline set on it.
+type deadlineRecorder struct {
+	net.Conn
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (c *deadlineRecorder) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *deadlineRecorder) lastDeadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline
+}
+
+// slowFailure holds up each failed query on its way back.
+type slowFailure struct{ delay time.Duration }
+
+func (slowFailure) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (s slowFailure) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if data.Err != nil {
+		time.Sleep(s.delay)
+	}
+}
+
+// answerGate, once armed, holds up the next query that succeeds after its answer was read,
+// until release is closed.
+type answerGate struct {
+	armed   atomic.Bool
+	once    sync.Once
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *answerGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (g *answerGate) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if g.armed.Load() && data.Err == nil {
+		g.once.Do(func() {
+			close(g.started)
+			<-g.release
+		})
+	}
 }
 
 // After Extend to a shorter TTL, renewals follow the new TTL's heartbeat.

@@ -54,13 +54,15 @@ func (l *Locker) startTry(conn *pgxpool.Conn) bool {
 }
 
 // endTry takes the try's connection out of Close's reach, and reports whether Close cut it
-// off: then a try that finished anyway leaves a deadline behind, which it clears so that the
-// connection goes back to the pool usable. The count in l.waits stays the caller's to end.
+// off. A try that finished before the deadline struck leaves it behind: it is cleared, so that
+// the connection goes back to the pool usable. A connection the deadline did cut is pgx's to
+// close, under a deadline of pgx's own that must stay. The count in l.waits stays the
+// caller's to end.
 func (l *Locker) endTry(conn *pgxpool.Conn) (cutOff bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.tryConns, conn)
-	if l.closed {
+	if l.closed && !conn.Conn().IsClosed() {
 		conn.Conn().PgConn().Conn().SetDeadline(time.Time{})
 	}
 	return l.closed
