@@ -25,9 +25,8 @@ type Lock struct {
 	lostCtx  context.Context // done once the lock is lost; its cause says why
 	markLost context.CancelCauseFunc
 
-	stopKeeping context.CancelFunc // ends the keeper, and any renewal it has in flight
-	keeperCtx   context.Context
-	changed     chan struct{} // the deadline moved: the keeper moves its timers
+	stopKeeping context.CancelFunc // cancels any renewal in flight, once released
+	keepingCtx  context.Context
 
 	renewing sync.Mutex // one renewal at a time, so the lease always follows the latest
 
@@ -36,6 +35,12 @@ type Lock struct {
 	expiresAt time.Time // by the database's clock
 	deadline  time.Time // by this process's monotonic clock: the lock is lost from then on
 	released  bool
+	// Timers, not a goroutine, keep the lock: a goroutine per held lock, started at every
+	// acquisition and woken at every release, costs a short-lived lock a large part of its
+	// time in thread wake-ups.
+	renewal  *time.Timer // the next heartbeat; nil without heartbeats
+	loss     *time.Timer // fires at the deadline
+	failures int         // renewals failed in a row: heartbeats back off while it is not 0
 }
 
 func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {
@@ -43,10 +48,9 @@ func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Tim
 		l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata,
 		heldFrom: time.Now(), timing: req.timing, expiresAt: expiresAt,
 		deadline: leaseStart.Add(req.timing.ttl - req.timing.margin),
-		changed:  make(chan struct{}, 1),
 	}
 	lk.lostCtx, lk.markLost = context.WithCancelCause(context.Background())
-	lk.keeperCtx, lk.stopKeeping = context.WithCancel(l.ctx)
+	lk.keepingCtx, lk.stopKeeping = context.WithCancel(l.ctx)
 	return lk
 }
 
@@ -110,8 +114,8 @@ func (lk *Lock) Release(ctx context.Context) error {
 }
 
 // markReleased stops keeping the lock; false if it was released already. No need to wait for
-// the keeper to stop: a renewal still in flight can only fail (the row is gone), and a
-// released lock is never declared lost.
+// a renewal in flight to end: it can only fail (the row is gone), and a released lock is never
+// declared lost.
 func (lk *Lock) markReleased() bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
@@ -119,6 +123,7 @@ func (lk *Lock) markReleased() bool {
 		return false
 	}
 	lk.released = true
+	lk.stopTimers()
 	lk.stopKeeping()
 	lk.l.forget(lk)
 	return true
@@ -205,6 +210,7 @@ func (lk *Lock) renew(ctx context.Context, t *timing) error {
 	case err == nil:
 		lk.mu.Lock()
 		lk.timing, lk.expiresAt, lk.deadline = *t, expiresAt, start.Add(t.ttl-t.margin)
+		lk.failures = 0
 		lk.signalChange()
 		lk.mu.Unlock()
 		return nil
@@ -218,11 +224,39 @@ func (lk *Lock) renew(ctx context.Context, t *timing) error {
 	return fmt.Errorf("pglock: extend %q: %w", lk.name, err)
 }
 
-// signalChange tells the keeper the deadline or timing moved. Called with mu held.
+// signalChange moves the timers to the deadline and timing as they now are. Called with mu
+// held. While renewals are failing, the retry already scheduled stands.
 func (lk *Lock) signalChange() {
-	select {
-	case lk.changed <- struct{}{}:
+	if lk.released || lk.loss == nil {
+		return // not kept yet (keep sets the timers from the state it finds), or no longer
+	}
+	lk.loss.Reset(time.Until(lk.deadline))
+	if lk.failures == 0 {
+		lk.scheduleRenewal(nextRenewal(lk.timing, lk.deadline))
+	}
+}
+
+// scheduleRenewal sets the next heartbeat d from now. Called with mu held.
+func (lk *Lock) scheduleRenewal(d time.Duration) {
+	switch {
+	case lk.timing.heartbeat == 0:
+		if lk.renewal != nil {
+			lk.renewal.Stop()
+		}
+	case lk.renewal == nil:
+		lk.renewal = time.AfterFunc(d, lk.heartbeat)
 	default:
+		lk.renewal.Reset(d)
+	}
+}
+
+// stopTimers ends the keeping. Called with mu held.
+func (lk *Lock) stopTimers() {
+	if lk.loss != nil {
+		lk.loss.Stop()
+	}
+	if lk.renewal != nil {
+		lk.renewal.Stop()
 	}
 }
 
@@ -234,6 +268,7 @@ func (lk *Lock) lose(err error) {
 		return
 	}
 	lk.markLost(err)
+	lk.stopTimers()
 	lk.mu.Unlock()
 	lk.l.forget(lk)
 	lk.l.cfg.Logger.Error("pglock: lock lost", "lock", lk.name, "token", lk.token, "error", err)
@@ -246,54 +281,52 @@ func (lk *Lock) state() (timing, time.Time) {
 	return lk.timing, lk.deadline
 }
 
-// keep renews the lock every heartbeat (and never later than halfway to its deadline, which a
-// lock handed over with an old queue place can be close to), retrying failures, and declares
-// it lost at its deadline. It ends when the lock is released, lost, or its Locker closed.
+// keep starts the timers that keep the lock: a heartbeat that renews it (and never later than
+// halfway to its deadline, which a lock handed over with an old queue place can be close to),
+// retrying failures, and the loss of the lock at its deadline. Keeping ends when the lock is
+// released, lost, or its Locker closed.
 func (lk *Lock) keep() {
-	defer lk.l.wg.Done()
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.loss = time.AfterFunc(time.Until(lk.deadline), lk.deadlinePassed)
+	lk.scheduleRenewal(nextRenewal(lk.timing, lk.deadline))
+}
 
+// deadlinePassed declares the lock lost, unless a renewal moved the deadline meanwhile.
+func (lk *Lock) deadlinePassed() {
+	lk.mu.Lock()
+	t, early := lk.timing, time.Now().Before(lk.deadline)
+	lk.mu.Unlock()
+	if early {
+		return // the renewal that moved the deadline has reset the timer
+	}
+	lk.lose(fmt.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
+		pglock.ErrLockLost, lk.name, t.ttl, t.margin))
+}
+
+// heartbeat renews the lock; a success schedules the next heartbeat (renew moves the timers),
+// a failure a retry with backoff.
+func (lk *Lock) heartbeat() {
+	if !lk.l.startBackground() {
+		return
+	}
+	defer lk.l.wg.Done()
 	t, deadline := lk.state()
-	loss := time.NewTimer(time.Until(deadline))
-	defer loss.Stop()
-	renewal := time.NewTimer(nextRenewal(t, deadline))
-	defer renewal.Stop()
-	if t.heartbeat == 0 {
-		renewal.Stop()
+	ctx, cancel := context.WithDeadline(lk.keepingCtx, deadline)
+	err := lk.renew(ctx, nil)
+	cancel()
+	if err == nil || lk.keepingCtx.Err() != nil || lk.Err() != nil {
+		return
 	}
-	failures := 0
-	for {
-		select {
-		case <-lk.keeperCtx.Done():
-			return
-		case <-lk.lostCtx.Done():
-			return
-		case <-lk.changed:
-			t, deadline = lk.state()
-			loss.Reset(time.Until(deadline))
-			if t.heartbeat > 0 && failures == 0 {
-				renewal.Reset(nextRenewal(t, deadline))
-			}
-		case <-loss.C:
-			lk.lose(fmt.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
-				pglock.ErrLockLost, lk.name, t.ttl, t.margin))
-			return
-		case <-renewal.C:
-			ctx, cancel := context.WithDeadline(lk.keeperCtx, deadline)
-			err := lk.renew(ctx, nil)
-			cancel()
-			if lk.keeperCtx.Err() != nil || lk.Err() != nil {
-				return
-			}
-			if err == nil {
-				failures = 0
-				continue // renew signalled the change: the timers move there
-			}
-			failures++
-			lk.l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
-			lk.l.emit(Event{Kind: EventRenewFailed, Name: lk.name, Token: lk.token, Err: err})
-			renewal.Reset(retryDelay(failures, t.heartbeat))
-		}
+	lk.mu.Lock()
+	lk.failures++
+	failures := lk.failures
+	if !lk.released && lk.lostCtx.Err() == nil {
+		lk.scheduleRenewal(retryDelay(failures, t.heartbeat))
 	}
+	lk.mu.Unlock()
+	lk.l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
+	lk.l.emit(Event{Kind: EventRenewFailed, Name: lk.name, Token: lk.token, Err: err})
 }
 
 // nextRenewal is a heartbeat from now, or half the time left before deadline if that is sooner.

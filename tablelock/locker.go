@@ -25,7 +25,7 @@ type Locker struct {
 	cfg      Config
 	instance string
 
-	// ctx lives until Close has released everything; the goroutines of held locks and of the
+	// ctx lives until Close has released everything; the heartbeats of held locks and the
 	// listener run under it and are counted in wg.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -154,7 +154,7 @@ func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions
 	stop := context.AfterFunc(lk.lostCtx, func() { cancel(lk.Err()) })
 	defer stop()
 	// Release even when ctx is done, or fn panics: a lock left to expire would block others
-	// for a TTL, and one left to its keeper would be renewed until Close.
+	// for a TTL, and one left to its heartbeat would be renewed until Close.
 	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), lk.timing.ttl)
 	defer cancelRelease()
 	released := false
@@ -223,7 +223,9 @@ func (l *Locker) waitForBackground(ctx context.Context) {
 	case <-waitsDone:
 	case <-ctx.Done():
 	}
-	l.cancel()
+	l.mu.Lock()
+	l.cancel() // under mu: no heartbeat starts after this (startBackground)
+	l.mu.Unlock()
 	l.wg.Wait()
 	<-waitsDone
 }
@@ -293,12 +295,23 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 		return nil, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
 	}
 	l.held[lk] = struct{}{}
-	l.wg.Add(1)
 	l.mu.Unlock()
-	go lk.keep()
+	lk.keep()
 	l.cfg.Logger.Debug("pglock: acquired", "lock", req.name, "token", token, "waited", waited)
 	l.emit(Event{Kind: EventAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
 	return lk, nil
+}
+
+// startBackground counts work a timer started in l.wg, so that Close waits for it; false once
+// Close has stopped everything.
+func (l *Locker) startBackground() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() != nil {
+		return false
+	}
+	l.wg.Add(1)
+	return true
 }
 
 func (l *Locker) forget(lk *Lock) {

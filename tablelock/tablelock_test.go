@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,6 +212,35 @@ func TestHeartbeatKeepsTheLockBeyondItsTTL(t *testing.T) {
 	require.True(t, row.Live)
 	require.True(t, lk.ExpiresAt().After(first), "renewed")
 	require.NoError(t, lk.Release(context.Background()))
+}
+
+// A renewal that fails is retried, and once a retry succeeds the heartbeat is back on its
+// schedule: the lock outlives many TTLs after its connections were killed under it.
+func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	pool, _ := countedPool(t, d, "recovers", 4)
+	var failed atomic.Int32
+	l := newLocker(t, pool, &tablelock.Config{
+		HeartbeatInterval: 200 * time.Millisecond, // pgxpool checks connections idle over 1 s before use
+		OnEvent: func(e tablelock.Event) {
+			if e.Kind == tablelock.EventRenewFailed {
+				failed.Add(1)
+			}
+		},
+	})
+	lk, err := l.TryAcquire(ctx, "recovers", &tablelock.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := d.Pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'recovers'")
+		require.NoError(t, err)
+		return failed.Load() > 0
+	}, 10*time.Second, 50*time.Millisecond, "a renewal failed")
+
+	time.Sleep(3 * time.Second) // three TTLs, which only renewals on schedule survive
+	require.NoError(t, lk.Err())
+	require.NoError(t, lk.Release(ctx))
 }
 
 func TestExtend(t *testing.T) {
