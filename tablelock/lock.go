@@ -209,10 +209,16 @@ func (lk *Lock) renew(ctx context.Context, t *timing) error {
 	switch {
 	case err == nil:
 		lk.mu.Lock()
-		lk.timing, lk.expiresAt, lk.deadline = *t, expiresAt, start.Add(t.ttl-t.margin)
-		lk.failures = 0
-		lk.signalChange()
+		lost := lk.lostCtx.Err() != nil // at its deadline, while the request was on its way
+		if !lost {
+			lk.timing, lk.expiresAt, lk.deadline = *t, expiresAt, start.Add(t.ttl-t.margin)
+			lk.failures = 0
+			lk.signalChange()
+		}
 		lk.mu.Unlock()
+		if lost {
+			return lk.Err()
+		}
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
 		lk.lose(fmt.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, lk.name))
@@ -227,8 +233,8 @@ func (lk *Lock) renew(ctx context.Context, t *timing) error {
 // signalChange moves the timers to the deadline and timing as they now are. Called with mu
 // held. While renewals are failing, the retry already scheduled stands.
 func (lk *Lock) signalChange() {
-	if lk.released || lk.loss == nil {
-		return // not kept yet (keep sets the timers from the state it finds), or no longer
+	if lk.released || lk.lostCtx.Err() != nil || lk.loss == nil {
+		return // no longer kept, or not yet (keep sets the timers from the state it finds)
 	}
 	lk.loss.Reset(time.Until(lk.deadline))
 	if lk.failures == 0 {
@@ -288,12 +294,19 @@ func (lk *Lock) state() (timing, time.Time) {
 func (lk *Lock) keep() {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
+	if lk.released || lk.lostCtx.Err() != nil {
+		return // Close took it between hold's registering it and this
+	}
 	lk.loss = time.AfterFunc(time.Until(lk.deadline), lk.deadlinePassed)
 	lk.scheduleRenewal(nextRenewal(lk.timing, lk.deadline))
 }
 
 // deadlinePassed declares the lock lost, unless a renewal moved the deadline meanwhile.
 func (lk *Lock) deadlinePassed() {
+	if !lk.l.startBackground() {
+		return // Close has released every lock it held
+	}
+	defer lk.l.wg.Done()
 	lk.mu.Lock()
 	t, early := lk.timing, time.Now().Before(lk.deadline)
 	lk.mu.Unlock()

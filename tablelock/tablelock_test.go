@@ -233,14 +233,41 @@ func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 	lk, err := l.TryAcquire(ctx, "recovers", &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, err := d.Pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'recovers'")
-		require.NoError(t, err)
+		d.Pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'recovers'")
 		return failed.Load() > 0
 	}, 10*time.Second, 50*time.Millisecond, "a renewal failed")
 
 	time.Sleep(3 * time.Second) // three TTLs, which only renewals on schedule survive
 	require.NoError(t, lk.Err())
 	require.NoError(t, lk.Release(ctx))
+}
+
+// A renewal that the database accepts after the lock was declared lost at its deadline (it
+// waited behind a row lock) revives nothing: Extend reports the loss, no heartbeat follows,
+// and the lease runs out for others to take.
+func TestRenewalLandingAfterTheLossRevivesNothing(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLocker(t, d.Pool, &tablelock.Config{HeartbeatInterval: 800 * time.Millisecond})
+	lk, err := l.TryAcquire(ctx, "late-extend", &tablelock.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT FROM distributed_locks WHERE lock_name = 'late-extend' FOR UPDATE")
+	require.NoError(t, err)
+
+	time.Sleep(300 * time.Millisecond) // the Extend's lease outlasts its wait
+	extended := make(chan error, 1)
+	go func() { extended <- lk.Extend(ctx, time.Second) }()
+	<-lk.Lost() // at the deadline, the Extend still waiting for the row
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, <-extended, pglock.ErrLockLost)
+
+	time.Sleep(3 * time.Second) // three TTLs: only renewals could keep the lease
+	row, found := readLock(t, d.Pool, "late-extend")
+	require.False(t, found && row.Live, "a lock declared lost is still renewed")
 }
 
 func TestExtend(t *testing.T) {
