@@ -335,7 +335,8 @@ func (lk *Lock) heartbeat() {
 	lk.failures++
 	failures := lk.failures
 	if !lk.released && lk.lostCtx.Err() == nil {
-		lk.scheduleRenewal(retryDelay(failures, t.heartbeat))
+		// Never wait past half the time left, so that retries go on until the deadline.
+		lk.scheduleRenewal(min(retryDelay(failures, t.heartbeat), nextRenewal(t, lk.deadline)))
 	}
 	lk.mu.Unlock()
 	lk.l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
