@@ -79,11 +79,7 @@ func TestCloseCutsOffATryUnderWay(t *testing.T) {
 	_, err = d.Pool.Exec(ctx, `INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
 		VALUES ('r2', 'gone', 1, clock_timestamp() - interval '1 minute', clock_timestamp() - interval '1 second')`)
 	require.NoError(t, err)
-	tx, err := d.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT FROM distributed_locks WHERE lock_name = 'r2' FOR UPDATE")
-	require.NoError(t, err)
+	tx := lockTheRow(t, d.Pool, "r2")
 
 	got := make(chan error, 1)
 	go func() {

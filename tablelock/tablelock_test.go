@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -53,6 +54,19 @@ func readLock(t *testing.T, pool *pgxpool.Pool, name string) (lockRow, bool) {
 		return lockRow{}, false
 	}
 	return r, true
+}
+
+// lockTheRow opens a transaction that keeps the lock row of name locked: every write to the
+// lock waits on the server until the transaction ends (rolled back at the latest by cleanup).
+func lockTheRow(t *testing.T, pool *pgxpool.Pool, name string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "SELECT FROM distributed_locks WHERE lock_name = $1 FOR UPDATE", name)
+	require.NoError(t, err)
+	return tx
 }
 
 func countRows(t *testing.T, pool *pgxpool.Pool) (locks, waiters int) {
@@ -252,11 +266,7 @@ func TestRenewalLandingAfterTheLossRevivesNothing(t *testing.T) {
 	l := newLocker(t, d.Pool, &tablelock.Config{HeartbeatInterval: 800 * time.Millisecond})
 	lk, err := l.TryAcquire(ctx, "late-extend", &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)
-	tx, err := d.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT FROM distributed_locks WHERE lock_name = 'late-extend' FOR UPDATE")
-	require.NoError(t, err)
+	tx := lockTheRow(t, d.Pool, "late-extend")
 
 	time.Sleep(300 * time.Millisecond) // the Extend's lease outlasts its wait
 	extended := make(chan error, 1)
