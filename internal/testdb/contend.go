@@ -179,7 +179,11 @@ func RawHandoffWorkers(tb testing.TB, pools []*pgxpool.Pool, name string) func(w
 		next := holder((worker + 1) % len(pools))
 		return func() (time.Duration, error) {
 				start := time.Now()
-				<-turns[worker]
+				select {
+				case <-turns[worker]:
+				case <-time.After(10 * time.Second): // a worker failed: fail too, rather than hang
+					return 0, errors.New("raw handoff: no turn for 10 s")
+				}
 				waited := time.Since(start)
 				if _, err := conn.Exec(ctx, rawHandoffSQL, name, next); err != nil {
 					return 0, err
