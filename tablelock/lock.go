@@ -28,7 +28,10 @@ type Lock struct {
 	stopKeeping context.CancelFunc // cancels any renewal in flight, once released
 	keepingCtx  context.Context
 
-	renewing sync.Mutex // one renewal at a time, so the lease always follows the latest
+	// One renewal at a time, so that the lease always follows the latest: a token, not a
+	// mutex, so that a renewal waiting behind one the server holds up still ends with its ctx
+	// (for a heartbeat, when Close cancels it).
+	renewing chan struct{}
 
 	mu        sync.Mutex
 	timing    timing
@@ -47,7 +50,7 @@ func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Tim
 	lk := &Lock{
 		l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata,
 		heldFrom: time.Now(), timing: req.timing, expiresAt: expiresAt,
-		deadline: leaseStart.Add(req.timing.ttl - req.timing.margin),
+		deadline: leaseStart.Add(req.timing.ttl - req.timing.margin), renewing: make(chan struct{}, 1),
 	}
 	lk.lostCtx, lk.markLost = context.WithCancelCause(context.Background())
 	lk.keepingCtx, lk.stopKeeping = context.WithCancel(l.ctx)
@@ -84,7 +87,8 @@ func (lk *Lock) Err() error {
 }
 
 // Extend renews the lease for ttl from now, in one round trip, and keeps renewing it with that
-// TTL. On a lock no longer held it returns an error matching pglock.ErrLockLost.
+// TTL. A heartbeat under way finishes first; ctx bounds that wait too. On a lock no longer held
+// it returns an error matching pglock.ErrLockLost.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	t, err := lk.l.cfg.timing(ttl)
 	if err != nil {
@@ -187,8 +191,12 @@ func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error
 // than that, plus the TTL. The deadline moves in before the request is sent when the new lease
 // is shorter: a request that fails here may still have committed there.
 func (lk *Lock) renew(ctx context.Context, t *timing) error {
-	lk.renewing.Lock()
-	defer lk.renewing.Unlock()
+	select {
+	case lk.renewing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("pglock: extend %q: %w", lk.name, context.Cause(ctx))
+	}
+	defer func() { <-lk.renewing }()
 	start := time.Now()
 	lk.mu.Lock()
 	if lk.released {

@@ -3,6 +3,8 @@ package tablelock_test
 import (
 	"context"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -396,4 +398,80 @@ func TestLockKeptForAWaiterIsReportedAsHeld(t *testing.T) {
 	requireKept(err)
 	_, err = l.Acquire(ctx, "kept", &tablelock.AcquireOptions{WaitTimeout: 200 * time.Millisecond})
 	requireKept(err)
+}
+
+// One renewal at a time: an Extend whose request the server holds up (here on a row lock, with
+// a context that never ends) keeps the heartbeat waiting behind it. Close must still return
+// once its own context ends, not wait for that heartbeat and so for the stuck Extend.
+//
+// Not parallel: it looks for the heartbeat among all goroutines, and another test's could be there.
+func TestCloseIsNotHeldUpByAHeartbeatWaitingBehindAStuckExtend(t *testing.T) {
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: time.Second})
+	require.NoError(t, err)
+	lk, err := l.TryAcquire(ctx, "r5", &tablelock.AcquireOptions{TTL: time.Minute})
+	require.NoError(t, err)
+	tx := lockTheRow(t, d.Pool, "r5")
+	extended := make(chan error, 1)
+	go func() { extended <- lk.Extend(context.Background(), time.Minute) }()
+	waitForStatement(t, d.Pool, "ExtendLock") // on the server before the first heartbeat is due
+	require.Eventually(t, func() bool { return goroutineRunning("tablelock.(*Lock).heartbeat") },
+		10*time.Second, 5*time.Millisecond, "a heartbeat waits behind the Extend")
+
+	closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close(closeCtx) }()
+	select {
+	case err := <-closed:
+		require.ErrorIs(t, err, context.DeadlineExceeded, "its release of the lock waited on the row too")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for a heartbeat that waits for the stuck Extend")
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	require.ErrorIs(t, <-extended, pglock.ErrLockLost, "Close gave the lock up meanwhile")
+}
+
+// The other way round: an Extend waiting behind a heartbeat that the server holds up returns
+// when its context ends.
+func TestExtendWaitingBehindAStuckHeartbeatHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLocker(t, d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: 50 * time.Millisecond})
+	lk, err := l.TryAcquire(ctx, "r6", &tablelock.AcquireOptions{TTL: time.Minute})
+	require.NoError(t, err)
+	tx := lockTheRow(t, d.Pool, "r6")
+	waitForStatement(t, d.Pool, "ExtendLock") // the heartbeat's
+
+	extendCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	extended := make(chan error, 1)
+	go func() { extended <- lk.Extend(extendCtx, time.Minute) }()
+	select {
+	case err := <-extended:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Extend waits for the stuck heartbeat past its context")
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, lk.Release(ctx))
+}
+
+// waitForStatement waits until a request of the named query waits on a lock on the server.
+func waitForStatement(t *testing.T, pool *pgxpool.Pool, query string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: ' || $1 || ' %')`, query).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "%s waits on the server", query)
+}
+
+// goroutineRunning reports whether a goroutine is in the named function.
+func goroutineRunning(function string) bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), function)
 }
