@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -63,6 +64,9 @@ func TestTranslateUnmigratedDatabase(t *testing.T) {
 }
 
 // An application newer than the schema it meets (a migration not yet applied) is told to migrate.
+// An application newer than its schema meets a pglock type that is missing, in whatever language
+// the server speaks (.ci/run generates these locales; so can localedef --no-archive, without
+// restarting the server).
 func TestTranslateOlderSchema(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, &testdb.Options{Unmigrated: true})
@@ -70,9 +74,30 @@ func TestTranslateOlderSchema(t *testing.T) {
 	require.NoError(t, migrations.Up(ctx, d.Pool))
 	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
 
-	_, err := db.New(db.Translating(d.Pool)).TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000})
-	require.ErrorIs(t, err, pglock.ErrNotMigrated)
-	require.Contains(t, err.Error(), "pglockctl migrate up")
+	for _, language := range []string{"C", "de_DE.UTF-8", "ja_JP.UTF-8"} {
+		t.Run(language, func(t *testing.T) {
+			pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["lc_messages"] = language })
+			require.NoError(t, pool.Ping(ctx), "is the %s locale installed? .ci/run generates it", language)
+			_, err := db.New(db.Translating(pool)).TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000})
+			require.ErrorIs(t, err, pglock.ErrNotMigrated)
+			require.Contains(t, err.Error(), "pglockctl migrate up")
+		})
+	}
+}
+
+func TestEveryPglockTypeIsKnown(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	// The schema's own types: neither a table's row type nor an array type.
+	rows, err := pool.Query(context.Background(), `SELECT t.typname::text FROM pg_type t
+		LEFT JOIN pg_class c ON c.oid = t.typrelid
+		WHERE t.typnamespace = current_schema()::regnamespace AND t.typcategory <> 'A'
+		  AND coalesce(c.relkind, 'c') = 'c'
+		ORDER BY 1`)
+	require.NoError(t, err)
+	created, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.ElementsMatch(t, created, db.PglockTypes, "Translate must know every type, to say to migrate when one is missing")
 }
 
 func TestTranslateLeavesOtherErrorsAloneAndCoversRows(t *testing.T) {
