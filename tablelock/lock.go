@@ -191,16 +191,17 @@ func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error
 // than that, plus the TTL. The deadline moves in before the request is sent when the new lease
 // is shorter: a request that fails here may still have committed there.
 func (lk *Lock) renew(ctx context.Context, t *timing) error {
-	select {
-	case lk.renewing <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("pglock: extend %q: %w", lk.name, context.Cause(ctx))
+	if err := lk.takeTurn(ctx); err != nil {
+		return err
 	}
 	defer func() { <-lk.renewing }()
 	start := time.Now()
 	lk.mu.Lock()
 	if lk.released {
 		lk.mu.Unlock()
+		if lost := lk.Err(); lost != nil { // given up by Locker.Close
+			return lost
+		}
 		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, lk.name)
 	}
 	if t == nil {
@@ -236,6 +237,22 @@ func (lk *Lock) renew(ctx context.Context, t *timing) error {
 		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, lk.name)
 	}
 	return fmt.Errorf("pglock: extend %q: %w", lk.name, err)
+}
+
+// takeTurn waits for the renewal under way, if any, to end, unless ctx ends first.
+func (lk *Lock) takeTurn(ctx context.Context) error {
+	if ctx.Err() == nil {
+		select {
+		case lk.renewing <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+		}
+	}
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != err {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return fmt.Errorf("pglock: extend %q: waiting for the renewal under way: %w", lk.name, err)
 }
 
 // signalChange moves the timers to the deadline and timing as they now are. Called with mu
@@ -335,8 +352,9 @@ func (lk *Lock) heartbeat() {
 	t, deadline := lk.state()
 	ctx, cancel := context.WithDeadline(lk.keepingCtx, deadline)
 	err := lk.renew(ctx, nil)
+	over := ctx.Err() != nil // released, Locker closed, or the deadline reached: the loss timer tells
 	cancel()
-	if err == nil || lk.keepingCtx.Err() != nil || lk.Err() != nil {
+	if err == nil || over || lk.Err() != nil {
 		return
 	}
 	lk.mu.Lock()
