@@ -241,18 +241,23 @@ func (lk *Lock) renew(ctx context.Context, t *timing) error {
 
 // takeTurn waits for the renewal under way, if any, to end, unless ctx ends first.
 func (lk *Lock) takeTurn(ctx context.Context) error {
-	if ctx.Err() == nil {
-		select {
-		case lk.renewing <- struct{}{}:
-			return nil
-		case <-ctx.Done():
-		}
+	if ctx.Err() != nil {
+		return fmt.Errorf("pglock: extend %q: %w", lk.name, contextError(ctx))
 	}
-	err := ctx.Err()
-	if cause := context.Cause(ctx); cause != err {
-		err = fmt.Errorf("%w: %w", err, cause)
+	select {
+	case lk.renewing <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pglock: extend %q: waiting for the renewal under way: %w", lk.name, contextError(ctx))
 	}
-	return fmt.Errorf("pglock: extend %q: waiting for the renewal under way: %w", lk.name, err)
+}
+
+// contextError is why ctx ended: its error, and its cause when that is another.
+func contextError(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		return fmt.Errorf("%w: %w", ctx.Err(), cause)
+	}
+	return ctx.Err()
 }
 
 // signalChange moves the timers to the deadline and timing as they now are. Called with mu
