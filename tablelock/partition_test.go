@@ -58,13 +58,10 @@ func TestPartitionedHolderLosesTheLockBeforeItExpires(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(time.Second) // a renewal or two go through
 	require.NoError(t, lk.Err())
+	lost := lostAt(lk)
 
 	partition()
-	<-lk.Lost()
-	var live bool
-	require.NoError(t, d.Pool.QueryRow(ctx,
-		"SELECT expires_at > clock_timestamp() FROM distributed_locks WHERE lock_name = 'partitioned'").Scan(&live))
-	require.True(t, live, "Lost fired while the database still held the lock for the holder")
+	requireHeldAt(t, d.Pool, "partitioned", <-lost, "Lost fired after the database's lease ended")
 	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
 
 	other := newLocker(t, d.Pool, nil)

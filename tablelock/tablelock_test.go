@@ -69,6 +69,30 @@ func lockTheRow(t *testing.T, pool *pgxpool.Pool, name string) pgx.Tx {
 	return tx
 }
 
+// lostAt tells when lk's Lost fires (start it before).
+func lostAt(lk *tablelock.Lock) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	go func() {
+		<-lk.Lost()
+		at <- time.Now()
+	}()
+	return at
+}
+
+// requireHeldAt checks that the database's lease on name had not ended at the moment at, on
+// this process's clock. That moment is moved onto the database's clock, erring late, and
+// compared with expires_at: asking the database after the event instead would add the query's
+// own delay, which on a loaded machine can take up the whole safety margin.
+func requireHeldAt(t *testing.T, pool *pgxpool.Pool, name string, at time.Time, msg string) {
+	t.Helper()
+	before := time.Now()
+	var now, expiresAt time.Time
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT clock_timestamp(), expires_at FROM distributed_locks WHERE lock_name = $1", name).Scan(&now, &expiresAt))
+	onDatabaseClock := at.Round(0).Add(now.Sub(before))
+	require.True(t, onDatabaseClock.Before(expiresAt), "%s: at %s, lease until %s", msg, onDatabaseClock, expiresAt)
+}
+
 func countRows(t *testing.T, pool *pgxpool.Pool) (locks, waiters int) {
 	t.Helper()
 	require.NoError(t, pool.QueryRow(context.Background(),
@@ -308,10 +332,7 @@ func TestLockWithoutHeartbeatIsLostBeforeItExpires(t *testing.T) {
 	lk, err := l.TryAcquire(context.Background(), "short", &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)
 
-	<-lk.Lost()
-	row, found := readLock(t, pool, "short")
-	require.True(t, found)
-	require.True(t, row.Live, "Lost fired while the database still holds the lock for us")
+	requireHeldAt(t, pool, "short", <-lostAt(lk), "Lost fired after the database's lease ended")
 	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
 }
 
