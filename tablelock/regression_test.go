@@ -65,7 +65,11 @@ func TestCloseCutsOffATryUnderWay(t *testing.T) {
 		c.MaxConns = 1
 		// pgx closes a cut-off connection in the background; the try, held up on its way back,
 		// runs after that has set its deadline.
-		c.ConnConfig.Tracer = slowFailure{50 * time.Millisecond}
+		c.ConnConfig.Tracer = afterQuery(func(data pgx.TraceQueryEndData) {
+			if data.Err != nil {
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
@@ -90,12 +94,7 @@ func TestCloseCutsOffATryUnderWay(t *testing.T) {
 		_, err := l.TryAcquire(ctx, "r2", &tablelock.AcquireOptions{TTL: time.Second})
 		got <- err
 	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		err := d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: TryAcquireLock%')`).Scan(&waiting)
-		return err == nil && waiting
-	}, 10*time.Second, 5*time.Millisecond, "the try waits on the server")
+	waitForStatement(t, d.Pool, "TryAcquireLock")
 
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close(ctx) }()
@@ -123,7 +122,7 @@ func TestTryThatBeatCloseIsReleasedAndItsConnectionReused(t *testing.T) {
 	g := &answerGate{started: make(chan struct{}), release: make(chan struct{})}
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
 		c.MaxConns = 1
-		c.ConnConfig.Tracer = g
+		c.ConnConfig.Tracer = afterQuery(g.end)
 	})
 	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
 	require.NoError(t, err)
@@ -169,17 +168,15 @@ func (c *deadlineRecorder) lastDeadline() time.Time {
 	return c.deadline
 }
 
-// slowFailure holds up each failed query on its way back.
-type slowFailure struct{ delay time.Duration }
+// afterQuery is a tracer that runs on each query's way back, after its answer was read.
+type afterQuery func(pgx.TraceQueryEndData)
 
-func (slowFailure) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (afterQuery) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	return ctx
 }
 
-func (s slowFailure) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	if data.Err != nil {
-		time.Sleep(s.delay)
-	}
+func (f afterQuery) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	f(data)
 }
 
 // answerGate, once armed, holds up the next query that succeeds after its answer was read,
@@ -191,11 +188,7 @@ type answerGate struct {
 	release chan struct{}
 }
 
-func (g *answerGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-
-func (g *answerGate) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+func (g *answerGate) end(data pgx.TraceQueryEndData) {
 	if g.armed.Load() && data.Err == nil {
 		g.once.Do(func() {
 			close(g.started)
