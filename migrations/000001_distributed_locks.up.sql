@@ -5,7 +5,10 @@
 -- with pg_temp last so that a caller's temporary objects can never shadow ours.
 BEGIN;
 
-SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
+-- What runs as the migrating role names pg_catalog's objects and exact types: a role that may
+-- create objects in the schema could otherwise define a closer match (format(text, name), an
+-- operator =(oid, integer)) and run code as that role, often a superuser. 000002 onwards alike.
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
 
 -- SECURITY DEFINER functions are only as safe as the schema they resolve names in: a role that
 -- may create objects there can shadow what they call (an exact-type length(varchar) beats
@@ -15,13 +18,13 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF EXISTS (SELECT FROM pg_namespace n,
-                      aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
-                WHERE n.oid = current_schema()::regnamespace
-                  AND a.grantee = 0 AND a.privilege_type = 'CREATE') THEN
-        RAISE EXCEPTION 'pglock: every role may create objects in schema %, so they could hijack pglock''s SECURITY DEFINER functions', current_schema()
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n,
+                      pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n'::"char", n.nspowner))) a
+                WHERE n.oid = pg_catalog.current_schema()::pg_catalog.regnamespace::pg_catalog.oid
+                  AND a.grantee = 0::pg_catalog.oid AND a.privilege_type = 'CREATE'::pg_catalog.text) THEN
+        RAISE EXCEPTION 'pglock: every role may create objects in schema %, so they could hijack pglock''s SECURITY DEFINER functions', pg_catalog.current_schema()
             USING ERRCODE = '42501',
-                  HINT = format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC, or install pglock into a schema of its own.', current_schema());
+                  HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC, or install pglock into a schema of its own.', pg_catalog.current_schema());
     END IF;
 END;
 $$;

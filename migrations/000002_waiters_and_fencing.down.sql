@@ -2,7 +2,7 @@
 -- 000001 created them), then every object 000002 added.
 BEGIN;
 
-SELECT set_config('search_path', format('%I, pg_temp', current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
 
 CREATE OR REPLACE FUNCTION acquire_lock_ms(
     p_lock_name varchar,

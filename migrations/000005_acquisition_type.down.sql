@@ -1,5 +1,5 @@
--- Back to contract v4: 000002's texts of pglock_acquire, acquire_lock_ms and acquire_lock, and
--- 000001's of pglock_check_schema_is_safe, then every object 000005 added.
+-- Back to contract v4: 000002's texts of pglock_acquire, acquire_lock_ms and acquire_lock, then
+-- every object 000005 added. pglock_check_schema_is_safe keeps 000005's text, which 000001's now is.
 BEGIN;
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
@@ -211,22 +211,6 @@ BEGIN
     SELECT a.acquired INTO v_acquired
       FROM pglock_acquire(p_lock_name, p_holder_id, p_ttl_seconds * 1000::bigint, p_metadata) a;
     RETURN v_acquired;
-END;
-$$;
-
-CREATE OR REPLACE FUNCTION pglock_check_schema_is_safe()
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_namespace n,
-                      aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
-                WHERE n.oid = current_schema()::regnamespace
-                  AND a.grantee = 0 AND a.privilege_type = 'CREATE') THEN
-        RAISE EXCEPTION 'pglock: every role may create objects in schema %, so they could hijack pglock''s SECURITY DEFINER functions', current_schema()
-            USING ERRCODE = '42501',
-                  HINT = format('REVOKE CREATE ON SCHEMA %I FROM PUBLIC, or install pglock into a schema of its own.', current_schema());
-    END IF;
 END;
 $$;
 

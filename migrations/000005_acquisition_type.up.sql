@@ -9,7 +9,8 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_
 
 -- The check runs as whoever migrates, so it names exact types: an operator or function that
 -- matches exactly wins over pg_catalog's implicit casts, and a role that may create objects in
--- the schema could otherwise run code as the migrating role (000001's text compared oid = 0).
+-- the schema could otherwise run code as the migrating role. Databases installed by an earlier
+-- release have 000001's old check, which compared oid = 0: this is the text 000001 has now.
 CREATE OR REPLACE FUNCTION pglock_check_schema_is_safe()
 RETURNS void
 LANGUAGE plpgsql

@@ -398,31 +398,53 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 }
 
 // A role that may create objects in the schema (not every role: Up refuses that) defines
-// operators that match pglock's comparisons more exactly than pg_catalog's. 000005's own SQL,
-// which runs as the migrating role, must not call them.
-func TestUpgradeRunsNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
+// functions and operators that match what pglock's migrations call more exactly than
+// pg_catalog's. The migrations run as the migrating role, often a superuser, and must call
+// none of them, whether they install pglock, upgrade it or remove it.
+func TestMigrationsRunNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	t.Parallel()
-	d := oneVersionBehind(t)
-	ctx := context.Background()
+	up := func(ctx context.Context, pool *pgxpool.Pool) error { return migrations.Up(ctx, pool) }
+	for _, tc := range []struct {
+		name     string
+		database func(t *testing.T) *testdb.DB
+		migrate  func(ctx context.Context, pool *pgxpool.Pool) error
+	}{
+		{"install", func(t *testing.T) *testdb.DB { return testdb.New(t, &testdb.Options{Unmigrated: true}) }, up},
+		{"upgrade", oneVersionBehind, up},
+		{"remove", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return migrations.Down(ctx, pool, migrations.AllSteps)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := tc.database(t)
+			ctx := context.Background()
 
-	creator := d.NewRole(t, "pglock_creator")
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT CREATE ON SCHEMA public TO %[1]s;
-		SET ROLE %[1]s;
-		CREATE FUNCTION public.hijacked(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
-			$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %%', current_user; END $$;
-		CREATE FUNCTION public.hijacked(oid, regnamespace) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
-		CREATE FUNCTION public.hijacked(oid, regprocedure) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
-		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.hijacked);
-		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regnamespace, FUNCTION = public.hijacked);
-		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
-		RESET ROLE`, creator))
-	require.NoError(t, err)
-	for _, trap := range []string{"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure"} {
-		_, err = d.Pool.Exec(ctx, trap)
-		require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
+			creator := d.NewRole(t, "pglock_creator")
+			_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT CREATE ON SCHEMA public TO %[1]s;
+				SET ROLE %[1]s;
+				CREATE FUNCTION public.hijacked(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
+					$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %%', current_user; END $$;
+				CREATE FUNCTION public.hijacked(oid, regnamespace) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
+				CREATE FUNCTION public.hijacked(oid, regprocedure) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
+				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.hijacked);
+				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regnamespace, FUNCTION = public.hijacked);
+				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
+				CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text';
+				CREATE FUNCTION public.acldefault(text, oid) RETURNS aclitem[] LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::aclitem[]';
+				RESET ROLE`, creator))
+			require.NoError(t, err)
+			for _, trap := range []string{
+				"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure",
+				"SELECT format('%I, pg_temp', current_schema())", "SELECT acldefault('n', 10)",
+			} {
+				_, err = d.Pool.Exec(ctx, trap)
+				require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
+			}
+
+			require.NoError(t, tc.migrate(ctx, d.Pool))
+		})
 	}
-
-	require.NoError(t, migrations.Up(ctx, d.Pool))
 }
 
 // oneVersionBehind is a database with every migration applied but the newest, to upgrade.
