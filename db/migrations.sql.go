@@ -9,6 +9,20 @@ import (
 	"context"
 )
 
+const confineMigrator = `-- name: ConfineMigrator :exec
+SELECT pg_catalog.set_config('pglock.schema', $1::text, false),
+       pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)
+`
+
+// ConfineMigrator readies a connection of golang-migrate's. Its own statements (an untyped
+// pg_advisory_lock($1), count(1)) would call a closer match that a role allowed to create in the
+// target schema defined there, as the migrating role: so the session searches pg_catalog alone,
+// and pglock.schema tells the files where to install (they fall back to current_schema()).
+func (q *Queries) ConfineMigrator(ctx context.Context, schema string) error {
+	_, err := q.db.Exec(ctx, confineMigrator, schema)
+	return err
+}
+
 const lockMigrations = `-- name: LockMigrations :exec
 SELECT pg_advisory_lock($1::bigint)
 `

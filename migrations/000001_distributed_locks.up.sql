@@ -1,14 +1,14 @@
 -- pglock SQL contract v1: lease locks in a table, callable from any language.
 --
 -- Everything is created in the first existing schema of the migrating session's search_path
--- (current_schema(), usually public). The functions are SECURITY DEFINER and pin that schema,
+-- (current_schema(), usually public), or in pglock.schema, which pglock's migrator sets. The functions are SECURITY DEFINER and pin that schema,
 -- with pg_temp last so that a caller's temporary objects can never shadow ours.
 BEGIN;
 
 -- What runs as the migrating role names pg_catalog's objects and exact types: a role that may
 -- create objects in the schema could otherwise define a closer match (format(text, name), an
--- operator =(oid, integer)) and run code as that role, often a superuser. 000002 onwards alike.
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+-- operator =(oid, integer)) and run code as that role, often a superuser. Every file alike.
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 
 -- SECURITY DEFINER functions are only as safe as the schema they resolve names in: a role that
 -- may create objects there can shadow what they call (an exact-type length(varchar) beats

@@ -2,7 +2,7 @@
 -- 000001 created them), then every object 000002 added.
 BEGIN;
 
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 
 CREATE OR REPLACE FUNCTION acquire_lock_ms(
     p_lock_name varchar,

@@ -3,7 +3,7 @@
 -- signatures and now go through the queue.
 BEGIN;
 
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 SELECT pglock_check_schema_is_safe();
 
 ALTER TABLE distributed_locks ADD COLUMN instance varchar(255) NOT NULL DEFAULT '';

@@ -2,7 +2,7 @@
 -- Advisory locks are keyed by numbers; these let pg_locks be read by name.
 BEGIN;
 
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 SELECT pglock_check_schema_is_safe();
 
 -- The key of a name, as the Go package computes it: the first 8 bytes of the SHA-256 of the

@@ -1,7 +1,7 @@
 -- pglock SQL contract v4: what operators (pglockctl) do to locks they do not hold.
 BEGIN;
 
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 SELECT pglock_check_schema_is_safe();
 
 -- Releases p_lock_name whoever holds it, exactly as its holder's release would: the next live

@@ -2,7 +2,7 @@
 -- every object 000005 added. pglock_check_schema_is_safe keeps 000005's text, which 000001's now is.
 BEGIN;
 
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 
 CREATE OR REPLACE FUNCTION pglock_acquire(
     p_lock_name varchar,

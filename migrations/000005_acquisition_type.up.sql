@@ -5,7 +5,7 @@
 -- before it keeps its signature and result; pglock_acquire and v1's acquires now call it.
 BEGIN;
 
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', pg_catalog.current_schema()), true);
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 
 -- The check runs as whoever migrates, so it names exact types: an operator or function that
 -- matches exactly wins over pg_catalog's implicit casts, and a role that may create objects in

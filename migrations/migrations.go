@@ -176,17 +176,24 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 	}()
 
 	// golang-migrate speaks database/sql; give it connections of its own, made as the pool makes
-	// them (its hooks may set the search_path), so it takes none of the pool's.
+	// them, so it takes none of the pool's, then confined to pg_catalog (ConfineMigrator).
 	config := pool.Config()
 	var hooks []stdlib.OptionOpenDB
 	if config.BeforeConnect != nil {
 		hooks = append(hooks, stdlib.OptionBeforeConnect(config.BeforeConnect))
 	}
-	if config.AfterConnect != nil {
-		hooks = append(hooks, stdlib.OptionAfterConnect(config.AfterConnect))
-	}
+	hooks = append(hooks, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+		if config.AfterConnect != nil {
+			if err := config.AfterConnect(ctx, conn); err != nil {
+				return err
+			}
+		}
+		return db.New(conn).ConfineMigrator(ctx, scope.Schema)
+	}))
 	sqlDB := stdlib.OpenDB(*config.ConnConfig, hooks...)
-	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{MigrationsTable: VersionTable})
+	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
+		MigrationsTable: VersionTable, DatabaseName: scope.Database, SchemaName: scope.Schema,
+	})
 	if err != nil {
 		sqlDB.Close()
 		return fmt.Errorf("pglock: migrate: %w", err)

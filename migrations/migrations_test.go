@@ -432,11 +432,16 @@ func TestMigrationsRunNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
 				CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text';
 				CREATE FUNCTION public.acldefault(text, oid) RETURNS aclitem[] LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::aclitem[]';
+				CREATE FUNCTION public.pg_advisory_lock(text) RETURNS void LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+				CREATE FUNCTION public.pg_advisory_unlock(text) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+				CREATE FUNCTION public.hijacked_count(bigint, integer) RETURNS bigint LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::int';
+				CREATE AGGREGATE public.count(integer) (SFUNC = public.hijacked_count, STYPE = bigint, INITCOND = '0');
 				RESET ROLE`, creator))
 			require.NoError(t, err)
 			for _, trap := range []string{
 				"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure",
 				"SELECT format('%I, pg_temp', current_schema())", "SELECT acldefault('n', 10)",
+				"SELECT pg_advisory_lock('1')", "SELECT pg_advisory_unlock('1')", "SELECT count(1) FROM pg_class",
 			} {
 				_, err = d.Pool.Exec(ctx, trap)
 				require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
