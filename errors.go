@@ -32,4 +32,9 @@ var (
 
 	// ErrNotMigrated means the database lacks pglock's tables or functions.
 	ErrNotMigrated = errors.New("pglock: database is not migrated (run `pglockctl migrate up`)")
+
+	// ErrUnsafeSchema means pglock will not migrate a schema where another role could make the
+	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
+	// the migrations), or one whose version table someone else made.
+	ErrUnsafeSchema = errors.New("pglock: schema is not safe to migrate")
 )

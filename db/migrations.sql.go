@@ -10,7 +10,7 @@ import (
 )
 
 const confineMigrator = `-- name: ConfineMigrator :exec
-SELECT pg_catalog.set_config('pglock.schema', $1::text, false),
+SELECT pg_catalog.set_config('pglock.schema', $1::pg_catalog.varchar, false),
        pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)
 `
 
@@ -24,7 +24,7 @@ func (q *Queries) ConfineMigrator(ctx context.Context, schema string) error {
 }
 
 const lockMigrations = `-- name: LockMigrations :exec
-SELECT pg_advisory_lock($1::bigint)
+SELECT pg_catalog.pg_advisory_lock($1::pg_catalog.int8)
 `
 
 // LockMigrations waits for other pglock migrators of the same schema; canceling the wait
@@ -35,7 +35,7 @@ func (q *Queries) LockMigrations(ctx context.Context, key int64) error {
 }
 
 const migrationScope = `-- name: MigrationScope :one
-SELECT current_database()::text AS database, current_schema()::text AS schema
+SELECT pg_catalog.current_database() AS database, pg_catalog.current_schema() AS schema
 `
 
 type MigrationScopeRow struct {
@@ -52,9 +52,14 @@ func (q *Queries) MigrationScope(ctx context.Context) (MigrationScopeRow, error)
 }
 
 const migrationVersion = `-- name: MigrationVersion :one
+
 SELECT version, dirty FROM pglock_schema_migrations LIMIT 1
 `
 
+// These run as the migrating role on the caller's pool, whose search_path may put the target
+// schema before pg_catalog: where a role allowed to create objects could define closer matches.
+// So every function, type and operator here is pg_catalog's by name.
+// MigrationVersion reads the version table; VersionTableTrust first says whether to.
 func (q *Queries) MigrationVersion(ctx context.Context) (PglockSchemaMigration, error) {
 	row := q.db.QueryRow(ctx, migrationVersion)
 	var i PglockSchemaMigration
@@ -63,10 +68,46 @@ func (q *Queries) MigrationVersion(ctx context.Context) (PglockSchemaMigration, 
 }
 
 const unlockMigrations = `-- name: UnlockMigrations :exec
-SELECT pg_advisory_unlock($1::bigint)
+SELECT pg_catalog.pg_advisory_unlock($1::pg_catalog.int8)
 `
 
 func (q *Queries) UnlockMigrations(ctx context.Context, key int64) error {
 	_, err := q.db.Exec(ctx, unlockMigrations, key)
 	return err
+}
+
+const versionTableTrust = `-- name: VersionTableTrust :one
+SELECT (c.relkind OPERATOR(pg_catalog.=) 'r'
+        AND (c.relowner OPERATOR(pg_catalog.=) (SELECT u.oid FROM pg_catalog.pg_roles u
+                                                 WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+             OR pg_catalog.pg_has_role(c.relowner, n.nspowner, 'USAGE')))::pg_catalog.bool AS trusted,
+       o.rolname::pg_catalog.varchar AS owner
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+  JOIN pg_catalog.pg_roles o ON o.oid OPERATOR(pg_catalog.=) c.relowner
+ WHERE n.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.varchar
+   AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.varchar
+`
+
+type VersionTableTrustParams struct {
+	Schema    string
+	TableName string
+}
+
+type VersionTableTrustRow struct {
+	Trusted bool
+	Owner   string
+}
+
+// VersionTableTrust describes the schema's version table, if it has one (no row otherwise).
+// golang-migrate reads and writes it as the migrating role, so a view, or a table whose owner
+// could give it triggers, rules or policies, would run that owner's code as this role. It is
+// trusted as a plain table owned by the migrating role or by a role with the schema owner's
+// rights (superusers have every role's): a role that may only create objects in the schema
+// is neither.
+func (q *Queries) VersionTableTrust(ctx context.Context, arg VersionTableTrustParams) (VersionTableTrustRow, error) {
+	row := q.db.QueryRow(ctx, versionTableTrust, arg.Schema, arg.TableName)
+	var i VersionTableTrustRow
+	err := row.Scan(&i.Trusted, &i.Owner)
+	return i, err
 }

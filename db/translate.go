@@ -33,6 +33,10 @@ func Translate(err error) error {
 		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)
 	case "55P03": // lock_not_available: lock_timeout ran out
 		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
+	case "42501": // insufficient_privilege, raised by pglock_check_schema_is_safe among others
+		if strings.HasPrefix(pgErr.Message, "pglock: every role may create objects") {
+			return fmt.Errorf("%w: %w", pglock.ErrUnsafeSchema, err)
+		}
 	}
 	return err
 }

@@ -20,7 +20,7 @@ AS $$
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n,
                       pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n'::"char", n.nspowner))) a
-                WHERE n.oid = pg_catalog.current_schema()::pg_catalog.regnamespace::pg_catalog.oid
+                WHERE n.nspname = pg_catalog.current_schema()
                   AND a.grantee = 0::pg_catalog.oid AND a.privilege_type = 'CREATE'::pg_catalog.text) THEN
         RAISE EXCEPTION 'pglock: every role may create objects in schema %, so they could hijack pglock''s SECURITY DEFINER functions', pg_catalog.current_schema()
             USING ERRCODE = '42501',

@@ -6,14 +6,18 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coa
 SELECT pglock_check_schema_is_safe();
 
 -- The key of a name, as the Go package computes it: the first 8 bytes of the SHA-256 of the
--- name (or of namespace, NUL, name), read as a big-endian bigint.
+-- name (or of namespace, NUL, name), read as a big-endian bigint. A body in this form binds
+-- what it calls now, as the migrating role resolves it, so every name is pg_catalog's.
 CREATE FUNCTION pglock_advisory_key(p_name text, p_namespace text DEFAULT '')
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN ('x' || substr(encode(sha256(
-           CASE WHEN p_namespace = '' THEN convert_to(p_name, 'UTF8')
-                ELSE convert_to(p_namespace, 'UTF8') || '\x00'::bytea || convert_to(p_name, 'UTF8') END
-       ), 'hex'), 1, 16))::bit(64)::bigint;
+RETURN ('x'::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.encode(pg_catalog.sha256(
+           CASE WHEN p_namespace OPERATOR(pg_catalog.=) ''::pg_catalog.text
+                THEN pg_catalog.convert_to(p_name, 'UTF8'::pg_catalog.name)
+                ELSE pg_catalog.convert_to(p_namespace, 'UTF8'::pg_catalog.name)
+                     OPERATOR(pg_catalog.||) '\x00'::pg_catalog.bytea
+                     OPERATOR(pg_catalog.||) pg_catalog.convert_to(p_name, 'UTF8'::pg_catalog.name) END
+       ), 'hex'::pg_catalog.text), 1, 16))::pg_catalog."bit"(64)::pg_catalog.int8;
 
 -- Opt-in: one row per name whose holders chose to register it.
 CREATE TABLE advisory_lock_names (

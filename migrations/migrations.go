@@ -93,8 +93,16 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	if pool == nil {
 		return Status{}, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
+	q := db.New(db.Translating(pool))
+	scope, err := q.MigrationScope(ctx)
+	if err != nil {
+		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
+	}
 	var status Status
-	row, err := db.New(db.Translating(pool)).MigrationVersion(ctx)
+	if err := checkVersionTable(ctx, q, scope.Schema); err != nil {
+		return Status{}, err
+	}
+	row, err := q.MigrationVersion(ctx)
 	switch {
 	case errors.Is(err, pglock.ErrNotMigrated), errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -174,6 +182,9 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 			err = fmt.Errorf("pglock: migrate: %w", unlockErr)
 		}
 	}()
+	if err := checkVersionTable(ctx, q, scope.Schema); err != nil {
+		return err
+	}
 
 	// golang-migrate speaks database/sql; give it connections of its own, made as the pool makes
 	// them, so it takes none of the pool's, then confined to pg_catalog (ConfineMigrator).
@@ -219,7 +230,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 		// golang-migrate's error quotes the whole file; the database's error says what failed.
 		var failed database.Error
 		if errors.As(err, &failed) && failed.OrigErr != nil {
-			err = failed.OrigErr
+			err = db.Translate(failed.OrigErr)
 		}
 		return fmt.Errorf("pglock: migrate: %w", err)
 	}
@@ -235,4 +246,20 @@ func migrationLockKey(scope db.MigrationScopeRow) (int64, error) {
 	}
 	key, err := strconv.ParseInt(id, 10, 64)
 	return key - 1, err
+}
+
+// checkVersionTable refuses a version table that golang-migrate should not read or write as
+// the migrating role (queries/migrations.sql, VersionTableTrust). A missing one is fine.
+func checkVersionTable(ctx context.Context, q *db.Queries, schema string) error {
+	table, err := q.VersionTableTrust(ctx, db.VersionTableTrustParams{Schema: schema, TableName: VersionTable})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("pglock: migrate: inspect %s: %w", VersionTable, err)
+	case !table.Trusted:
+		return fmt.Errorf("%w: %s.%s belongs to %s, who neither owns schema %s nor is the migrating role, or it is not a plain table: migrate as its owner, or drop it if it is not pglock's",
+			pglock.ErrUnsafeSchema, schema, VersionTable, table.Owner, schema)
+	}
+	return nil
 }

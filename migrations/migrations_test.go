@@ -196,6 +196,35 @@ func TestInstallIntoAChosenSchema(t *testing.T) {
 	require.Equal(t, status.Latest, status.Version)
 }
 
+// A schema whose name needs quoting ("Locks Here", not locks_here) gets everything, and the
+// check looks at that schema, not at a namesake the unquoted name would parse to.
+func TestInstallIntoASchemaWhoseNameNeedsQuoting(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `CREATE SCHEMA "Locks Here"`)
+	require.NoError(t, err)
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = `"Locks Here"` })
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.Equal(t, "Locks Here", tableSchema(t, pool, "distributed_locks"))
+	require.Equal(t, "Locks Here", tableSchema(t, pool, migrations.VersionTable))
+	require.NoError(t, migrations.Down(ctx, pool, migrations.AllSteps))
+
+	_, err = d.Pool.Exec(ctx, `GRANT CREATE ON SCHEMA "Locks Here" TO PUBLIC`)
+	require.NoError(t, err)
+	require.ErrorIs(t, migrations.Up(ctx, pool), pglock.ErrUnsafeSchema)
+}
+
+// tableSchema names the schema of the table the pool's search_path finds by name.
+func tableSchema(t *testing.T, pool *pgxpool.Pool, table string) string {
+	t.Helper()
+	var schema string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = to_regclass($1)", table).Scan(&schema))
+	return strings.Trim(schema, `"`)
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -276,6 +305,7 @@ func TestUpRefusesASchemaEveryRoleMayCreateIn(t *testing.T) {
 	require.NoError(t, err)
 
 	err = migrations.Up(ctx, d.Pool)
+	require.ErrorIs(t, err, pglock.ErrUnsafeSchema)
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "42501", pgErr.Code)
@@ -398,58 +428,125 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 }
 
 // A role that may create objects in the schema (not every role: Up refuses that) defines
-// functions and operators that match what pglock's migrations call more exactly than
+// functions and operators that match what the migrating session calls more exactly than
 // pg_catalog's. The migrations run as the migrating role, often a superuser, and must call
-// none of them, whether they install pglock, upgrade it or remove it.
+// none of them, whether they install pglock, upgrade it or remove it, and even when the pool's
+// search_path names pg_catalog after the schema (then a same-signature function wins too).
 func TestMigrationsRunNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	t.Parallel()
 	up := func(ctx context.Context, pool *pgxpool.Pool) error { return migrations.Up(ctx, pool) }
+	fresh := func(t *testing.T) *testdb.DB { return testdb.New(t, &testdb.Options{Unmigrated: true}) }
 	for _, tc := range []struct {
-		name     string
-		database func(t *testing.T) *testdb.DB
-		migrate  func(ctx context.Context, pool *pgxpool.Pool) error
+		name          string
+		database      func(t *testing.T) *testdb.DB
+		migrate       func(ctx context.Context, pool *pgxpool.Pool) error
+		pgCatalogLast bool
 	}{
-		{"install", func(t *testing.T) *testdb.DB { return testdb.New(t, &testdb.Options{Unmigrated: true}) }, up},
-		{"upgrade", oneVersionBehind, up},
+		{"install", fresh, up, false},
+		{"install, pg_catalog searched last", fresh, up, true},
+		{"upgrade", oneVersionBehind, up, false},
 		{"remove", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, func(ctx context.Context, pool *pgxpool.Pool) error {
 			return migrations.Down(ctx, pool, migrations.AllSteps)
-		}},
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d := tc.database(t)
 			ctx := context.Background()
-
-			creator := d.NewRole(t, "pglock_creator")
-			_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT CREATE ON SCHEMA public TO %[1]s;
-				SET ROLE %[1]s;
-				CREATE FUNCTION public.hijacked(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
-					$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %%', current_user; END $$;
-				CREATE FUNCTION public.hijacked(oid, regnamespace) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
-				CREATE FUNCTION public.hijacked(oid, regprocedure) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
-				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.hijacked);
-				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regnamespace, FUNCTION = public.hijacked);
-				CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
-				CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text';
-				CREATE FUNCTION public.acldefault(text, oid) RETURNS aclitem[] LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::aclitem[]';
-				CREATE FUNCTION public.pg_advisory_lock(text) RETURNS void LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
-				CREATE FUNCTION public.pg_advisory_unlock(text) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
-				CREATE FUNCTION public.hijacked_count(bigint, integer) RETURNS bigint LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::int';
-				CREATE AGGREGATE public.count(integer) (SFUNC = public.hijacked_count, STYPE = bigint, INITCOND = '0');
-				RESET ROLE`, creator))
-			require.NoError(t, err)
-			for _, trap := range []string{
-				"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure",
-				"SELECT format('%I, pg_temp', current_schema())", "SELECT acldefault('n', 10)",
-				"SELECT pg_advisory_lock('1')", "SELECT pg_advisory_unlock('1')", "SELECT count(1) FROM pg_class",
-			} {
-				_, err = d.Pool.Exec(ctx, trap)
-				require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
+			plantTraps(t, d)
+			pool := d.Pool
+			if tc.pgCatalogLast {
+				pool = d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "public, pg_catalog" })
+				for _, trap := range []string{"SELECT pg_advisory_lock(1::bigint)", "SELECT pg_advisory_unlock(1::bigint)", "SELECT current_database()"} {
+					_, err := pool.Exec(ctx, trap)
+					require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
+				}
 			}
 
-			require.NoError(t, tc.migrate(ctx, d.Pool))
+			require.NoError(t, tc.migrate(ctx, pool))
+			// A function with a SQL-standard body binds what it calls when it is created.
+			var installed bool
+			require.NoError(t, d.Pool.QueryRow(ctx, "SELECT to_regprocedure('pglock_advisory_key(text, text)') IS NOT NULL").Scan(&installed))
+			if installed {
+				_, err := d.Pool.Exec(ctx, "SELECT pglock_advisory_key('', 'name')")
+				require.NoError(t, err)
+			}
 		})
 	}
+}
+
+// Before pglock is installed, a role that may create objects in the schema makes the version
+// table golang-migrate would read and write as the migrating role: a view that calls its code,
+// or a table with a trigger. Up, Force and Version refuse it, and nothing is installed.
+func TestMigrationsRefuseAVersionTableSomeoneElseMade(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, create string }{
+		{"view", `CREATE VIEW public.%s AS SELECT 5::bigint AS version, public.hijacked(0, 0) AS dirty`},
+		{"table with a trigger", `CREATE TABLE public.%[1]s (version bigint PRIMARY KEY, dirty boolean NOT NULL);
+			CREATE FUNCTION public.hijacked_trigger() RETURNS trigger LANGUAGE plpgsql AS
+				$$ BEGIN PERFORM public.hijacked(0, 0); RETURN NEW; END $$;
+			CREATE TRIGGER hijacked BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON public.%[1]s
+				FOR EACH STATEMENT EXECUTE FUNCTION public.hijacked_trigger()`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, &testdb.Options{Unmigrated: true})
+			ctx := context.Background()
+			creator := plantTraps(t, d)
+			_, err := d.Pool.Exec(ctx, fmt.Sprintf("SET ROLE %s; %s; RESET ROLE", creator, fmt.Sprintf(tc.create, migrations.VersionTable)))
+			require.NoError(t, err)
+
+			require.ErrorIs(t, migrations.Up(ctx, d.Pool), pglock.ErrUnsafeSchema)
+			require.ErrorIs(t, migrations.Force(ctx, d.Pool, 5), pglock.ErrUnsafeSchema)
+			_, err = migrations.Version(ctx, d.Pool)
+			require.ErrorIs(t, err, pglock.ErrUnsafeSchema)
+			require.ErrorContains(t, err, creator, "the error names who made it")
+			var installed bool
+			require.NoError(t, d.Pool.QueryRow(ctx, "SELECT to_regclass('distributed_locks') IS NOT NULL").Scan(&installed))
+			require.False(t, installed)
+		})
+	}
+}
+
+// plantTraps makes a role that may create objects in schema public and, as that role, defines
+// there functions, operators and an aggregate that raise "hijacked: ran as <role>" when called:
+// closer matches than pg_catalog's for calls a migrating session could make, and, for a
+// search_path that names pg_catalog last, same-signature ones. It checks that the closer
+// matches are picked, and returns the role.
+func plantTraps(t *testing.T, d *testdb.DB) string {
+	t.Helper()
+	ctx := context.Background()
+	creator := d.NewRole(t, "pglock_creator")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT CREATE ON SCHEMA public TO %[1]s;
+		SET ROLE %[1]s;
+		CREATE FUNCTION public.hijacked(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
+			$$ BEGIN RAISE EXCEPTION 'hijacked: ran as %%', current_user; END $$;
+		CREATE FUNCTION public.hijacked(oid, regnamespace) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
+		CREATE FUNCTION public.hijacked(oid, regprocedure) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked($1, 0)';
+		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.hijacked);
+		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regnamespace, FUNCTION = public.hijacked);
+		CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.hijacked);
+		CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text';
+		CREATE FUNCTION public.acldefault(text, oid) RETURNS aclitem[] LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::aclitem[]';
+		CREATE FUNCTION public.convert_to(text, text) RETURNS bytea LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::bytea';
+		CREATE FUNCTION public.pg_advisory_lock(text) RETURNS void LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+		CREATE FUNCTION public.pg_advisory_unlock(text) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+		CREATE FUNCTION public.hijacked_count(bigint, integer) RETURNS bigint LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::int';
+		CREATE AGGREGATE public.count(integer) (SFUNC = public.hijacked_count, STYPE = bigint, INITCOND = '0');
+		CREATE FUNCTION public.pg_advisory_lock(bigint) RETURNS void LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+		CREATE FUNCTION public.pg_advisory_unlock(bigint) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+		CREATE FUNCTION public.current_database() RETURNS name LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::name';
+		RESET ROLE`, creator))
+	require.NoError(t, err)
+	for _, trap := range []string{
+		"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure",
+		"SELECT format('%I, pg_temp', current_schema())", "SELECT acldefault('n', 10)", "SELECT convert_to('x', 'UTF8')",
+		"SELECT pg_advisory_lock('1')", "SELECT pg_advisory_unlock('1')", "SELECT count(1) FROM pg_class",
+	} {
+		_, err = d.Pool.Exec(ctx, trap)
+		require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
+	}
+	return creator
 }
 
 // oneVersionBehind is a database with every migration applied but the newest, to upgrade.
