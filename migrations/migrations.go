@@ -99,12 +99,19 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
 	}
 	var status Status
-	if err := checkVersionTable(ctx, q, scope.Schema); err != nil {
+	exists, err := trustVersionTable(ctx, q, scope.Schema)
+	if err != nil {
 		return Status{}, err
 	}
-	row, err := q.MigrationVersion(ctx)
+	var row db.PglockSchemaMigration
+	if exists {
+		// The unqualified name finds the schema's table: the first schema searched that
+		// holds one (pg_temp and pg_catalog aside, which only this session and superusers
+		// write). Without it, the name could find another schema's.
+		row, err = q.MigrationVersion(ctx)
+	}
 	switch {
-	case errors.Is(err, pglock.ErrNotMigrated), errors.Is(err, pgx.ErrNoRows):
+	case !exists, errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
 	case row.Version >= 0: // golang-migrate writes -1 for "none" when a first migration fails
@@ -182,9 +189,6 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 			err = fmt.Errorf("pglock: migrate: %w", unlockErr)
 		}
 	}()
-	if err := checkVersionTable(ctx, q, scope.Schema); err != nil {
-		return err
-	}
 
 	// golang-migrate speaks database/sql; give it connections of its own, made as the pool makes
 	// them, so it takes none of the pool's, then confined to pg_catalog (ConfineMigrator).
@@ -208,6 +212,13 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 	if err != nil {
 		sqlDB.Close()
 		return fmt.Errorf("pglock: migrate: %w", err)
+	}
+	// Only now: golang-migrate made the version table if it found none, and keeps one that
+	// another role made while it waited for its own lock. Either is there to stay: no role but
+	// its owner could drop, replace or alter it.
+	if _, err := trustVersionTable(ctx, q, scope.Schema); err != nil {
+		driver.Close()
+		return err
 	}
 	src, err := iofs.New(files, ".")
 	if err != nil {
@@ -248,18 +259,18 @@ func migrationLockKey(scope db.MigrationScopeRow) (int64, error) {
 	return key - 1, err
 }
 
-// checkVersionTable refuses a version table that golang-migrate should not read or write as
-// the migrating role (queries/migrations.sql, VersionTableTrust). A missing one is fine.
-func checkVersionTable(ctx context.Context, q *db.Queries, schema string) error {
+// trustVersionTable says whether schema has a version table, and refuses one that golang-migrate
+// should not read or write as the migrating role (queries/migrations.sql, VersionTableTrust).
+func trustVersionTable(ctx context.Context, q *db.Queries, schema string) (exists bool, err error) {
 	table, err := q.VersionTableTrust(ctx, db.VersionTableTrustParams{Schema: schema, TableName: VersionTable})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("pglock: migrate: inspect %s: %w", VersionTable, err)
+		return false, fmt.Errorf("pglock: migrate: inspect %s: %w", VersionTable, err)
 	case !table.Trusted:
-		return fmt.Errorf("%w: %s.%s belongs to %s, who neither owns schema %s nor is the migrating role, or it is not a plain table: migrate as its owner, or drop it if it is not pglock's",
+		return true, fmt.Errorf("%w: %s.%s belongs to %s, who neither owns schema %s nor is the migrating role, or it is not a plain table: migrate as its owner, or drop it if it is not pglock's",
 			pglock.ErrUnsafeSchema, schema, VersionTable, table.Owner, schema)
 	}
-	return nil
+	return true, nil
 }

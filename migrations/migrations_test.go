@@ -248,6 +248,23 @@ func TestVersion(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
 	})
+	// Version reads the version table of the schema pglock installs into, never one that the
+	// name finds further along search_path, where another role may have made it.
+	t.Run("unmigrated, with another schema's table searched after", func(t *testing.T) {
+		t.Parallel()
+		d := testdb.New(t, &testdb.Options{Unmigrated: true})
+		creator := plantTraps(t, d)
+		_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA pglock_target; SET ROLE %s;
+			CREATE VIEW public.%s AS SELECT 5::bigint AS version, public.hijacked(0, 0) AS dirty; RESET ROLE`,
+			creator, migrations.VersionTable))
+		require.NoError(t, err)
+		pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = "pglock_target, public" })
+
+		status, err := migrations.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Zero(t, status.Version)
+		require.Len(t, status.Pending, int(status.Latest))
+	})
 }
 
 func TestBadArguments(t *testing.T) {
@@ -271,12 +288,7 @@ func TestUpStopsWaitingForAnotherMigratorWhenContextEnds(t *testing.T) {
 
 	// Hold the lock another pglock migrator of this schema would hold: golang-migrate's key for
 	// the version table, less one.
-	var dbName, schema string
-	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&dbName, &schema))
-	id, err := database.GenerateAdvisoryLockId(dbName, schema, migrations.VersionTable)
-	require.NoError(t, err)
-	key, err := strconv.ParseInt(id, 10, 64)
-	require.NoError(t, err)
+	key := golangMigrateLockKey(t, d.Pool)
 	other, err := d.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer other.Release()
@@ -394,18 +406,7 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 		_, err := d.Pool.Exec(context.Background(), "DROP SCHEMA "+owner+" CASCADE")
 		require.NoError(t, err)
 	})
-	inSchema := func(role string) *pgxpool.Pool {
-		return d.NewPool(t, func(c *pgxpool.Config) {
-			c.ConnConfig.RuntimeParams["search_path"] = owner
-			if role != "" {
-				c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-					_, err := conn.Exec(ctx, "SET ROLE "+role)
-					return err
-				}
-			}
-		})
-	}
-	asOwner, asSuperuser, asApp := inSchema(owner), inSchema(""), inSchema(app)
+	asOwner, asSuperuser, asApp := poolInSchema(t, d, owner, owner), poolInSchema(t, d, owner, ""), poolInSchema(t, d, owner, app)
 
 	require.NoError(t, migrations.Up(ctx, asOwner))
 	require.NoError(t, migrations.Down(ctx, asOwner, 1))
@@ -425,6 +426,54 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 	require.False(t, acquired, "the owner's grantee, through pglock_acquire")
 	require.NoError(t, asApp.QueryRow(ctx, "SELECT acquired FROM pglock_attempt('owned', 'h2', 30000)").Scan(&acquired))
 	require.False(t, acquired, "and directly")
+}
+
+// A deployer that may only create objects in a schema installed pglock there, so owns its version
+// table. Its upgrade by anyone else, even a superuser, is refused: golang-migrate would write the
+// table as the upgrading role, and the deployer, its owner, could have given it a trigger. Once
+// the table is handed to the schema's owner, the upgrade goes ahead.
+func TestUpgradeOfADeployersInstallWaitsForItsVersionTable(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	owner, deployer := d.NewRole(t, "pglock_owner"), d.NewRole(t, "pglock_deployer")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA %[1]s AUTHORIZATION %[1]s; GRANT USAGE, CREATE ON SCHEMA %[1]s TO %[2]s`, owner, deployer))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := d.Pool.Exec(context.Background(), "DROP SCHEMA "+owner+" CASCADE")
+		require.NoError(t, err)
+	})
+	asDeployer, asSuperuser := poolInSchema(t, d, owner, deployer), poolInSchema(t, d, owner, "")
+	require.NoError(t, migrations.Up(ctx, asDeployer))
+	require.NoError(t, migrations.Down(ctx, asDeployer, 1))
+
+	err = migrations.Up(ctx, asSuperuser)
+	require.ErrorIs(t, err, pglock.ErrUnsafeSchema)
+	require.ErrorContains(t, err, deployer)
+	status, err := migrations.Version(ctx, asDeployer)
+	require.NoError(t, err)
+	require.Equal(t, status.Latest-1, status.Version, "nothing was applied")
+
+	_, err = asSuperuser.Exec(ctx, fmt.Sprintf("ALTER TABLE %s.%s OWNER TO %s", owner, migrations.VersionTable, owner))
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, asSuperuser))
+	status, err = migrations.Version(ctx, asSuperuser)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+}
+
+// poolInSchema is a pool of d's whose sessions search schema and, unless role is empty, act as role.
+func poolInSchema(t *testing.T, d *testdb.DB, schema, role string) *pgxpool.Pool {
+	t.Helper()
+	return d.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["search_path"] = schema
+		if role != "" {
+			c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+				_, err := conn.Exec(ctx, "SET ROLE "+role)
+				return err
+			}
+		}
+	})
 }
 
 // A role that may create objects in the schema (not every role: Up refuses that) defines
@@ -506,6 +555,52 @@ func TestMigrationsRefuseAVersionTableSomeoneElseMade(t *testing.T) {
 			require.False(t, installed)
 		})
 	}
+}
+
+// golang-migrate creates its version table when it finds none, holding its own lock. A role that
+// may create objects in the schema, waiting for that lock, can slip in a view first: then there
+// was no table when the migrator first looked, and golang-migrate finds one and keeps it. Up
+// still refuses it, and nothing is installed.
+func TestUpRefusesAVersionTableMadeWhileItWaits(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	creator := plantTraps(t, d)
+	key := golangMigrateLockKey(t, d.Pool)
+	attacker, err := d.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer attacker.Release()
+	_, err = attacker.Exec(ctx, "SELECT pg_advisory_lock($1::bigint)", key)
+	require.NoError(t, err)
+
+	upErr := make(chan error, 1)
+	go func() { upErr <- migrations.Up(ctx, d.Pool) }()
+	require.Eventually(t, func() bool {
+		return callBool(t, d.Pool, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND (classid::bigint << 32 | objid::bigint) = $1::bigint)`, key)
+	}, time.Minute, 5*time.Millisecond, "golang-migrate waits for its lock")
+	_, err = attacker.Exec(ctx, fmt.Sprintf(`SET ROLE %s;
+		CREATE VIEW public.%s AS SELECT 0::bigint AS version, public.hijacked(0, 0) AS dirty;
+		RESET ROLE; SELECT pg_advisory_unlock(%d)`, creator, migrations.VersionTable, key))
+	require.NoError(t, err)
+
+	require.ErrorIs(t, <-upErr, pglock.ErrUnsafeSchema)
+	var installed bool
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT to_regclass('distributed_locks') IS NOT NULL").Scan(&installed))
+	require.False(t, installed)
+}
+
+// golangMigrateLockKey is the advisory lock golang-migrate holds while it works on the pool's
+// schema; pglock's own migrators take the one below it first.
+func golangMigrateLockKey(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var dbName, schema string
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT pg_catalog.current_database(), current_schema()").Scan(&dbName, &schema))
+	id, err := database.GenerateAdvisoryLockId(dbName, schema, migrations.VersionTable)
+	require.NoError(t, err)
+	key, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(t, err)
+	return key
 }
 
 // plantTraps makes a role that may create objects in schema public and, as that role, defines
