@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"sync"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
@@ -42,8 +43,9 @@ type Status struct {
 }
 
 // Up applies every migration not yet applied. A database already up to date is not an error.
-// ctx bounds the wait for another migrator, not a migration under way: stopping one halfway
-// would leave the database marked dirty.
+// ctx bounds the wait for another pglock migrator, not a migration under way: stopping one
+// halfway would leave the database marked dirty. Nor does it bound the wait for golang-migrate's
+// own lock, which only something outside pglock holds (golang-migrate's CLI, say).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	return run(ctx, pool, func(m *migrate.Migrate) error { return step(m, +1, AllSteps) })
 }
@@ -93,31 +95,35 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	if pool == nil {
 		return Status{}, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	q := db.New(db.Translating(pool))
-	scope, err := q.MigrationScope(ctx)
-	if err != nil {
-		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
-	}
 	var status Status
-	exists, err := trustVersionTable(ctx, q, scope.Schema)
+	// One transaction, so one session: the schema looked at is the one read.
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		q := db.New(db.Translating(tx))
+		scope, err := q.MigrationScope(ctx)
+		if err != nil {
+			return err
+		}
+		exists, err := trustVersionTable(ctx, q, scope.Schema)
+		if err != nil || !exists {
+			return err
+		}
+		if err := q.SearchOnlySchema(ctx, scope.Schema); err != nil {
+			return err
+		}
+		row, err := q.MigrationVersion(ctx)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case row.Version >= 0: // golang-migrate writes -1 for "none" when a first migration fails
+			status.Version, status.Dirty = uint(row.Version), row.Dirty
+		default:
+			status.Dirty = row.Dirty
+		}
+		return nil
+	})
 	if err != nil {
-		return Status{}, err
-	}
-	var row db.PglockSchemaMigration
-	if exists {
-		// The unqualified name finds the schema's table: the first schema searched that
-		// holds one (pg_temp and pg_catalog aside, which only this session and superusers
-		// write). Without it, the name could find another schema's.
-		row, err = q.MigrationVersion(ctx)
-	}
-	switch {
-	case !exists, errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
 		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
-	case row.Version >= 0: // golang-migrate writes -1 for "none" when a first migration fails
-		status.Version, status.Dirty = uint(row.Version), row.Dirty
-	default:
-		status.Dirty = row.Dirty
 	}
 
 	err = eachVersion(func(src source.Driver, version uint) {
@@ -197,7 +203,14 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 	if config.BeforeConnect != nil {
 		hooks = append(hooks, stdlib.OptionBeforeConnect(config.BeforeConnect))
 	}
+	var (
+		openedMu sync.Mutex
+		opened   []*pgx.Conn
+	)
 	hooks = append(hooks, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+		openedMu.Lock()
+		opened = append(opened, conn)
+		openedMu.Unlock()
 		if config.AfterConnect != nil {
 			if err := config.AfterConnect(ctx, conn); err != nil {
 				return err
@@ -210,7 +223,14 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 		MigrationsTable: VersionTable, DatabaseName: scope.Database, SchemaName: scope.Schema,
 	})
 	if err != nil {
+		// A failed WithInstance does not give back the connection it took, and sqlDB.Close
+		// leaves a connection in use open: close them all under it.
 		sqlDB.Close()
+		openedMu.Lock()
+		for _, conn := range opened {
+			conn.Close(ctx)
+		}
+		openedMu.Unlock()
 		return fmt.Errorf("pglock: migrate: %w", err)
 	}
 	// Only now: golang-migrate made the version table if it found none, and keeps one that
@@ -218,7 +238,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 	// its owner could drop, replace or alter it.
 	if _, err := trustVersionTable(ctx, q, scope.Schema); err != nil {
 		driver.Close()
-		return err
+		return fmt.Errorf("pglock: migrate: %w", err)
 	}
 	src, err := iofs.New(files, ".")
 	if err != nil {
@@ -267,7 +287,7 @@ func trustVersionTable(ctx context.Context, q *db.Queries, schema string) (exist
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("pglock: migrate: inspect %s: %w", VersionTable, err)
+		return false, fmt.Errorf("inspect %s: %w", VersionTable, err)
 	case !table.Trusted:
 		return true, fmt.Errorf("%w: %s.%s belongs to %s, who neither owns schema %s nor is the migrating role, or it is not a plain table: migrate as its owner, or drop it if it is not pglock's",
 			pglock.ErrUnsafeSchema, schema, VersionTable, table.Owner, schema)

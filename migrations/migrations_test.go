@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,6 +266,74 @@ func TestVersion(t *testing.T) {
 		require.Zero(t, status.Version)
 		require.Len(t, status.Pending, int(status.Latest))
 	})
+	// Nor one in the session's pg_temp, searched first for tables unless named: code of another
+	// role that the session ran may have left it there.
+	t.Run("migrated, with a temporary view of that name left in the session", func(t *testing.T) {
+		t.Parallel()
+		d := testdb.New(t, nil)
+		creator := plantTraps(t, d)
+		_, err := d.Pool.Exec(ctx, fmt.Sprintf(`SET ROLE %s;
+			CREATE FUNCTION public.innocent() RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$ BEGIN
+				CREATE TEMPORARY VIEW %s AS SELECT 99::bigint AS version, public.hijacked(0, 0) AS dirty;
+			END $$; RESET ROLE`, creator, migrations.VersionTable))
+		require.NoError(t, err)
+		pool := d.NewPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+		_, err = pool.Exec(ctx, "SELECT public.innocent()")
+		require.NoError(t, err)
+
+		status, err := migrations.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	})
+	// Version looks at the table and reads it in one session, even when the pool's sessions
+	// search different schemas.
+	t.Run("migrated, on a pool whose sessions search different schemas", func(t *testing.T) {
+		t.Parallel()
+		d := testdb.New(t, nil)
+		creator := plantTraps(t, d)
+		_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA pglock_other; GRANT USAGE, CREATE ON SCHEMA pglock_other TO %[1]s;
+			SET ROLE %[1]s; CREATE VIEW pglock_other.%[2]s AS SELECT 99::bigint AS version, public.hijacked(0, 0) AS dirty;
+			RESET ROLE`, creator, migrations.VersionTable))
+		require.NoError(t, err)
+		var armed atomic.Bool
+		var acquisitions atomic.Int32
+		pool := d.NewPool(t, func(c *pgxpool.Config) {
+			c.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+				searchPath := "public"
+				if armed.Load() && acquisitions.Add(1) > 1 {
+					searchPath = "pglock_other"
+				}
+				_, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('search_path', $1, false)", searchPath)
+				return err == nil, err
+			}
+		})
+		armed.Store(true)
+
+		status, err := migrations.Version(ctx, pool)
+		require.NoError(t, err)
+		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	})
+}
+
+// golang-migrate does not give back the connection it took when its setup fails, here because a
+// role that may create in the schema made a type of the version table's name. Up closes it.
+func TestFailedUpLeavesNoConnectionOpen(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	ctx := context.Background()
+	creator := d.NewRole(t, "pglock_creator")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT CREATE ON SCHEMA public TO %[1]s;
+		SET ROLE %[1]s; CREATE DOMAIN public.%[2]s AS integer; RESET ROLE`, creator, migrations.VersionTable))
+	require.NoError(t, err)
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = "pglock_failed_up" })
+
+	for range 3 {
+		require.ErrorContains(t, migrations.Up(ctx, pool), "already exists")
+	}
+	require.Eventually(t, func() bool {
+		return callBool(t, d.Pool, `SELECT count(*) <= 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'pglock_failed_up'`)
+	}, 5*time.Second, 10*time.Millisecond, "only the pool's own connection is left")
 }
 
 func TestBadArguments(t *testing.T) {
