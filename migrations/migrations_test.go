@@ -90,9 +90,7 @@ func TestConcurrentUpFromFiveProcesses(t *testing.T) {
 		require.NoError(t, errs[i], "process %d: %s", i, outputs[i])
 	}
 
-	status, err := migrations.Version(context.Background(), d.Pool)
-	require.NoError(t, err)
-	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	requireUpToDate(t, d.Pool)
 }
 
 const migrateUpHelperEnv = "PGLOCK_TEST_MIGRATE_UP_URL"
@@ -245,9 +243,7 @@ func TestVersion(t *testing.T) {
 	t.Run("migrated", func(t *testing.T) {
 		t.Parallel()
 		d := testdb.New(t, nil)
-		status, err := migrations.Version(ctx, d.Pool)
-		require.NoError(t, err)
-		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+		requireUpToDate(t, d.Pool)
 	})
 	// Version reads the version table of the schema pglock installs into, never one that the
 	// name finds further along search_path, where another role may have made it.
@@ -281,9 +277,7 @@ func TestVersion(t *testing.T) {
 		_, err = pool.Exec(ctx, "SELECT public.innocent()")
 		require.NoError(t, err)
 
-		status, err := migrations.Version(ctx, pool)
-		require.NoError(t, err)
-		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+		requireUpToDate(t, pool)
 	})
 	// Version looks at the table and reads it in one session, even when the pool's sessions
 	// search different schemas.
@@ -309,9 +303,7 @@ func TestVersion(t *testing.T) {
 		})
 		armed.Store(true)
 
-		status, err := migrations.Version(ctx, pool)
-		require.NoError(t, err)
-		require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+		requireUpToDate(t, pool)
 	})
 }
 
@@ -372,9 +364,7 @@ func TestUpStopsWaitingForAnotherMigratorWhenContextEnds(t *testing.T) {
 	_, err = other.Exec(ctx, "SELECT pg_advisory_unlock($1::bigint)", key-1)
 	require.NoError(t, err)
 	require.NoError(t, migrations.Up(ctx, d.Pool))
-	status, err := migrations.Version(ctx, d.Pool)
-	require.NoError(t, err)
-	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	requireUpToDate(t, d.Pool)
 }
 
 // SECURITY DEFINER functions in a schema every role may write could be hijacked: Up refuses.
@@ -404,9 +394,7 @@ func TestUpRefusesASchemaEveryRoleMayCreateIn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, migrations.Force(ctx, d.Pool, 0))
 	require.NoError(t, migrations.Up(ctx, d.Pool))
-	status, err = migrations.Version(ctx, d.Pool)
-	require.NoError(t, err)
-	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	requireUpToDate(t, d.Pool)
 }
 
 func TestDownMoreStepsThanApplied(t *testing.T) {
@@ -526,7 +514,13 @@ func TestUpgradeOfADeployersInstallWaitsForItsVersionTable(t *testing.T) {
 	_, err = asSuperuser.Exec(ctx, fmt.Sprintf("ALTER TABLE %s.%s OWNER TO %s", owner, migrations.VersionTable, owner))
 	require.NoError(t, err)
 	require.NoError(t, migrations.Up(ctx, asSuperuser))
-	status, err = migrations.Version(ctx, asSuperuser)
+	requireUpToDate(t, asSuperuser)
+}
+
+// requireUpToDate checks that Version reports every migration applied, cleanly.
+func requireUpToDate(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	status, err := migrations.Version(context.Background(), pool)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
 }
