@@ -60,7 +60,7 @@ SELECT version, dirty FROM pglock_schema_migrations LIMIT 1
 // schema before pg_catalog: where a role allowed to create objects could define closer matches.
 // So every function, type and operator here is pg_catalog's by name.
 // MigrationVersion reads the version table; VersionTableTrust first says whether to, and
-// SearchOnlySchema makes the name find the table it looked at.
+// SearchOnlySchema makes the name find the table VersionTableTrust looked at.
 func (q *Queries) MigrationVersion(ctx context.Context) (PglockSchemaMigration, error) {
 	row := q.db.QueryRow(ctx, migrationVersion)
 	var i PglockSchemaMigration
@@ -72,9 +72,9 @@ const searchOnlySchema = `-- name: SearchOnlySchema :exec
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', $1::pg_catalog.varchar), true)
 `
 
-// SearchOnlySchema confines the rest of the transaction to the schema (after pg_catalog):
-// otherwise the session's pg_temp, searched first for tables unless named, could hold one of
-// that name, left by code the session ran as another role.
+// SearchOnlySchema confines the rest of the transaction to the schema, after pg_catalog, with
+// pg_temp last: searched first for tables unless named, pg_temp could hold one of that name,
+// left by code the session ran as another role.
 func (q *Queries) SearchOnlySchema(ctx context.Context, schema string) error {
 	_, err := q.db.Exec(ctx, searchOnlySchema, schema)
 	return err

@@ -5,8 +5,8 @@
 // into the first existing schema of their search_path (PostgreSQL skips names of schemas
 // that do not exist, so create the schema first), and golang-migrate records the version in
 // the table pglock_schema_migrations there, never in the application's own schema_migrations.
-// Any number of processes may call Up at once: golang-migrate serialises them with an
-// advisory lock, one applies the files and the others find nothing left to do.
+// Any number of processes may call Up at once: an advisory lock of pglock's serializes them,
+// one applies the files and the others find nothing left to do.
 //
 // The same files can be applied without Go, in order, with `psql -f` or with the
 // golang-migrate CLI (-database 'pgx5://...?x-migrations-table=pglock_schema_migrations').

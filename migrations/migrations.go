@@ -207,16 +207,16 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 		openedMu sync.Mutex
 		opened   []*pgx.Conn
 	)
-	hooks = append(hooks, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+	hooks = append(hooks, stdlib.OptionAfterConnect(func(ctx context.Context, migratorConn *pgx.Conn) error {
 		openedMu.Lock()
-		opened = append(opened, conn)
+		opened = append(opened, migratorConn)
 		openedMu.Unlock()
 		if config.AfterConnect != nil {
-			if err := config.AfterConnect(ctx, conn); err != nil {
+			if err := config.AfterConnect(ctx, migratorConn); err != nil {
 				return err
 			}
 		}
-		return db.New(conn).ConfineMigrator(ctx, scope.Schema)
+		return db.New(migratorConn).ConfineMigrator(ctx, scope.Schema)
 	}))
 	sqlDB := stdlib.OpenDB(*config.ConnConfig, hooks...)
 	driver, err := migratepgx.WithInstance(sqlDB, &migratepgx.Config{
@@ -227,8 +227,8 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 		// leaves a connection in use open: close them all under it.
 		sqlDB.Close()
 		openedMu.Lock()
-		for _, conn := range opened {
-			conn.Close(ctx)
+		for _, migratorConn := range opened {
+			migratorConn.Close(ctx)
 		}
 		openedMu.Unlock()
 		return fmt.Errorf("pglock: migrate: %w", err)
@@ -289,7 +289,7 @@ func trustVersionTable(ctx context.Context, q *db.Queries, schema string) (exist
 	case err != nil:
 		return false, fmt.Errorf("inspect %s: %w", VersionTable, err)
 	case !table.Trusted:
-		return true, fmt.Errorf("%w: %s.%s belongs to %s, who neither owns schema %s nor is the migrating role, or it is not a plain table: migrate as its owner, or drop it if it is not pglock's",
+		return true, fmt.Errorf("%w: %s.%s belongs to %s, which is neither the current role nor has the rights of schema %s's owner, or it is not a plain table: migrate as its owner, hand it to the schema's owner (ALTER TABLE ... OWNER TO), or drop it if it is not pglock's",
 			pglock.ErrUnsafeSchema, schema, VersionTable, table.Owner, schema)
 	}
 	return true, nil

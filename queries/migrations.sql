@@ -3,13 +3,13 @@
 -- So every function, type and operator here is pg_catalog's by name.
 
 -- MigrationVersion reads the version table; VersionTableTrust first says whether to, and
--- SearchOnlySchema makes the name find the table it looked at.
+-- SearchOnlySchema makes the name find the table VersionTableTrust looked at.
 -- name: MigrationVersion :one
 SELECT version, dirty FROM pglock_schema_migrations LIMIT 1;
 
--- SearchOnlySchema confines the rest of the transaction to the schema (after pg_catalog):
--- otherwise the session's pg_temp, searched first for tables unless named, could hold one of
--- that name, left by code the session ran as another role.
+-- SearchOnlySchema confines the rest of the transaction to the schema, after pg_catalog, with
+-- pg_temp last: searched first for tables unless named, pg_temp could hold one of that name,
+-- left by code the session ran as another role.
 -- name: SearchOnlySchema :exec
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', @schema::pg_catalog.varchar), true);
 
