@@ -415,6 +415,36 @@ func TestCloseReleasesLocksAndStopsWaiters(t *testing.T) {
 	require.NoError(t, blocker.Release(ctx))
 }
 
+// Close with one Acquire waiting and nothing held: the wait ends with ErrClosed and its place
+// in the queue is gone when Close returns. Close then waits for nothing but that wait's clean-up,
+// which must be counted before the wait's own count ends; the rounds vary the timing.
+func TestCloseWithALoneWaiterLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	blocker, err := newLocker(t, pool, nil).TryAcquire(ctx, "held", nil)
+	require.NoError(t, err)
+	for range 100 {
+		l, err := tablelock.New(pool, nil)
+		require.NoError(t, err)
+		waitErr := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(ctx, "held", nil)
+			waitErr <- err
+		}()
+		require.Eventually(t, func() bool {
+			_, waiters := countRows(t, pool)
+			return waiters == 1
+		}, 10*time.Second, time.Millisecond)
+
+		require.NoError(t, l.Close(ctx))
+		require.ErrorIs(t, <-waitErr, pglock.ErrClosed)
+		_, waiters := countRows(t, pool)
+		require.Zero(t, waiters)
+	}
+	require.NoError(t, blocker.Release(ctx))
+}
+
 // The SQL contract sees the same locks: a holder in another language blocks a Go holder.
 func TestInteroperatesWithTheSQLFunctions(t *testing.T) {
 	t.Parallel()

@@ -80,12 +80,10 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			checked = time.Now()
 			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
 		case ctx.Err() != nil: // settled also leaves the queue once a poll it gave up on is over
-			l.unregister(w)
-			l.leave(req)
+			l.abandon(w)
 			return nil, l.waitError(ctx, req, start, timeout, locked)
 		case !transient(err):
-			l.unregister(w)
-			l.leave(req)
+			l.abandon(w)
 			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, err)
 		default:
 			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
@@ -106,8 +104,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			l.unregister(w)
-			l.leave(req)
+			l.abandon(w)
 			return nil, l.waitError(ctx, req, start, timeout, locked)
 		}
 	}
@@ -187,6 +184,13 @@ func (l *Locker) unregister(w *waiter) {
 	delete(l.byHolder, w.req.holder)
 	l.mu.Unlock()
 	l.waits.Done()
+}
+
+// abandon ends w's wait, leaving the queue in the database and the local one, in that order:
+// leaving is counted in l.waits while w's own count still holds, so Close cannot miss it.
+func (l *Locker) abandon(w *waiter) {
+	l.leave(w.req)
+	l.unregister(w)
 }
 
 // leave removes req's place in the database's queue, and releases the lock if it was handed
