@@ -242,12 +242,25 @@ func (l *Locker) listen() {
 	}
 }
 
+// listenOnce listens on a connection of its own, outside the pool (a pooled one would be taken
+// back by nobody), made as the pool makes its own: a BeforeConnect may supply credentials.
 func (l *Locker) listenOnce() error {
-	conn, err := pgx.ConnectConfig(l.ctx, l.pool.Config().ConnConfig)
+	config := l.pool.Config()
+	if config.BeforeConnect != nil {
+		if err := config.BeforeConnect(l.ctx, config.ConnConfig); err != nil {
+			return err
+		}
+	}
+	conn, err := pgx.ConnectConfig(l.ctx, config.ConnConfig)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.Background())
+	if config.AfterConnect != nil {
+		if err := config.AfterConnect(l.ctx, conn); err != nil {
+			return err
+		}
+	}
 	q := db.New(db.Translating(conn))
 	if err := q.ListenHandoff(l.ctx); err != nil {
 		return err

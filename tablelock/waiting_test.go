@@ -51,13 +51,16 @@ func (c *pollCounter) pollersSince() func() int {
 	}
 }
 
-// countedPool is a pool whose polls are counted, its connections named app.
-func countedPool(t *testing.T, d *testdb.DB, app string, maxConns int32) (*pgxpool.Pool, *pollCounter) {
+// countedPool is a pool whose polls are counted, its connections named app, then configured.
+func countedPool(t *testing.T, d *testdb.DB, app string, maxConns int32, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, *pollCounter) {
 	counter := &pollCounter{}
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
 		c.MaxConns = maxConns
 		c.ConnConfig.Tracer = counter
 		c.ConnConfig.RuntimeParams["application_name"] = app
+		for _, configure := range configure {
+			configure(c)
+		}
 	})
 	return pool, counter
 }
@@ -71,30 +74,62 @@ func waitForQueue(t *testing.T, pool *pgxpool.Pool, waiters int) {
 }
 
 // A release hands the lock to the waiter directly: the waiter acquires without polling again.
+// Its Locker listens on a connection made as its pool makes them, through the pool's hooks:
+// here BeforeConnect supplies the role, without which no connection could be made, and
+// AfterConnect renames the session.
 func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, nil)
-	waiterPool, polls := countedPool(t, d, "waiter", 4)
-	holder := newLocker(t, d.Pool, nil)
-	waiter := newLocker(t, waiterPool, &tablelock.Config{MaxPollInterval: time.Hour})
-	ctx := context.Background()
-	opts := &tablelock.AcquireOptions{TTL: time.Hour}
+	for _, tc := range []struct {
+		name        string
+		configure   func(*pgxpool.Config)
+		listenerApp string
+	}{
+		{"a plain pool", func(*pgxpool.Config) {}, "waiter"},
+		{"a pool that connects through its hooks", func(c *pgxpool.Config) {
+			role := c.ConnConfig.User
+			c.ConnConfig.User = "pglock_no_such_role"
+			c.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+				cc.User = role
+				return nil
+			}
+			c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+				_, err := conn.Exec(ctx, "SET application_name = 'waiter-hooked'")
+				return err
+			}
+		}, "waiter-hooked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, nil)
+			waiterPool, polls := countedPool(t, d, "waiter", 4, tc.configure)
+			holder := newLocker(t, d.Pool, nil)
+			waiter := newLocker(t, waiterPool, &tablelock.Config{MaxPollInterval: time.Hour})
+			ctx := context.Background()
+			opts := &tablelock.AcquireOptions{TTL: time.Hour}
 
-	held, err := holder.TryAcquire(ctx, "handoff", opts)
-	require.NoError(t, err)
-	acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
-	// Release just after the waiter's ninth poll: its backoff, doubling from 10 ms, puts the next
-	// one over a second later, so only the handoff can wake it before then.
-	require.Eventually(t, func() bool { return polls.n.Load() >= 9 }, 30*time.Second, time.Millisecond)
+			held, err := holder.TryAcquire(ctx, "handoff", opts)
+			require.NoError(t, err)
+			acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
+			require.Eventually(t, func() bool {
+				var listening bool
+				require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+					WHERE application_name = $1 AND query LIKE '%LISTEN pglock_released%')`, tc.listenerApp).Scan(&listening))
+				return listening
+			}, 30*time.Second, 5*time.Millisecond, "the listener connected as the pool does")
+			// Release just after the waiter's ninth poll: its backoff, doubling from 10 ms, puts
+			// the next one over a second later, so only the handoff can wake it before then.
+			require.Eventually(t, func() bool { return polls.n.Load() >= 9 }, 30*time.Second, time.Millisecond)
 
-	before := polls.n.Load()
-	require.NoError(t, held.Release(ctx))
-	lk := <-acquired
-	require.Equal(t, before, polls.n.Load(), "woken by the handoff, not by a poll")
-	require.Greater(t, lk.Token(), held.Token())
-	row, _ := readLock(t, d.Pool, "handoff")
-	require.Equal(t, lk.Token(), row.Token)
-	require.NoError(t, lk.Release(ctx))
+			before := polls.n.Load()
+			require.NoError(t, held.Release(ctx))
+			lk := <-acquired
+			require.Equal(t, before, polls.n.Load(), "woken by the handoff, not by a poll")
+			require.Greater(t, lk.Token(), held.Token())
+			row, _ := readLock(t, d.Pool, "handoff")
+			require.Equal(t, lk.Token(), row.Token)
+			require.NoError(t, lk.Release(ctx))
+		})
+	}
 }
 
 // 1000 goroutines of one process wait on one name: they use the pool and one listener, a
