@@ -193,7 +193,10 @@ func RawHandoffWorkers(tb testing.TB, pools []*pgxpool.Pool, name string) func(w
 			}, func() {
 				cancel()
 				listening.Wait()
-				listener.Release()
+				// Closed, not given back: a pooled connection would go on listening, and pgx
+				// would hand the notifications it buffered meanwhile to the next round's
+				// listener as if they were new, a second turn in the ring.
+				listener.Hijack().Close(context.Background())
 				conn.Release()
 			}
 	}
