@@ -242,8 +242,8 @@ func (l *Locker) listen() {
 	}
 }
 
-// listenOnce listens on a connection of its own, outside the pool (a pooled one would be taken
-// back by nobody), made as the pool makes its own: a BeforeConnect may supply credentials.
+// listenOnce listens on a connection of its own, not the pool's (it would take a pool slot for
+// good), made as the pool makes its own: a BeforeConnect may supply credentials.
 func (l *Locker) listenOnce() error {
 	config := l.pool.Config()
 	if config.BeforeConnect != nil {
