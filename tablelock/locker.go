@@ -290,7 +290,7 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 	if l.closed {
 		l.mu.Unlock()
 		lk.markReleased()
-		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.timing.ttl)
+		releaseCtx, cancel := context.WithTimeout(l.ctx, req.timing.ttl) // Close's ctx bounds it
 		defer cancel()
 		return nil, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
 	}

@@ -70,7 +70,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			func(db.PollLockRow, error) { l.leave(req) }) // the poll is over: now leaving is final
 		switch {
 		case err == nil && row.Acquired:
-			l.unregister(w)
+			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
 			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
 		case err == nil:
 			if row.Queued {
@@ -94,7 +94,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		case h := <-w.handoff:
 			timer.Stop()
 			if !queuedAt.IsZero() {
-				l.unregister(w)
+				defer l.unregister(w)
 				return l.hold(ctx, req, h.FencingToken, h.ExpiresAt, queuedAt, time.Since(start))
 			}
 			// We never learned when our place was written: poll, and the poll will find the lock ours.

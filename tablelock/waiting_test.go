@@ -2,6 +2,8 @@ package tablelock_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -449,4 +451,41 @@ func TestMutualExclusionUnderStress(t *testing.T) {
 	require.Equal(t, instances*goroutines*sections, total)
 	require.Zero(t, overlapping, "every exit follows its own enter, with nothing in between")
 	require.Zero(t, decreasing)
+}
+
+// A lock handed to a waiter just as its Locker closes is released before Close returns: the
+// Acquire, stopped by Close, gives it back while still counted, even when the application
+// closes its pool right after. The rounds vary the timing.
+func TestHandoffRacingCloseIsGivenBackBeforeCloseReturns(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	blocker := newLocker(t, d.Pool, nil)
+	for round := range 150 {
+		name := fmt.Sprintf("raced-%d", round)
+		held, err := blocker.TryAcquire(ctx, name, nil)
+		require.NoError(t, err)
+		pool := d.NewPool(t, nil)
+		l, err := tablelock.New(pool, &tablelock.Config{AppName: "closing"})
+		require.NoError(t, err)
+		acquired := make(chan error, 1)
+		go func() {
+			_, err := l.Acquire(ctx, name, nil)
+			acquired <- err
+		}()
+		require.Eventually(t, func() bool {
+			_, waiters := countRows(t, d.Pool)
+			return waiters == 1
+		}, 10*time.Second, time.Millisecond)
+
+		require.NoError(t, held.Release(ctx)) // the handoff's NOTIFY is on its way
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Microsecond)
+		require.NoError(t, l.Close(ctx))
+		pool.Close()
+		row, ok := readLock(t, d.Pool, name)
+		require.False(t, ok, "round %d: the lock is still held, by %s", round, row.Instance)
+		if err := <-acquired; err != nil {
+			require.ErrorIs(t, err, pglock.ErrClosed)
+		}
+	}
 }
