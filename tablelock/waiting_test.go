@@ -489,3 +489,44 @@ func TestHandoffRacingCloseIsGivenBackBeforeCloseReturns(t *testing.T) {
 		}
 	}
 }
+
+// A waiter that gives up just as a release hands it the lock does not keep it: leaving, it
+// releases the lock it was handed, though the handoff committed while its leaving ran. The
+// rounds vary the timing.
+func TestWaiterGivingUpDuringAHandoffKeepsNothing(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	blocker, waiter := newLocker(t, d.Pool, nil), newLocker(t, d.Pool, &tablelock.Config{AppName: "giving-up"})
+	for round := range 200 {
+		name := fmt.Sprintf("given-up-%d", round)
+		held, err := blocker.TryAcquire(ctx, name, nil)
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithCancel(ctx)
+		acquired := make(chan error, 1)
+		go func() {
+			lk, err := waiter.Acquire(waitCtx, name, nil)
+			if err == nil {
+				err = lk.Release(ctx)
+			}
+			acquired <- err
+		}()
+		require.Eventually(t, func() bool {
+			_, waiters := countRows(t, d.Pool)
+			return waiters == 1
+		}, 10*time.Second, time.Millisecond)
+
+		released := make(chan error, 1)
+		go func() { released <- held.Release(ctx) }()
+		time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+		cancel()
+		require.NoError(t, <-released)
+		if err := <-acquired; err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		require.Eventually(t, func() bool { // leaving runs in the background
+			_, ok := readLock(t, d.Pool, name)
+			return !ok
+		}, 5*time.Second, time.Millisecond, "round %d: the waiter that gave up holds the lock", round)
+	}
+}
