@@ -36,7 +36,7 @@ type Locker struct {
 
 	closing   context.Context // done when Close begins: waiters stop waiting, polls are canceled
 	stopWaits context.CancelFunc
-	closeOnce sync.Once
+	closeDone chan struct{} // closed when the first Close returns
 
 	mu        sync.Mutex
 	closed    bool
@@ -72,6 +72,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		cancel:    cancel,
 		closing:   closing,
 		stopWaits: stopWaits,
+		closeDone: make(chan struct{}),
 		held:      map[*Lock]struct{}{},
 		queues:    map[string][]*waiter{},
 		byHolder:  map[string]*waiter{},
@@ -182,9 +183,19 @@ func (l *Locker) Stats() Stats {
 // a lock released by Close may be someone else's a moment later. Requests that were under way
 // settle in the background (what they took is given back), and Close waits for them and its
 // other goroutines as long as ctx allows. (A TryAcquire still waiting for a connection from the
-// pool returns pglock.ErrClosed once it has one.) It returns the errors of the releases.
+// pool returns pglock.ErrClosed once it has one.) It returns the errors of the releases. A
+// Close while another runs returns when that one does, or when its own ctx ends.
 func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		select {
+		case <-l.closeDone:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	defer close(l.closeDone)
 	l.closed = true
 	held := make([]*Lock, 0, len(l.held))
 	for lk := range l.held {
@@ -197,7 +208,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		conn.Conn().PgConn().Conn().SetDeadline(time.Now())
 	}
 	l.mu.Unlock()
-	l.closeOnce.Do(l.stopWaits)
+	l.stopWaits()
 
 	var errs []error
 	for _, lk := range held {

@@ -445,6 +445,37 @@ func TestCloseWithALoneWaiterLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, blocker.Release(ctx))
 }
 
+// Two Close calls at once: whichever returns first, the Locker's lock is released by then, even
+// when the application closes its pool right after. The rounds vary which call does the work.
+func TestConcurrentClosesBothReturnAfterTheRelease(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	for round := range 50 {
+		name := fmt.Sprintf("closed-twice-%d", round)
+		pool := d.NewPool(t, nil)
+		l, err := tablelock.New(pool, nil)
+		require.NoError(t, err)
+		_, err = l.TryAcquire(ctx, name, nil)
+		require.NoError(t, err)
+		closed := make(chan error, 2)
+		start := make(chan struct{})
+		for range 2 {
+			go func() {
+				<-start
+				closed <- l.Close(ctx)
+			}()
+		}
+		close(start)
+
+		require.NoError(t, <-closed)
+		pool.Close()
+		_, held := readLock(t, d.Pool, name)
+		require.False(t, held, "round %d: a Close returned with the lock still held", round)
+		require.NoError(t, <-closed)
+	}
+}
+
 // The SQL contract sees the same locks: a holder in another language blocks a Go holder.
 func TestInteroperatesWithTheSQLFunctions(t *testing.T) {
 	t.Parallel()
