@@ -148,6 +148,49 @@ func TestTryThatBeatCloseIsReleasedAndItsConnectionReused(t *testing.T) {
 	require.EqualValues(t, 1, pool.Stat().NewConnsCount(), "the try's connection went back usable")
 }
 
+// A try whose answer came back just as Close began gives the lock back itself; when that release
+// is held up on the server, Close still returns once its own context ends, not at the TTL.
+func TestCloseHonoursItsContextBehindATrysRelease(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	g := &answerGate{started: make(chan struct{}), release: make(chan struct{})}
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = afterQuery(g.end) })
+	l, err := tablelock.New(pool, nil)
+	require.NoError(t, err)
+	g.armed.Store(true)
+	tried := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(ctx, "r", &tablelock.AcquireOptions{TTL: 20 * time.Second})
+		tried <- err
+	}()
+	<-g.started // the lock is the try's, its answer held up on the way back
+	tx := lockTheRow(t, d.Pool, "r")
+
+	closeTook := make(chan time.Duration, 1)
+	go func() {
+		closeCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		l.Close(closeCtx)
+		closeTook <- time.Since(start)
+	}()
+	require.Eventually(t, func() bool {
+		_, err := l.TryAcquire(ctx, "probe", nil)
+		return errors.Is(err, pglock.ErrClosed)
+	}, 5*time.Second, time.Millisecond, "Close began")
+	close(g.release) // the try finds the Locker closed and releases, behind the row lock
+
+	select {
+	case took := <-closeTook:
+		require.Less(t, took, 2*time.Second)
+	case <-time.After(5 * time.Second):
+		require.NoError(t, tx.Rollback(ctx))
+		t.Fatalf("Close(200 ms) still waits for the try's release after 5 s")
+	}
+	require.ErrorIs(t, <-tried, pglock.ErrClosed)
+}
+
 // deadlineRecorder is a connection that remembers the last deadline set on it.
 type deadlineRecorder struct {
 	net.Conn
