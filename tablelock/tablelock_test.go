@@ -398,10 +398,7 @@ func TestCloseReleasesLocksAndStopsWaiters(t *testing.T) {
 			waitErrs <- err
 		}()
 	}
-	require.Eventually(t, func() bool {
-		_, waiters := countRows(t, pool)
-		return waiters == 2
-	}, 10*time.Second, 10*time.Millisecond)
+	waitForQueue(t, pool, 2)
 
 	require.NoError(t, l.Close(ctx))
 	for range 2 {
@@ -432,10 +429,7 @@ func TestCloseWithALoneWaiterLeavesNothingBehind(t *testing.T) {
 			_, err := l.Acquire(ctx, "held", nil)
 			waitErr <- err
 		}()
-		require.Eventually(t, func() bool {
-			_, waiters := countRows(t, pool)
-			return waiters == 1
-		}, 10*time.Second, time.Millisecond)
+		waitForQueue(t, pool, 1)
 
 		require.NoError(t, l.Close(ctx))
 		require.ErrorIs(t, <-waitErr, pglock.ErrClosed)

@@ -60,11 +60,20 @@ func countedPool(t *testing.T, d *testdb.DB, app string, maxConns int32, configu
 		c.MaxConns = maxConns
 		c.ConnConfig.Tracer = counter
 		c.ConnConfig.RuntimeParams["application_name"] = app
-		for _, configure := range configure {
-			configure(c)
+		for _, apply := range configure {
+			apply(c)
 		}
 	})
 	return pool, counter
+}
+
+// listeners counts the sessions named app whose last statement was a Locker's LISTEN.
+func listeners(t *testing.T, pool *pgxpool.Pool, app string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = $1 AND query LIKE '%LISTEN pglock_released%'`, app).Scan(&n))
+	return n
 }
 
 func waitForQueue(t *testing.T, pool *pgxpool.Pool, waiters int) {
@@ -112,12 +121,8 @@ func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 			held, err := holder.TryAcquire(ctx, "handoff", opts)
 			require.NoError(t, err)
 			acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
-			require.Eventually(t, func() bool {
-				var listening bool
-				require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-					WHERE application_name = $1 AND query LIKE '%LISTEN pglock_released%')`, tc.listenerApp).Scan(&listening))
-				return listening
-			}, 30*time.Second, 5*time.Millisecond, "the listener connected as the pool does")
+			require.Eventually(t, func() bool { return listeners(t, d.Pool, tc.listenerApp) == 1 },
+				30*time.Second, 5*time.Millisecond, "the listener connected as the pool does")
 			// Release just after the waiter's ninth poll: its backoff, doubling from 10 ms, puts
 			// the next one over a second later, so only the handoff can wake it before then.
 			require.Eventually(t, func() bool { return polls.n.Load() >= 9 }, 30*time.Second, time.Millisecond)
@@ -315,10 +320,7 @@ func TestWaitingWithoutNotifications(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 	lk := <-acquired
 	require.Greater(t, polls.n.Load(), int64(1), "found by polling")
-	var listening int
-	require.NoError(t, d.Pool.QueryRow(ctx,
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'polling' AND query LIKE 'LISTEN%'").Scan(&listening))
-	require.Zero(t, listening)
+	require.Zero(t, listeners(t, d.Pool, "polling"))
 	require.NoError(t, lk.Release(ctx))
 }
 
@@ -473,10 +475,7 @@ func TestHandoffRacingCloseIsGivenBackBeforeCloseReturns(t *testing.T) {
 			_, err := l.Acquire(ctx, name, nil)
 			acquired <- err
 		}()
-		require.Eventually(t, func() bool {
-			_, waiters := countRows(t, d.Pool)
-			return waiters == 1
-		}, 10*time.Second, time.Millisecond)
+		waitForQueue(t, d.Pool, 1)
 
 		require.NoError(t, held.Release(ctx)) // the handoff's NOTIFY is on its way
 		time.Sleep(time.Duration(rand.IntN(400)) * time.Microsecond)
@@ -511,10 +510,7 @@ func TestWaiterGivingUpDuringAHandoffKeepsNothing(t *testing.T) {
 			}
 			acquired <- err
 		}()
-		require.Eventually(t, func() bool {
-			_, waiters := countRows(t, d.Pool)
-			return waiters == 1
-		}, 10*time.Second, time.Millisecond)
+		waitForQueue(t, d.Pool, 1)
 
 		released := make(chan error, 1)
 		go func() { released <- held.Release(ctx) }()
