@@ -606,3 +606,79 @@ func TestContractReleaserLeavesTheQueue(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM distributed_lock_waiters").Scan(&waiters))
 	require.Zero(t, waiters)
 }
+
+// A waiter gives up (release_lock on a lock it does not hold) just as the holder's release hands
+// it the lock: its release waits for the handoff's commit and must then release what it was
+// handed, passing the lock on, rather than answer that it held nothing.
+func TestContractWaiterGivingUpDuringAHandoffToItReleasesTheLock(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.True(t, callBool(t, pool, waitSQL, "w", "holder"))
+	require.False(t, callBool(t, pool, waitSQL, "w", "gives-up"))
+	require.False(t, callBool(t, pool, waitSQL, "w", "next"))
+
+	handoff, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer handoff.Rollback(ctx)
+	require.True(t, callBool(t, handoff, releaseSQL, "w", "holder"), "handed to gives-up, not yet committed")
+
+	givingUp := make(chan bool, 1)
+	errs := make(chan error, 1)
+	go func() {
+		var released bool
+		err := pool.QueryRow(ctx, releaseSQL, "w", "gives-up").Scan(&released)
+		givingUp <- released
+		errs <- err
+	}()
+	require.Eventually(t, func() bool {
+		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
+	}, 5*time.Second, 5*time.Millisecond, "the waiter's release waits for the handoff's row lock")
+	require.NoError(t, handoff.Commit(ctx))
+
+	require.NoError(t, <-errs)
+	require.True(t, <-givingUp, "it released the lock it was handed")
+	lock, found := readLock(t, pool, "w")
+	require.True(t, found)
+	require.Equal(t, "next", lock.Holder, "and handed it on")
+}
+
+// A waiter that queues while the holder's release waits for the lock row (here behind the
+// holder's own fenced transaction) is handed the lock when the release goes ahead.
+func TestContractReleaseHandsOffToAWaiterThatQueuedWhileItWaited(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.True(t, callBool(t, pool, waitSQL, "v", "holder"))
+	lock, _ := readLock(t, pool, "v")
+
+	fenced, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer fenced.Rollback(ctx)
+	require.True(t, callBool(t, fenced, "SELECT verify_fence('v', $1)", lock.Token))
+
+	released := make(chan bool, 1)
+	errs := make(chan error, 1)
+	go func() {
+		var ok bool
+		err := pool.QueryRow(ctx, releaseSQL, "v", "holder").Scan(&ok)
+		released <- ok
+		errs <- err
+	}()
+	require.Eventually(t, func() bool {
+		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
+	}, 5*time.Second, 5*time.Millisecond, "the release waits for the fenced transaction")
+	require.False(t, callBool(t, pool, waitSQL, "v", "waiter"), "queued")
+	require.NoError(t, fenced.Commit(ctx))
+
+	require.NoError(t, <-errs)
+	require.True(t, <-released)
+	next, found := readLock(t, pool, "v")
+	require.True(t, found, "handed off, not freed")
+	require.Equal(t, "waiter", next.Holder)
+	require.Greater(t, next.Token, lock.Token)
+}

@@ -408,11 +408,14 @@ func TestDownMoreStepsThanApplied(t *testing.T) {
 	require.Equal(t, []string{"table " + migrations.VersionTable}, schemaObjects(t, d.Pool))
 }
 
+// beforeAttempt is the version before 000005 added pglock_attempt.
+const beforeAttempt = 4
+
 // 000005 adds pglock_attempt, which the Go packages call instead of pglock_acquire: every role a
 // DBA let call pglock_acquire may call it after the upgrade (no other role), and keeps what it had.
 func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
 	t.Parallel()
-	d := oneVersionBehind(t)
+	d := installedUpTo(t, beforeAttempt)
 	ctx := context.Background()
 
 	app, admin, none := d.NewRole(t, "pglock_app"), d.NewRole(t, "pglock Admin"), d.NewRole(t, "pglock_none")
@@ -443,13 +446,13 @@ func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
 	require.NoError(t, migrations.Up(ctx, d.Pool))
 	requireGrants("after up", "pglock_acquire")
 	requireGrants("after up", "pglock_attempt")
-	require.NoError(t, migrations.Down(ctx, d.Pool, 1))
+	downTo(t, d.Pool, beforeAttempt)
 	requireGrants("after down", "pglock_acquire")
 }
 
 // A schema owned by an ordinary role, upgraded by a superuser: the new acquire runs with the
 // owner's rights like the functions that call it, so the owner and its grantees can still
-// acquire, and nothing runs as the superuser.
+// acquire, a function replaced in place keeps its owner, and nothing runs as the superuser.
 func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, &testdb.Options{Unmigrated: true})
@@ -464,16 +467,17 @@ func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
 	asOwner, asSuperuser, asApp := poolInSchema(t, d, owner, owner), poolInSchema(t, d, owner, ""), poolInSchema(t, d, owner, app)
 
 	require.NoError(t, migrations.Up(ctx, asOwner))
-	require.NoError(t, migrations.Down(ctx, asOwner, 1))
+	downTo(t, asOwner, beforeAttempt)
 	_, err = asOwner.Exec(ctx, "GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "+app)
 	require.NoError(t, err)
 	require.NoError(t, migrations.Up(ctx, asSuperuser))
 
-	var functionOwner, typeOwner string
+	var attemptOwner, typeOwner, releaseOwner string
 	require.NoError(t, asSuperuser.QueryRow(ctx, `SELECT
 		(SELECT proowner::regrole::text FROM pg_proc WHERE oid = 'pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean)'::regprocedure),
-		(SELECT typowner::regrole::text FROM pg_type WHERE oid = 'pglock_acquisition'::regtype)`).Scan(&functionOwner, &typeOwner))
-	require.Equal(t, []string{owner, owner}, []string{functionOwner, typeOwner})
+		(SELECT typowner::regrole::text FROM pg_type WHERE oid = 'pglock_acquisition'::regtype),
+		(SELECT proowner::regrole::text FROM pg_proc WHERE oid = 'pglock_release(varchar, varchar)'::regprocedure)`).Scan(&attemptOwner, &typeOwner, &releaseOwner))
+	require.Equal(t, []string{owner, owner, owner}, []string{attemptOwner, typeOwner, releaseOwner})
 	var acquired bool
 	require.NoError(t, asOwner.QueryRow(ctx, "SELECT acquire_lock('owned', 'h1', 30)").Scan(&acquired))
 	require.True(t, acquired, "v1's acquire, which calls pglock_attempt as the owner")
@@ -554,7 +558,7 @@ func TestMigrationsRunNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	}{
 		{"install", fresh, up, false},
 		{"install, pg_catalog searched last", fresh, up, true},
-		{"upgrade", oneVersionBehind, up, false},
+		{"upgrade", func(t *testing.T) *testdb.DB { return installedUpTo(t, 1) }, up, false},
 		{"remove", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, func(ctx context.Context, pool *pgxpool.Pool) error {
 			return migrations.Down(ctx, pool, migrations.AllSteps)
 		}, false},
@@ -710,13 +714,19 @@ func plantTraps(t *testing.T, d *testdb.DB) string {
 	return creator
 }
 
-// oneVersionBehind is a database with every migration applied but the newest, to upgrade.
-func oneVersionBehind(t *testing.T) *testdb.DB {
+// installedUpTo is a database with the migrations up to version applied, to upgrade.
+func installedUpTo(t *testing.T, version uint) *testdb.DB {
 	t.Helper()
 	d := testdb.New(t, &testdb.Options{Unmigrated: true})
 	require.NoError(t, migrations.Up(context.Background(), d.Pool))
-	require.NoError(t, migrations.Down(context.Background(), d.Pool, 1))
+	downTo(t, d.Pool, version)
 	return d
+}
+
+// downTo reverts pool's database, installed up to the latest version, to version.
+func downTo(t *testing.T, pool *pgxpool.Pool, version uint) {
+	t.Helper()
+	require.NoError(t, migrations.Down(context.Background(), pool, int(migrations.Latest()-version)))
 }
 
 // upFiles lists the up migrations in the order they apply.

@@ -202,15 +202,8 @@ func (l *Locker) leave(req request) {
 		defer l.waits.Done()
 		ctx, cancel := context.WithTimeout(l.ctx, req.timing.ttl)
 		defer cancel()
-		params := db.ReleaseLockParams{LockName: req.name, HolderID: req.holder}
-		row, err := l.queries.ReleaseLock(ctx, params)
-		if err == nil && !row.Released {
-			// A handoff to us committing while that release ran: its delete of the lock row did
-			// not see the new row, and its delete of our place waited for the handoff and found
-			// the place gone. A second release, a new statement, sees the row.
-			_, err = l.queries.ReleaseLock(ctx, params)
-		}
-		if err != nil {
+		// A handoff to us that commits while this runs is released too (pglock_release, v6).
+		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: req.name, HolderID: req.holder}); err != nil {
 			l.cfg.Logger.Warn("pglock: could not leave the queue; the place expires with its TTL", "lock", req.name, "error", err)
 		}
 	}()
