@@ -44,7 +44,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// OnEvent, when set, is called for every acquisition, release, loss and failed renewal, on
-	// the goroutine that saw it: it must return quickly. Default: none.
+	// the goroutine that saw it: it must return quickly, and must not call Close, which waits
+	// for those goroutines. Default: none.
 	OnEvent func(Event)
 }
 
