@@ -624,22 +624,10 @@ func TestContractWaiterGivingUpDuringAHandoffToItReleasesTheLock(t *testing.T) {
 	defer handoff.Rollback(ctx)
 	require.True(t, callBool(t, handoff, releaseSQL, "w", "holder"), "handed to gives-up, not yet committed")
 
-	givingUp := make(chan bool, 1)
-	errs := make(chan error, 1)
-	go func() {
-		var released bool
-		err := pool.QueryRow(ctx, releaseSQL, "w", "gives-up").Scan(&released)
-		givingUp <- released
-		errs <- err
-	}()
-	require.Eventually(t, func() bool {
-		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
-	}, 5*time.Second, 5*time.Millisecond, "the waiter's release waits for the handoff's row lock")
+	givingUp := releaseBehindARowLock(t, ctx, pool, "w", "gives-up")
 	require.NoError(t, handoff.Commit(ctx))
 
-	require.NoError(t, <-errs)
-	require.True(t, <-givingUp, "it released the lock it was handed")
+	require.True(t, givingUp(), "it released the lock it was handed")
 	lock, found := readLock(t, pool, "w")
 	require.True(t, found)
 	require.Equal(t, "next", lock.Holder, "and handed it on")
@@ -660,25 +648,35 @@ func TestContractReleaseHandsOffToAWaiterThatQueuedWhileItWaited(t *testing.T) {
 	defer fenced.Rollback(ctx)
 	require.True(t, callBool(t, fenced, "SELECT verify_fence('v', $1)", lock.Token))
 
-	released := make(chan bool, 1)
-	errs := make(chan error, 1)
-	go func() {
-		var ok bool
-		err := pool.QueryRow(ctx, releaseSQL, "v", "holder").Scan(&ok)
-		released <- ok
-		errs <- err
-	}()
-	require.Eventually(t, func() bool {
-		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
-	}, 5*time.Second, 5*time.Millisecond, "the release waits for the fenced transaction")
+	released := releaseBehindARowLock(t, ctx, pool, "v", "holder")
 	require.False(t, callBool(t, pool, waitSQL, "v", "waiter"), "queued")
 	require.NoError(t, fenced.Commit(ctx))
 
-	require.NoError(t, <-errs)
-	require.True(t, <-released)
+	require.True(t, released())
 	next, found := readLock(t, pool, "v")
 	require.True(t, found, "handed off, not freed")
 	require.Equal(t, "waiter", next.Holder)
 	require.Greater(t, next.Token, lock.Token)
+}
+
+// releaseBehindARowLock starts release_lock(name, holder) and returns once it waits for a row
+// lock another transaction of the test holds; the function it returns gives its answer.
+func releaseBehindARowLock(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name, holder string) func() bool {
+	t.Helper()
+	released := make(chan bool, 1)
+	errs := make(chan error, 1)
+	go func() {
+		var ok bool
+		errs <- pool.QueryRow(ctx, releaseSQL, name, holder).Scan(&ok)
+		released <- ok
+	}()
+	require.Eventually(t, func() bool {
+		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
+	}, 5*time.Second, 5*time.Millisecond, "the release waits for a row lock")
+	return func() bool {
+		t.Helper()
+		require.NoError(t, <-errs)
+		return <-released
+	}
 }
