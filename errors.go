@@ -23,8 +23,8 @@ var (
 	// ErrInvalidArgument means any other argument that cannot be used, such as a nil pool.
 	ErrInvalidArgument = errors.New("pglock: invalid argument")
 
-	// ErrLockTimeout means a wait for a lock ended at its time limit (a context deadline, or
-	// PostgreSQL's lock_timeout: SQLSTATE 55P03).
+	// ErrLockTimeout means a wait for a lock ended at its time limit (a context deadline, a
+	// tablelock WaitTimeout, or PostgreSQL's lock_timeout: SQLSTATE 55P03).
 	ErrLockTimeout = errors.New("pglock: timed out waiting for lock")
 
 	// ErrClosed means the Locker (or other pglock object) was closed.

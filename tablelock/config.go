@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pglock/pglock"
 )
@@ -26,7 +28,8 @@ type Config struct {
 	DefaultTTL time.Duration
 
 	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL.
-	// Negative: never; the lock is then lost at its TTL unless Extend is called.
+	// Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
+	// is called.
 	HeartbeatInterval time.Duration
 
 	// SafetyMargin is how long before the database could give a lock away its holder declares
@@ -59,7 +62,9 @@ type AcquireOptions struct {
 	Metadata map[string]any
 
 	// WaitTimeout bounds how long Acquire and WithLock wait; the error then matches
-	// pglock.ErrLocked. Default: no bound but the context's.
+	// pglock.ErrLockTimeout, and pglock.ErrLocked (a *LockedError naming the holder, once a
+	// poll has seen one). Default: no bound but the context's, whose deadline gives an error
+	// matching pglock.ErrLockTimeout too.
 	WaitTimeout time.Duration
 }
 
@@ -72,6 +77,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.AppName == "" {
 		exe, _ := os.Executable()
 		cfg.AppName = filepath.Base(exe)
+	}
+	if !utf8.ValidString(cfg.AppName) || strings.ContainsRune(cfg.AppName, 0) {
+		return Config{}, fmt.Errorf("%w: Config.AppName must be UTF-8 without NUL", pglock.ErrInvalidArgument)
 	}
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = 30 * time.Second

@@ -15,9 +15,10 @@
 //
 // Acquire waits in a queue kept in the database: a release hands the lock straight to the
 // first live waiter in the same commit and wakes it through one LISTEN connection per Locker,
-// so waiters are served in order and one release wakes one waiter. Waiters also poll, with
-// capped exponential backoff and at the holder's expiry, and poll only when notifications are
-// disabled (PgBouncer in transaction pooling mode).
+// so waiters are served in order and one release wakes one waiter. Waiters also poll: a
+// Locker's first waiter of a name with capped exponential backoff and at the holder's expiry,
+// waking the local waiter a lock went to, the others to keep their place. With notifications
+// disabled (PgBouncer in transaction pooling mode) polls are all there is.
 //
 // For writes that must not come from a holder whose lock was lost, Lock.Fence verifies inside
 // the caller's transaction that the lock is still held with its token, and keeps it so until

@@ -41,10 +41,12 @@ func (k EventKind) String() string {
 // Event is what Config.OnEvent receives: enough to drive metrics for acquire latency, waits,
 // held locks and losses.
 type Event struct {
-	Kind    EventKind
-	Name    string
-	Token   int64
-	Latency time.Duration // the database round trip behind the event, when there was one
+	Kind  EventKind
+	Name  string
+	Token int64
+	// Latency is the round trip behind the event, when there was one; for a lock handed over,
+	// the time since the start of the poll that queued for it.
+	Latency time.Duration
 	Wait    time.Duration // EventAcquired, EventWaitAbandoned: time spent waiting
 	Held    time.Duration // EventReleased, EventLost: time the lock was held
 	Err     error         // EventLost, EventRenewFailed, EventWaitAbandoned

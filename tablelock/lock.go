@@ -101,8 +101,10 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release gives the lock up, in one round trip: to the first waiter if there is one, else
-// freeing it. An error matching pglock.ErrLockLost means the lock had been lost, signalled or
-// not; nothing done under it since its last renewal is safe.
+// freeing it. If ctx ends first, or the connection fails, it returns that error and tries again
+// in the background (Close waits for that); the lock is no longer renewed either way. An error
+// matching pglock.ErrLockLost means the lock had been lost, signalled or not; nothing done
+// under it since its last renewal is safe.
 func (lk *Lock) Release(ctx context.Context) error {
 	if !lk.markReleased() {
 		if lost := lk.Err(); lost != nil { // released by Locker.Close, which declared it lost
@@ -133,11 +135,14 @@ func (lk *Lock) markReleased() bool {
 	return true
 }
 
-// releaseRow gives the lock up in the database, in one round trip.
+// releaseRow gives the lock up in the database, in one round trip; if ctx ends first or the
+// round trip fails on the way, again in the background.
 func (lk *Lock) releaseRow(ctx context.Context) error {
 	start := time.Now()
 	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
 	switch {
+	case err != nil && (ctx.Err() != nil || transient(err)) && lk.releaseLater():
+		return fmt.Errorf("pglock: release %q (trying again in the background): %w", lk.name, err)
 	case err != nil:
 		return fmt.Errorf("pglock: release %q (it stays held until its TTL runs out): %w", lk.name, err)
 	case !row.Released && lk.lostCtx.Err() == nil:
@@ -150,6 +155,25 @@ func (lk *Lock) releaseRow(ctx context.Context) error {
 		lk.l.emit(Event{Kind: EventReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
 	}
 	return nil
+}
+
+// releaseLater releases the lock in the background, counted in l.waits so that Close waits for
+// it; false once the Locker is closed.
+func (lk *Lock) releaseLater() bool {
+	t, _ := lk.state()
+	l := lk.l
+	l.mu.Lock()
+	closed := l.closed
+	if !closed {
+		l.waits.Add(1) // held while leave counts itself
+	}
+	l.mu.Unlock()
+	if closed {
+		return false
+	}
+	defer l.waits.Done()
+	l.leave(lk.name, lk.holder, t.ttl)
+	return true
 }
 
 // Fence verifies, inside tx, that the lock is still held with its token, and keeps it so until

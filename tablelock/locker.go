@@ -1,6 +1,7 @@
 package tablelock
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,7 +61,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	host, _ := os.Hostname()
 	instance := fmt.Sprintf("%s@%s:%d", resolved.AppName, host, os.Getpid())
 	if len(instance) > 255 {
-		instance = instance[:255]
+		instance = strings.ToValidUTF8(instance[:255], "") // drops a character cut in two
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	closing, stopWaits := context.WithCancel(context.Background())
@@ -107,16 +109,18 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 	cutOff := l.endTry(conn)
 	conn.Release()
 	if err != nil {
-		if cutOff || ctx.Err() != nil {
-			// Cut short on the wire, the try may still have taken the lock on the server: give
-			// it back. (Waiting for the answer instead, as polls do, costs a goroutine switch
-			// on every try; a release that overtakes the try leaves the lock to its TTL.)
-			l.leave(req)
-			cause := context.Cause(ctx)
-			if cutOff {
-				cause = pglock.ErrClosed
-			}
-			return nil, fmt.Errorf("pglock: acquire %q: %w", name, cause)
+		if cutOff || ctx.Err() != nil || transient(err) {
+			// Cut short on the wire or lost with its connection, the try may still have taken
+			// the lock on the server: give it back. (Waiting for the answer instead, as polls
+			// do, costs a goroutine switch on every try; a release that overtakes the try
+			// leaves the lock to its TTL.)
+			l.leave(req.name, req.holder, req.timing.ttl)
+		}
+		switch {
+		case cutOff:
+			err = pglock.ErrClosed
+		case ctx.Err() != nil:
+			err = context.Cause(ctx)
 		}
 		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
 	}
@@ -156,18 +160,22 @@ func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions
 	defer stop()
 	// Release even when ctx is done, or fn panics: a lock left to expire would block others
 	// for a TTL, and one left to its heartbeat would be renewed until Close.
-	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), lk.timing.ttl)
-	defer cancelRelease()
+	release := func() error {
+		t, _ := lk.state()
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.ttl)
+		defer cancel()
+		return lk.Release(releaseCtx)
+	}
 	released := false
 	defer func() {
 		if !released {
-			lk.Release(releaseCtx)
+			release()
 		}
 	}()
 
 	fnErr := fn(fnCtx)
 	released = true
-	return errors.Join(fnErr, lk.Release(releaseCtx))
+	return errors.Join(fnErr, release())
 }
 
 // Stats reports how many locks the Locker holds and how many Acquire calls wait.
@@ -274,6 +282,9 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 		if encoded, err = json.Marshal(opts.Metadata); err != nil {
 			return request{}, fmt.Errorf("%w: metadata: %w", pglock.ErrInvalidArgument, err)
 		}
+		if holdsNUL(encoded) {
+			return request{}, fmt.Errorf("%w: metadata: PostgreSQL's jsonb cannot hold the NUL character", pglock.ErrInvalidArgument)
+		}
 	}
 	l.mu.Lock()
 	closed := l.closed
@@ -341,6 +352,21 @@ func lockedError(name, holder, instance string, metadata json.RawMessage, expire
 	e := &LockedError{Name: name, Holder: holder, Instance: instance, ExpiresAt: expiresAt}
 	_ = json.Unmarshal(metadata, &e.Metadata) // the database only stores JSON objects
 	return e
+}
+
+// holdsNUL reports whether JSON text has the escape \u0000 (not an escaped backslash followed
+// by "u0000"): the one JSON string jsonb refuses.
+func holdsNUL(encoded []byte) bool {
+	for rest := encoded; ; {
+		i := bytes.Index(rest, []byte(`\u0000`))
+		if i < 0 {
+			return false
+		}
+		if backslashes := i - len(bytes.TrimRight(rest[:i], `\`)); backslashes%2 == 0 {
+			return true
+		}
+		rest = rest[i+1:]
+	}
 }
 
 // newHolderID names one acquisition: 128 random bits.

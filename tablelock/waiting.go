@@ -67,7 +67,8 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			func(ctx context.Context) (db.PollLockRow, error) {
 				return l.queries.PollLock(ctx, db.PollLockParams(req.params()))
 			},
-			func(db.PollLockRow, error) { l.leave(req) }) // the poll is over: now leaving is final
+			// The poll is over: now leaving is final.
+			func(db.PollLockRow, error) { l.leave(req.name, req.holder, req.timing.ttl) })
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
@@ -76,6 +77,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			if row.Queued {
 				queuedAt = pollStart
 			}
+			l.wakeLocalHolder(row.HolderID)
 			locked = lockedError(req.name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
 			checked = time.Now()
 			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
@@ -89,32 +91,62 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
 		}
 
+		var handoff *handoffNotice
 		timer := time.NewTimer(l.pollDelay(w, idlePolls, expiresIn-time.Since(checked)))
 		select {
 		case h := <-w.handoff:
-			timer.Stop()
-			if !queuedAt.IsZero() {
-				defer l.unregister(w)
-				return l.hold(ctx, req, h.FencingToken, h.ExpiresAt, queuedAt, time.Since(start))
-			}
-			// We never learned when our place was written: poll, and the poll will find the lock ours.
+			handoff = &h
 		case <-w.wake:
-			timer.Stop()
 			idlePolls = 0
+			select { // a wake-up and the handoff it announces can come together: the handoff saves a poll
+			case h := <-w.handoff:
+				handoff = &h
+			default:
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
 			l.abandon(w)
 			return nil, l.waitError(ctx, req, start, timeout, locked)
 		}
+		timer.Stop()
+		// The lease of a lock handed over counts from the last write of our place, which can be
+		// old. With less than half of it left by that count (or no count, if we never learned
+		// when the place was written), poll instead: the poll finds the lock ours and renews it
+		// from its own start.
+		if handoff != nil && !queuedAt.IsZero() {
+			lease := req.timing.ttl - req.timing.margin
+			if time.Until(queuedAt.Add(lease)) > lease/2 {
+				defer l.unregister(w)
+				return l.hold(ctx, req, handoff.FencingToken, handoff.ExpiresAt, queuedAt, time.Since(start))
+			}
+		}
 	}
 }
 
-// waitError is the error of a wait whose ctx ended, reported as an event too.
+// wakeLocalHolder wakes holder if it is one of this Locker's waiters: a poll of another waiter
+// found the lock handed to it (or kept for it), which it would otherwise learn only from a
+// notification, or from a poll of its own up to a third of its TTL away.
+func (l *Locker) wakeLocalHolder(holder string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w, ok := l.byHolder[holder]; ok {
+		wake(w)
+	}
+}
+
+// waitError is the error of a wait whose ctx ended, reported as an event too. A wait that ran
+// out of time matches pglock.ErrLockTimeout, as in every pglock package.
 func (l *Locker) waitError(ctx context.Context, req request, start time.Time, timeout time.Duration, locked *LockedError) error {
-	err := fmt.Errorf("pglock: acquire %q: %w", req.name, context.Cause(ctx))
-	if errors.Is(context.Cause(ctx), errWaitTimeout) {
-		err = fmt.Errorf("pglock: acquire %q: waited %s: %w", req.name, timeout, lockedOrPlain(locked))
+	cause := context.Cause(ctx)
+	var err error
+	switch {
+	case errors.Is(cause, errWaitTimeout):
+		err = fmt.Errorf("pglock: acquire %q: waited %s: %w: %w", req.name, timeout, pglock.ErrLockTimeout, lockedOrPlain(locked))
+	case errors.Is(cause, context.DeadlineExceeded):
+		err = fmt.Errorf("pglock: acquire %q: %w: %w", req.name, pglock.ErrLockTimeout, cause)
+	default:
+		err = fmt.Errorf("pglock: acquire %q: %w", req.name, cause)
 	}
 	l.emit(Event{Kind: EventWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
 	return err
@@ -189,22 +221,24 @@ func (l *Locker) unregister(w *waiter) {
 // abandon ends w's wait, leaving the queue in the database and the local one, in that order:
 // leaving is counted in l.waits while w's own count still holds, so Close cannot miss it.
 func (l *Locker) abandon(w *waiter) {
-	l.leave(w.req)
+	l.leave(w.req.name, w.req.holder, w.req.timing.ttl)
 	l.unregister(w)
 }
 
-// leave removes req's place in the database's queue, and releases the lock if it was handed
-// over (or taken) meanwhile, in the background so that the caller returns at once. The caller
-// must hold a count in l.waits.
-func (l *Locker) leave(req request) {
+// leave releases name for holder in the background, so that the caller returns at once: its
+// place in the database's queue, and the lock if it was handed over (or taken) meanwhile. It
+// gives up after ttl, when the place or lease has run out anyway. The caller must hold a count
+// in l.waits.
+func (l *Locker) leave(name, holder string, ttl time.Duration) {
 	l.waits.Add(1)
 	go func() {
 		defer l.waits.Done()
-		ctx, cancel := context.WithTimeout(l.ctx, req.timing.ttl)
+		ctx, cancel := context.WithTimeout(l.ctx, ttl)
 		defer cancel()
 		// A handoff to us that commits while this runs is released too (pglock_release, v6).
-		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: req.name, HolderID: req.holder}); err != nil {
-			l.cfg.Logger.Warn("pglock: could not leave the queue; the place expires with its TTL", "lock", req.name, "error", err)
+		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: name, HolderID: holder}); err != nil {
+			l.cfg.Logger.Warn("pglock: could not release in the background; the lock or place expires with its TTL",
+				"lock", name, "error", err)
 		}
 	}()
 }
