@@ -94,9 +94,6 @@ func singleConnPool(t *testing.T, d *testdb.DB, configure func(*pgxpool.Config))
 	)
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
 		c.MaxConns = 1
-		if configure != nil {
-			configure(c)
-		}
 		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
@@ -109,6 +106,9 @@ func singleConnPool(t *testing.T, d *testdb.DB, configure func(*pgxpool.Config))
 				first = recorder
 			}
 			return recorder, nil
+		}
+		if configure != nil {
+			configure(c)
 		}
 	})
 	return pool, func() *deadlineRecorder {
@@ -142,13 +142,28 @@ func TestTryLostWithItsConnectionGivesTheLockBack(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
-	pool, firstConn := singleConnPool(t, d, nil)
+	var dials atomic.Int32
+	redial := make(chan struct{})
+	pool, firstConn := singleConnPool(t, d, func(c *pgxpool.Config) {
+		dial := c.ConnConfig.DialFunc
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) > 1 {
+				<-redial // the give-back's connection: held up until the try has committed
+			}
+			return dial(ctx, network, addr)
+		}
+	})
 	l, err := tablelock.New(pool, &tablelock.Config{AppName: "x"})
 	require.NoError(t, err)
 	tx, got := tryWaitingOnTheServer(t, l, d.Pool, "r9", time.Minute)
 	require.NoError(t, firstConn().Conn.Close()) // the client side goes; the server runs on
 	require.Error(t, receive(t, got))
-	require.NoError(t, tx.Rollback(ctx)) // the try takes the lock, its release waits behind it
+	require.NoError(t, tx.Rollback(ctx))
+	require.Eventually(t, func() bool {
+		row, found := readLock(t, d.Pool, "r9")
+		return found && row.Holder != "gone"
+	}, 30*time.Second, time.Millisecond, "the lost try took the lock")
+	close(redial)
 	require.NoError(t, l.Close(ctx))
 	_, held := readLock(t, d.Pool, "r9")
 	require.False(t, held, "the lock the lost try took was given back")
