@@ -31,6 +31,10 @@ func Translate(err error) error {
 		}
 	case "22023": // invalid_parameter_value, raised by the SQL contract's argument checks
 		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)
+	// An argument its type refuses: invalid_text_representation (JSON that is not jsonb's),
+	// untranslatable_character (NUL in jsonb), character_not_in_repertoire (text not UTF-8).
+	case "22P02", "22P05", "22021":
+		return fmt.Errorf("%w: %w", pglock.ErrInvalidArgument, err)
 	case "55P03": // lock_not_available: lock_timeout ran out
 		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 	case "42501": // insufficient_privilege, raised by pglock_check_schema_is_safe among others

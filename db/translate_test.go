@@ -26,12 +26,17 @@ func TestTranslateArgumentErrors(t *testing.T) {
 		name string
 		arg  db.TryAcquireLockParams
 		want error
+		code string
 	}{
-		{"empty name", db.TryAcquireLockParams{LockName: "", HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
-		{"long name", db.TryAcquireLockParams{LockName: strings.Repeat("n", 256), HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName},
-		{"zero TTL", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 0}, pglock.ErrInvalidTTL},
-		{"empty holder", db.TryAcquireLockParams{LockName: "n", HolderID: "", TtlMs: 1000}, pglock.ErrInvalidArgument},
-		{"metadata not an object", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`"x"`)}, pglock.ErrInvalidArgument},
+		{"empty name", db.TryAcquireLockParams{LockName: "", HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName, "22023"},
+		{"long name", db.TryAcquireLockParams{LockName: strings.Repeat("n", 256), HolderID: "h", TtlMs: 1000}, pglock.ErrInvalidName, "22023"},
+		{"zero TTL", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 0}, pglock.ErrInvalidTTL, "22023"},
+		{"empty holder", db.TryAcquireLockParams{LockName: "n", HolderID: "", TtlMs: 1000}, pglock.ErrInvalidArgument, "22023"},
+		{"metadata not an object", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`"x"`)}, pglock.ErrInvalidArgument, "22023"},
+		// Refused by the types themselves, before any function runs.
+		{"metadata with NUL", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`{"k": "\u0000"}`)}, pglock.ErrInvalidArgument, "22P05"},
+		{"metadata with a lone surrogate", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Metadata: []byte(`{"k": "\ud800"}`)}, pglock.ErrInvalidArgument, "22P02"},
+		{"instance not UTF-8", db.TryAcquireLockParams{LockName: "n", HolderID: "h", TtlMs: 1000, Instance: "bad\xc3\x28"}, pglock.ErrInvalidArgument, "22021"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,7 +45,7 @@ func TestTranslateArgumentErrors(t *testing.T) {
 			require.ErrorIs(t, err, tt.want)
 			var pgErr *pgconn.PgError
 			require.True(t, errors.As(err, &pgErr), "the PostgreSQL error stays reachable")
-			require.Equal(t, "22023", pgErr.Code)
+			require.Equal(t, tt.code, pgErr.Code)
 		})
 	}
 }

@@ -76,7 +76,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.AppName == "" {
 		exe, _ := os.Executable()
-		cfg.AppName = filepath.Base(exe)
+		cfg.AppName = strings.ToValidUTF8(filepath.Base(exe), "?") // an AppName given must be valid
 	}
 	if !utf8.ValidString(cfg.AppName) || strings.ContainsRune(cfg.AppName, 0) {
 		return Config{}, fmt.Errorf("%w: Config.AppName must be UTF-8 without NUL", pglock.ErrInvalidArgument)

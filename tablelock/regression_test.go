@@ -147,8 +147,12 @@ func TestTryLostWithItsConnectionGivesTheLockBack(t *testing.T) {
 	pool, firstConn := singleConnPool(t, d, func(c *pgxpool.Config) {
 		dial := c.ConnConfig.DialFunc
 		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			// Every connection after the first waits until the try has committed: the
+			// give-back's, which would otherwise overtake the try (finding the old row, it
+			// does not wait for its lock), and the one pgx dials to cancel the lost query,
+			// which would otherwise abort the try.
 			if dials.Add(1) > 1 {
-				<-redial // the give-back's connection: held up until the try has committed
+				<-redial
 			}
 			return dial(ctx, network, addr)
 		}
@@ -407,15 +411,16 @@ func TestHandoffRacingAPollIsNeverCountedFromLater(t *testing.T) {
 // declared lost while the database holds it for us.
 func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 	t.Parallel()
-	const ttl = 1500 * time.Millisecond
 	for _, tc := range []struct {
 		name     string
+		ttl      time.Duration
 		cfg      *tablelock.Config
 		placeAge time.Duration // at the handoff
 	}{
-		{"default margin", nil, 600 * time.Millisecond}, // 750 ms of lease left by the place's count
-		// 600 ms of lease by the place's count: past before the handoff.
-		{"wide margin", &tablelock.Config{SafetyMargin: 900 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond}, 700 * time.Millisecond},
+		// 1.35 s of lease by the place's count, 750 ms of it left.
+		{"default margin", 1500 * time.Millisecond, nil, 600 * time.Millisecond},
+		// 1.2 s of lease by the place's count: over before the handoff.
+		{"wide margin", 3 * time.Second, &tablelock.Config{SafetyMargin: 1800 * time.Millisecond, HeartbeatInterval: 300 * time.Millisecond}, 1300 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -428,7 +433,7 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 				require.NoError(t, err)
 				got := make(chan *tablelock.Lock, 1)
 				go func() {
-					lk, err := w.Acquire(ctx, name, &tablelock.AcquireOptions{TTL: ttl})
+					lk, err := w.Acquire(ctx, name, &tablelock.AcquireOptions{TTL: tc.ttl})
 					assertNoError(t, err)
 					got <- lk
 				}()
@@ -442,7 +447,7 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 				_, err = d.Pool.Exec(ctx, "SELECT pglock_release($1, 'A')", name)
 				require.NoError(t, err)
 				lk := receive(t, got)
-				time.Sleep(ttl / 2)
+				time.Sleep(tc.ttl / 2)
 				row, _ := readLock(t, d.Pool, name)
 				if lk.Err() != nil && row.Live {
 					t.Fatalf("attempt %d: lock declared lost (%v) while the database still holds it for us", attempt, lk.Err())

@@ -2,6 +2,7 @@ package tablelock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -205,9 +206,6 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		})
 	}
 	require.Zero(t, statements.n.Load(), "statements sent")
-	locks, waiters := countRows(t, d.Pool)
-	require.Zero(t, locks)
-	require.Zero(t, waiters)
 
 	_, err := tablelock.New(nil, nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
@@ -222,6 +220,12 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		require.Error(t, err, "%+v", cfg)
 	}
 	require.Zero(t, statements.n.Load(), "statements sent")
+	// What only the database can judge is refused there, as a typed error too.
+	_, err = l.TryAcquire(ctx, "ok", &tablelock.AcquireOptions{Metadata: map[string]any{"k": json.RawMessage(`"\ud800"`)}})
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument, "a lone surrogate")
+	locks, waiters := countRows(t, d.Pool)
+	require.Zero(t, locks)
+	require.Zero(t, waiters)
 
 	// Near the limits, and valid: an instance name cut to 255 bytes keeps whole characters, and
 	// a backslash followed by "u0000" is text, not NUL.
