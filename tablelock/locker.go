@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
@@ -377,8 +378,11 @@ func newHolderID() string {
 }
 
 // transient reports whether an error is worth retrying: the connection failed, or the server
-// is shutting down, out of resources, or broke a serialization conflict.
+// is shutting down, out of resources, or broke a serialization conflict. A closed pool is not.
 func transient(err error) bool {
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code[:2] {

@@ -703,3 +703,56 @@ func goroutineRunning(function string) bool {
 	buf := make([]byte, 1<<20)
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), function)
 }
+
+// A release sent again in the background keeps trying through transient failures: here the
+// connection it had was terminated, and the next two attempts to connect fail.
+func TestBackgroundReleaseRetriesTransientFailures(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	var failDials atomic.Int32
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.RuntimeParams["application_name"] = "release-retry"
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if failDials.Add(-1) >= 0 {
+				return nil, errors.New("dial refused by the test")
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+	})
+	l, err := tablelock.New(pool, nil)
+	require.NoError(t, err)
+	lk, err := l.TryAcquire(ctx, "r11", &tablelock.AcquireOptions{TTL: time.Minute})
+	require.NoError(t, err)
+
+	failDials.Store(2)
+	_, err = d.Pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'release-retry'")
+	require.NoError(t, err)
+	require.Error(t, lk.Release(ctx), "sent on the terminated connection")
+	require.NoError(t, l.Close(ctx))
+	_, held := readLock(t, d.Pool, "r11")
+	require.False(t, held, "released by a later attempt")
+	require.Negative(t, failDials.Load(), "both refused dials were tried")
+}
+
+// An Acquire whose pool is closed under it stops waiting, rather than retrying until its
+// Locker closes.
+func TestAcquireStopsWhenItsPoolIsClosed(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	held, err := newLocker(t, d.Pool, nil).TryAcquire(ctx, "r12", nil)
+	require.NoError(t, err)
+	pool := d.NewPool(t, nil)
+	l := newLocker(t, pool, &tablelock.Config{MaxPollInterval: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "r12", nil)
+		done <- err
+	}()
+	waitForQueue(t, d.Pool, 1)
+	pool.Close()
+	require.Error(t, receive(t, done))
+	require.NoError(t, held.Release(ctx))
+}

@@ -226,19 +226,31 @@ func (l *Locker) abandon(w *waiter) {
 }
 
 // leave releases name for holder in the background, so that the caller returns at once: its
-// place in the database's queue, and the lock if it was handed over (or taken) meanwhile. It
-// gives up after ttl, when the place or lease has run out anyway. The caller must hold a count
-// in l.waits.
+// place in the database's queue, and the lock if it was handed over (or taken) meanwhile.
+// Transient failures are retried with backoff until ttl has passed, when the place or lease
+// has run out anyway, or the Locker has stopped. The caller must hold a count in l.waits.
 func (l *Locker) leave(name, holder string, ttl time.Duration) {
 	l.waits.Add(1)
 	go func() {
 		defer l.waits.Done()
 		ctx, cancel := context.WithTimeout(l.ctx, ttl)
 		defer cancel()
-		// A handoff to us that commits while this runs is released too (pglock_release, v6).
-		if _, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: name, HolderID: holder}); err != nil {
+		for failures := 1; ; failures++ {
+			// A handoff to us that commits while this runs is released too (pglock_release, v6).
+			_, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: name, HolderID: holder})
+			if err == nil {
+				return
+			}
+			if transient(err) && ctx.Err() == nil {
+				select {
+				case <-time.After(retryDelay(failures, time.Second)):
+					continue
+				case <-ctx.Done():
+				}
+			}
 			l.cfg.Logger.Warn("pglock: could not release in the background; the lock or place expires with its TTL",
 				"lock", name, "error", err)
+			return
 		}
 	}()
 }
