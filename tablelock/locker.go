@@ -191,9 +191,11 @@ func (l *Locker) Stats() Stats {
 // pglock.ErrLockLost and pglock.ErrClosed, and WithLock functions see their context canceled):
 // a lock released by Close may be someone else's a moment later. Requests that were under way
 // settle in the background (what they took is given back), and Close waits for them and its
-// other goroutines as long as ctx allows. (A TryAcquire still waiting for a connection from the
-// pool returns pglock.ErrClosed once it has one.) It returns the errors of the releases. A
-// Close while another runs returns when that one does, or when its own ctx ends.
+// other goroutines as long as ctx allows: with the database unreachable, background releases
+// retry until their TTL runs out, so bound ctx to shut down sooner. (A TryAcquire still waiting
+// for a connection from the pool returns pglock.ErrClosed once it has one.) It returns the
+// errors of the releases. A Close while another runs returns when that one does, or when its
+// own ctx ends.
 func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Lock()
 	if l.closed {
