@@ -58,7 +58,7 @@ type AcquireOptions struct {
 	TTL time.Duration
 
 	// Metadata is stored with the lock, shown to operators and to contenders in LockedError.
-	// Default: none.
+	// It must encode as JSON that jsonb takes (no NUL characters). Default: none.
 	Metadata map[string]any
 
 	// WaitTimeout bounds how long Acquire and WithLock wait; the error then matches
