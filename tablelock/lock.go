@@ -163,16 +163,11 @@ func (lk *Lock) releaseLater() bool {
 	t, _ := lk.state()
 	l := lk.l
 	l.mu.Lock()
-	closed := l.closed
-	if !closed {
-		l.waits.Add(1) // held while leave counts itself
-	}
-	l.mu.Unlock()
-	if closed {
+	defer l.mu.Unlock()
+	if l.closed {
 		return false
 	}
-	defer l.waits.Done()
-	l.leave(lk.name, lk.holder, t.ttl)
+	l.leave(lk.name, lk.holder, t.ttl) // counted under l.mu, before Close (which sets closed under it) can wait
 	return true
 }
 

@@ -228,7 +228,8 @@ func (l *Locker) abandon(w *waiter) {
 // leave releases name for holder in the background, so that the caller returns at once: its
 // place in the database's queue, and the lock if it was handed over (or taken) meanwhile.
 // Transient failures are retried with backoff until ttl has passed, when the place or lease
-// has run out anyway, or the Locker has stopped. The caller must hold a count in l.waits.
+// has run out anyway, or the Locker has stopped. The caller must hold a count in l.waits, or
+// l.mu with the Locker not closed.
 func (l *Locker) leave(name, holder string, ttl time.Duration) {
 	l.waits.Add(1)
 	go func() {
