@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -252,7 +253,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || !slices.Contains([]string{"57014", "55P03", "40P01"}, pgErr.Code) {
+	if !errors.As(err, &pgErr) || !slices.Contains([]string{pgerrcode.QueryCanceled, pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected}, pgErr.Code) {
 		return s.failed(key, err)
 	}
 	// Canceled, lock_timeout or deadlock: yet PostgreSQL may have granted the lock just before,
@@ -267,7 +268,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	case granted:
 		s.held[id]++
 		return nil
-	case pgErr.Code == "57014" && ctx.Err() != nil:
+	case pgErr.Code == pgerrcode.QueryCanceled && ctx.Err() != nil:
 		return waitError(ctx, key)
 	}
 	return fmt.Errorf("pglock: %s: %w", key, err) // lock_timeout (ErrLockTimeout), deadlock: the session stays
@@ -279,7 +280,7 @@ func (s *Session) absorbCancel() {
 	for range 3 {
 		err := s.queries.SessionPing(context.Background())
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.QueryCanceled {
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/lease"
 )
 
 // The TTLs a lock may have.
@@ -103,32 +104,26 @@ func (c *Config) withDefaults() (Config, error) {
 }
 
 // timing is how a lock with a given TTL is kept.
-type timing struct {
-	ttl       time.Duration // as the database counts it: whole milliseconds
-	heartbeat time.Duration // 0: none
-	margin    time.Duration
-}
-
-func (c *Config) timing(ttl time.Duration) (timing, error) {
+func (c *Config) timing(ttl time.Duration) (lease.Timing, error) {
 	if err := checkTTL(ttl); err != nil {
-		return timing{}, err
+		return lease.Timing{}, err
 	}
-	t := timing{ttl: ttl.Truncate(time.Millisecond), heartbeat: c.HeartbeatInterval, margin: c.SafetyMargin}
-	if t.heartbeat == 0 {
-		t.heartbeat = t.ttl / 3
+	t := lease.Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: c.HeartbeatInterval, Margin: c.SafetyMargin}
+	if t.Heartbeat == 0 {
+		t.Heartbeat = t.TTL / 3
 	}
-	if t.heartbeat < 0 {
-		t.heartbeat = 0
+	if t.Heartbeat < 0 {
+		t.Heartbeat = 0
 	}
-	if t.margin == 0 {
-		t.margin = t.ttl / 10
+	if t.Margin == 0 {
+		t.Margin = t.TTL / 10
 	}
-	if t.margin >= t.ttl {
-		return timing{}, fmt.Errorf("%w: safety margin %s is not less than the TTL %s", pglock.ErrInvalidTTL, t.margin, t.ttl)
+	if t.Margin >= t.TTL {
+		return lease.Timing{}, fmt.Errorf("%w: safety margin %s is not less than the TTL %s", pglock.ErrInvalidTTL, t.Margin, t.TTL)
 	}
-	if t.heartbeat >= t.ttl-t.margin {
-		return timing{}, fmt.Errorf("%w: heartbeat %s could not renew a TTL of %s before its safety margin (%s)",
-			pglock.ErrInvalidTTL, t.heartbeat, t.ttl, t.margin)
+	if t.Heartbeat >= t.TTL-t.Margin {
+		return lease.Timing{}, fmt.Errorf("%w: heartbeat %s could not renew a TTL of %s before its safety margin (%s)",
+			pglock.ErrInvalidTTL, t.Heartbeat, t.TTL, t.Margin)
 	}
 	return t, nil
 }

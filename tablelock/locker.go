@@ -13,12 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/puddle/v2"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/retry"
 )
 
 // Locker acquires table locks for one process. It is safe for concurrent use.
@@ -110,12 +110,12 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 	cutOff := l.endTry(conn)
 	conn.Release()
 	if err != nil {
-		if cutOff || ctx.Err() != nil || transient(err) {
+		if cutOff || ctx.Err() != nil || retry.Transient(err) {
 			// Cut short on the wire or lost with its connection, the try may still have taken
 			// the lock on the server: give it back. (Waiting for the answer instead, as polls
 			// do, costs a goroutine switch on every try; a release that overtakes the try
 			// leaves the lock to its TTL.)
-			l.leave(req.name, req.holder, req.timing.ttl)
+			l.leave(req.name, req.holder, req.timing.TTL)
 		}
 		switch {
 		case cutOff:
@@ -155,15 +155,12 @@ func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(lk.lostCtx, func() { cancel(lk.Err()) })
+	fnCtx, stop := lk.lease.Guard(ctx)
 	defer stop()
 	// Release even when ctx is done, or fn panics: a lock left to expire would block others
 	// for a TTL, and one left to its heartbeat would be renewed until Close.
 	release := func() error {
-		t, _ := lk.state()
-		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.ttl)
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.lease.Timing().TTL)
 		defer cancel()
 		return lk.Release(releaseCtx)
 	}
@@ -223,7 +220,7 @@ func (l *Locker) Close(ctx context.Context) error {
 
 	var errs []error
 	for _, lk := range held {
-		lk.lose(fmt.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		lk.lease.Lose(fmt.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.markReleased() {
 			if err := lk.releaseRow(ctx); err != nil {
 				errs = append(errs, err)
@@ -256,7 +253,7 @@ func (l *Locker) waitForBackground(ctx context.Context) {
 type request struct {
 	name     string
 	holder   string
-	timing   timing
+	timing   lease.Timing
 	metadata map[string]any
 	encoded  json.RawMessage
 	instance string
@@ -301,7 +298,7 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 // params are the arguments of a try; a poll's (db.PollLockParams) are the same.
 func (r request) params() db.TryAcquireLockParams {
 	return db.TryAcquireLockParams{
-		LockName: r.name, HolderID: r.holder, TtlMs: r.timing.ttl.Milliseconds(),
+		LockName: r.name, HolderID: r.holder, TtlMs: r.timing.TTL.Milliseconds(),
 		Metadata: r.encoded, Instance: r.instance,
 	}
 }
@@ -315,21 +312,24 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 	if l.closed {
 		l.mu.Unlock()
 		lk.markReleased()
-		releaseCtx, cancel := context.WithTimeout(l.ctx, req.timing.ttl) // Close's ctx bounds it
+		releaseCtx, cancel := context.WithTimeout(l.ctx, req.timing.TTL) // Close's ctx bounds it
 		defer cancel()
 		return nil, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
 	}
 	l.held[lk] = struct{}{}
 	l.mu.Unlock()
-	lk.keep()
+	lk.lease.Start()
 	l.cfg.Logger.Debug("pglock: acquired", "lock", req.name, "token", token, "waited", waited)
 	l.emit(Event{Kind: EventAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
 	return lk, nil
 }
 
-// startBackground counts work a timer started in l.wg, so that Close waits for it; false once
-// Close has stopped everything.
-func (l *Locker) startBackground() bool {
+// background counts in l.wg what a held lock's timers start, so that Close waits for it.
+type background Locker
+
+// Begin counts the work; false once Close has stopped everything.
+func (b *background) Begin() bool {
+	l := (*Locker)(b)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx.Err() != nil {
@@ -338,6 +338,8 @@ func (l *Locker) startBackground() bool {
 	l.wg.Add(1)
 	return true
 }
+
+func (b *background) End() { b.wg.Done() }
 
 func (l *Locker) forget(lk *Lock) {
 	l.mu.Lock()
@@ -377,21 +379,4 @@ func newHolderID() string {
 	b := make([]byte, 16)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// transient reports whether an error is worth retrying: the connection failed, or the server
-// is shutting down, out of resources, or broke a serialization conflict. A closed pool is not.
-func transient(err error) bool {
-	if errors.Is(err, puddle.ErrClosedPool) {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08", "40", "53", "57":
-			return true
-		}
-		return false
-	}
-	return true
 }

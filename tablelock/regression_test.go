@@ -589,7 +589,7 @@ func TestCloseIsNotHeldUpByARenewalWaitingBehindAStuckOne(t *testing.T) {
 		t.Run(stuck+" stuck", func(t *testing.T) {
 			d := testdb.New(t, nil)
 			ctx := context.Background()
-			heartbeat, waiting := time.Second, "tablelock.(*Lock).heartbeat"
+			heartbeat, waiting := time.Second, "lease.(*Keeper).heartbeat"
 			if stuck == "heartbeat" {
 				heartbeat, waiting = 50*time.Millisecond, "tablelock.(*Lock).Extend"
 			}

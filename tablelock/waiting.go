@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -14,6 +13,8 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/retry"
 )
 
 // waiter is one Acquire call waiting for its lock.
@@ -63,12 +64,12 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 	for {
 		pollStart := time.Now()
 		idlePolls++
-		row, err := settled(l, ctx, req.timing.ttl,
+		row, err := settled(l, ctx, req.timing.TTL,
 			func(ctx context.Context) (db.PollLockRow, error) {
 				return l.queries.PollLock(ctx, db.PollLockParams(req.params()))
 			},
 			// The poll is over: now leaving is final.
-			func(db.PollLockRow, error) { l.leave(req.name, req.holder, req.timing.ttl) })
+			func(db.PollLockRow, error) { l.leave(req.name, req.holder, req.timing.TTL) })
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
@@ -84,7 +85,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		case ctx.Err() != nil: // settled also leaves the queue once a poll it gave up on is over
 			l.abandon(w)
 			return nil, l.waitError(ctx, req, start, timeout, locked)
-		case !transient(err):
+		case !retry.Transient(err):
 			l.abandon(w)
 			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, err)
 		default:
@@ -115,7 +116,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		// when the place was written), poll instead: the poll finds the lock ours and renews it
 		// from its own start.
 		if handoff != nil && !queuedAt.IsZero() {
-			lease := req.timing.ttl - req.timing.margin
+			lease := req.timing.TTL - req.timing.Margin
 			if time.Until(queuedAt.Add(lease)) > lease/2 {
 				defer l.unregister(w)
 				return l.hold(ctx, req, handoff.FencingToken, handoff.ExpiresAt, queuedAt, time.Since(start))
@@ -164,21 +165,13 @@ func lockedOrPlain(locked *LockedError) error {
 // their place in the queue, every third of their TTL, and rely on being handed the lock.
 func (l *Locker) pollDelay(w *waiter, idlePolls int, untilExpiry time.Duration) time.Duration {
 	if !l.isHead(w) {
-		return jitter(w.req.timing.ttl / 3)
+		return retry.Jitter(w.req.timing.TTL / 3)
 	}
-	delay := min(10*time.Millisecond<<min(idlePolls-1, 16), l.cfg.MaxPollInterval, w.req.timing.ttl/3)
+	delay := min(10*time.Millisecond<<min(idlePolls-1, 16), l.cfg.MaxPollInterval, w.req.timing.TTL/3)
 	if untilExpiry > 0 && untilExpiry < delay {
 		return untilExpiry
 	}
-	return jitter(delay)
-}
-
-// jitter spreads d over [d/2, d], so that waiters woken together do not poll together.
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2)
+	return retry.Jitter(delay)
 }
 
 func (l *Locker) register(req request) (*waiter, error) {
@@ -221,7 +214,7 @@ func (l *Locker) unregister(w *waiter) {
 // abandon ends w's wait, leaving the queue in the database and the local one, in that order:
 // leaving is counted in l.waits while w's own count still holds, so Close cannot miss it.
 func (l *Locker) abandon(w *waiter) {
-	l.leave(w.req.name, w.req.holder, w.req.timing.ttl)
+	l.leave(w.req.name, w.req.holder, w.req.timing.TTL)
 	l.unregister(w)
 }
 
@@ -242,9 +235,9 @@ func (l *Locker) leave(name, holder string, ttl time.Duration) {
 			if err == nil {
 				return
 			}
-			if transient(err) && ctx.Err() == nil {
+			if retry.Transient(err) && ctx.Err() == nil {
 				select {
-				case <-time.After(retryDelay(failures, time.Second)):
+				case <-time.After(lease.RetryBackoff(time.Second).Delay(failures)):
 					continue
 				case <-ctx.Done():
 				}
@@ -285,7 +278,7 @@ func (l *Locker) listen() {
 		select {
 		case <-l.ctx.Done():
 			return
-		case <-time.After(retryDelay(failures, 5*time.Second)):
+		case <-time.After(lease.RetryBackoff(5 * time.Second).Delay(failures)):
 		}
 	}
 }

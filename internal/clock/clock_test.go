@@ -1,0 +1,46 @@
+package clock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/clock"
+)
+
+func TestFakeFiresTimersWhenAdvancedPastThem(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 3, 29, 0, 59, 0, 0, time.UTC)
+	c := clock.NewFake(start)
+	fired := make(chan string, 3)
+	c.AfterFunc(2*time.Second, func() { fired <- "2s" })
+	stopped := c.AfterFunc(time.Second, func() { fired <- "stopped" })
+	c.AfterFunc(time.Minute, func() { fired <- "1m" })
+	require.True(t, stopped.Stop())
+	require.False(t, stopped.Stop(), "a stopped timer is no longer pending")
+
+	c.Advance(1999 * time.Millisecond)
+	require.Empty(t, fired, "nothing is due before its time")
+	c.Advance(time.Millisecond)
+	require.Equal(t, "2s", <-fired)
+	require.Equal(t, start.Add(2*time.Second), c.Now())
+	n, next := c.Pending()
+	require.Equal(t, 1, n)
+	require.Equal(t, 58*time.Second, next)
+}
+
+func TestFakeResetMovesATimer(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(time.Unix(0, 0))
+	fired := make(chan struct{}, 1)
+	timer := c.AfterFunc(time.Second, func() { fired <- struct{}{} })
+	require.True(t, timer.Reset(3*time.Second))
+	c.WaitForTimers(1)
+	c.Advance(2 * time.Second)
+	require.Empty(t, fired)
+	c.Advance(time.Second)
+	<-fired
+	require.False(t, timer.Reset(0), "it had fired")
+	<-fired // a reset to now runs at once
+}

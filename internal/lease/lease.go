@@ -1,0 +1,385 @@
+// Package lease keeps a lease held in a database row: it renews the lease in the background,
+// takes turns with explicit renewals, and declares the lease lost, before the database could
+// give it to anyone else, when renewals stop getting through or one finds it gone. Every pglock
+// package that leases a row (a table lock, a claimed job, a running cron tick, a leader's term)
+// keeps it with a Keeper, parameterised by the statement that renews its row.
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/retry"
+)
+
+// Timing is how a lease is kept.
+type Timing struct {
+	TTL       time.Duration // the lease, as the database counts it
+	Heartbeat time.Duration // how often it is renewed; 0: never (only by Renew)
+	Margin    time.Duration // how long before the database could give it away it is declared lost
+}
+
+// RenewFunc renews the lease for ttl from now, in one statement: the new expiry by the
+// database's clock, or held false once the row is no longer this holder's.
+type RenewFunc func(ctx context.Context, ttl time.Duration) (expiresAt time.Time, held bool, err error)
+
+// Tracker counts the keeper's background work in its owner, so that the owner can wait for it
+// when it shuts down: Begin reports false once the owner has stopped, and nothing starts then.
+type Tracker interface {
+	Begin() bool
+	End()
+}
+
+// Config describes one lease. Name, Renew, Timing, Start and Ctx are required.
+type Config struct {
+	Name      string    // what is leased, as errors and logs name it: `lock "order:1"`
+	Renew     RenewFunc // the statement that renews the row
+	Timing    Timing
+	Start     time.Time       // start of the request that wrote the lease, on Clock
+	ExpiresAt time.Time       // the lease's end by the database's clock, as that request returned it
+	Ctx       context.Context // renewals run under it: it ends with the owner
+	Clock     clock.Clock     // default: clock.Real
+	Tracker   Tracker         // default: none
+
+	OnLost        func(error)                   // called once, when the lease is declared lost
+	OnRenewFailed func(err error, failures int) // a heartbeat failed and will be retried
+}
+
+// Keeper keeps one lease. Its methods are safe for concurrent use.
+type Keeper struct {
+	cfg   Config
+	clock clock.Clock
+
+	lostCtx  context.Context // done once the lease is lost; its cause says why
+	markLost context.CancelCauseFunc
+
+	// keepingCtx is the heartbeat's: canceled at Stop and at loss, so that a heartbeat held up
+	// on the server ends at the deadline.
+	keepingCtx  context.Context
+	stopKeeping context.CancelFunc
+
+	// One renewal at a time, so that the lease always follows the latest: a token, not a
+	// mutex, so that a renewal waiting behind one the server holds up still ends with its ctx.
+	renewing chan struct{}
+
+	mu        sync.Mutex
+	timing    Timing
+	expiresAt time.Time // by the database's clock
+	deadline  time.Time // on Clock: the lease is lost from then on
+	stopped   bool
+	started   bool
+	// Timers, not a goroutine, keep the lease: a goroutine per lease, started at every
+	// acquisition and woken at every release, costs a short lease a large part of its time.
+	renewal  clock.Timer // the next heartbeat; nil without heartbeats
+	loss     clock.Timer // fires at the deadline
+	failures int         // renewals failed in a row: heartbeats back off while it is not 0
+}
+
+// New returns a Keeper for a lease just written. It keeps nothing until Start.
+func New(cfg Config) *Keeper {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
+	k := &Keeper{
+		cfg: cfg, clock: cfg.Clock, timing: cfg.Timing, expiresAt: cfg.ExpiresAt,
+		deadline: cfg.Start.Add(cfg.Timing.TTL - cfg.Timing.Margin), renewing: make(chan struct{}, 1),
+	}
+	k.lostCtx, k.markLost = context.WithCancelCause(context.Background())
+	k.keepingCtx, k.stopKeeping = context.WithCancel(cfg.Ctx)
+	return k
+}
+
+// Start starts the timers that keep the lease: a heartbeat that renews it (and never later than
+// halfway to its deadline, which a lease written long ago can be close to), retrying failures,
+// and the loss of the lease at its deadline. Keeping ends at Stop or loss, or when Ctx ends.
+func (k *Keeper) Start() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped || k.lostCtx.Err() != nil || k.started {
+		return // stopped or lost before it started
+	}
+	k.started = true
+	k.loss = k.clock.AfterFunc(k.until(k.deadline), k.deadlinePassed)
+	k.scheduleRenewal(k.nextRenewal())
+}
+
+// Lost is closed once the lease is lost. It is never closed for a lease stopped normally.
+func (k *Keeper) Lost() <-chan struct{} { return k.lostCtx.Done() }
+
+// Err returns nil until the lease is lost, then an error matching pglock.ErrLockLost that
+// says why.
+func (k *Keeper) Err() error {
+	if k.lostCtx.Err() == nil {
+		return nil
+	}
+	return context.Cause(k.lostCtx)
+}
+
+// Guard returns a context derived from ctx that is canceled, with the loss as its cause, when
+// the lease is lost: the context of a function running under the lease. Call stop when the
+// function returns.
+func (k *Keeper) Guard(ctx context.Context) (guarded context.Context, stop func()) {
+	guarded, cancel := context.WithCancelCause(ctx)
+	unhook := context.AfterFunc(k.lostCtx, func() { cancel(k.Err()) })
+	return guarded, func() { unhook(); cancel(nil) }
+}
+
+// Timing returns how the lease is kept now.
+func (k *Keeper) Timing() Timing {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.timing
+}
+
+// ExpiresAt returns when the lease ends unless renewed, by the database's clock, as of the last
+// successful write.
+func (k *Keeper) ExpiresAt() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.expiresAt
+}
+
+// Deadline returns when, on Clock, the lease will be declared lost unless renewed.
+func (k *Keeper) Deadline() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.deadline
+}
+
+// Stop ends the keeping, for a lease its holder gives up; false if it was stopped already. A
+// renewal in flight is canceled and can only fail: a stopped lease is never declared lost by
+// the keeper (LostBeforeStop reports a loss its release found).
+func (k *Keeper) Stop() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stopped {
+		return false
+	}
+	k.stopped = true
+	k.stopTimers()
+	k.stopKeeping()
+	return true
+}
+
+// Lose declares the lease lost with err (which should match pglock.ErrLockLost), once, unless
+// it was stopped: when the owner learns of the loss some other way (a fence check, a shutdown).
+func (k *Keeper) Lose(err error) {
+	k.mu.Lock()
+	if k.stopped || k.lostCtx.Err() != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.markLost(err)
+	k.stopTimers()
+	k.stopKeeping() // a heartbeat under way can no longer save the lease
+	k.mu.Unlock()
+	k.lost(err)
+}
+
+// LostBeforeStop declares a stopped lease lost: its release found that it had been lost.
+func (k *Keeper) LostBeforeStop(err error) {
+	k.mu.Lock()
+	if k.lostCtx.Err() != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.markLost(err)
+	k.mu.Unlock()
+	k.lost(err)
+}
+
+func (k *Keeper) lost(err error) {
+	if k.cfg.OnLost != nil {
+		k.cfg.OnLost(err)
+	}
+}
+
+// Renew renews the lease from now, with t's timing (the current one when t is nil), and keeps
+// it so from then on. A renewal under way finishes first; ctx bounds that wait too. The new
+// deadline counts from the start of the request: the database set the expiry no earlier than
+// that, plus the TTL. The deadline moves in before the request is sent when the new lease is
+// shorter: a request that fails here may still have committed there.
+func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
+	if err := k.takeTurn(ctx); err != nil {
+		return err
+	}
+	defer func() { <-k.renewing }()
+	start := k.clock.Now()
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		if lost := k.Err(); lost != nil { // stopped by its owner's shutdown, which declared it lost
+			return lost
+		}
+		return fmt.Errorf("%w: %s was released", pglock.ErrNotHeld, k.cfg.Name)
+	}
+	if lost := k.Err(); lost != nil {
+		k.mu.Unlock()
+		return lost
+	}
+	if t == nil {
+		current := k.timing
+		t = &current
+	}
+	if shorter := start.Add(t.TTL - t.Margin); shorter.Before(k.deadline) {
+		k.deadline = shorter
+		k.signalChange()
+	}
+	k.mu.Unlock()
+
+	expiresAt, held, err := k.cfg.Renew(ctx, t.TTL)
+	switch {
+	case err == nil && held:
+		k.mu.Lock()
+		lost := k.lostCtx.Err() != nil // at its deadline, while the request was on its way
+		if !lost {
+			k.timing, k.expiresAt, k.deadline = *t, expiresAt, start.Add(t.TTL-t.Margin)
+			k.failures = 0
+			k.signalChange()
+		}
+		k.mu.Unlock()
+		if lost {
+			return k.Err()
+		}
+		return nil
+	case err == nil:
+		k.Lose(fmt.Errorf("%w: %s is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
+		if lost := k.Err(); lost != nil {
+			return lost
+		}
+		return fmt.Errorf("%w: %s was released", pglock.ErrNotHeld, k.cfg.Name)
+	}
+	return fmt.Errorf("pglock: renew %s: %w", k.cfg.Name, err)
+}
+
+// takeTurn waits for the renewal under way, if any, to end, unless ctx ends first.
+func (k *Keeper) takeTurn(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("pglock: renew %s: %w", k.cfg.Name, ContextError(ctx))
+	}
+	select {
+	case k.renewing <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pglock: renew %s: waiting for the renewal under way: %w", k.cfg.Name, ContextError(ctx))
+	}
+}
+
+// ContextError is why ctx ended: its error, and its cause when that is another.
+func ContextError(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		return fmt.Errorf("%w: %w", ctx.Err(), cause)
+	}
+	return ctx.Err()
+}
+
+// signalChange moves the timers to the deadline and timing as they now are. Called with mu
+// held. While renewals are failing, the retry already scheduled stands.
+func (k *Keeper) signalChange() {
+	if k.stopped || k.lostCtx.Err() != nil || !k.started {
+		return // no longer kept, or not yet (Start sets the timers from the state it finds)
+	}
+	k.loss.Reset(k.until(k.deadline))
+	if k.failures == 0 {
+		k.scheduleRenewal(k.nextRenewal())
+	}
+}
+
+// scheduleRenewal sets the next heartbeat d from now. Called with mu held.
+func (k *Keeper) scheduleRenewal(d time.Duration) {
+	switch {
+	case k.timing.Heartbeat == 0:
+		if k.renewal != nil {
+			k.renewal.Stop()
+		}
+	case k.renewal == nil:
+		k.renewal = k.clock.AfterFunc(d, k.heartbeat)
+	default:
+		k.renewal.Reset(d)
+	}
+}
+
+// stopTimers ends the keeping. Called with mu held.
+func (k *Keeper) stopTimers() {
+	if k.loss != nil {
+		k.loss.Stop()
+	}
+	if k.renewal != nil {
+		k.renewal.Stop()
+	}
+}
+
+// nextRenewal is a heartbeat from now, or half the time left before the deadline if that is
+// sooner. Called with mu held.
+func (k *Keeper) nextRenewal() time.Duration {
+	return max(0, min(k.timing.Heartbeat, k.until(k.deadline)/2))
+}
+
+func (k *Keeper) until(t time.Time) time.Duration { return t.Sub(k.clock.Now()) }
+
+// deadlinePassed declares the lease lost, unless a renewal moved the deadline meanwhile.
+func (k *Keeper) deadlinePassed() {
+	if !k.begin() {
+		return // the owner has stopped
+	}
+	defer k.end()
+	k.mu.Lock()
+	t, early := k.timing, k.clock.Now().Before(k.deadline)
+	k.mu.Unlock()
+	if early {
+		return // the renewal that moved the deadline has reset the timer
+	}
+	k.Lose(fmt.Errorf("%w: no renewal of %s succeeded within its TTL (%s) less the safety margin (%s)",
+		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
+}
+
+// heartbeat renews the lease; a success schedules the next heartbeat (Renew moves the timers),
+// a failure a retry with backoff, never later than halfway to the deadline, so that retries go
+// on until it.
+func (k *Keeper) heartbeat() {
+	if !k.begin() {
+		return
+	}
+	defer k.end()
+	k.mu.Lock()
+	t := k.timing
+	k.mu.Unlock()
+	err := k.Renew(k.keepingCtx, nil)
+	over := k.keepingCtx.Err() != nil // stopped, lost at the deadline, or the owner stopped
+	if err == nil || over || k.Err() != nil {
+		return
+	}
+	k.mu.Lock()
+	k.failures++
+	failures := k.failures
+	if !k.stopped && k.lostCtx.Err() == nil {
+		k.scheduleRenewal(min(RetryBackoff(t.Heartbeat).Delay(failures), k.nextRenewal()))
+	}
+	k.mu.Unlock()
+	if k.cfg.OnRenewFailed != nil {
+		k.cfg.OnRenewFailed(err, failures)
+	}
+}
+
+// RetryBackoff is how renewals (and releases) are retried: from 10 ms, doubling, up to the
+// heartbeat interval, or 1 s without one.
+func RetryBackoff(heartbeat time.Duration) retry.Backoff {
+	if heartbeat <= 0 {
+		heartbeat = time.Second
+	}
+	return retry.Backoff{First: 10 * time.Millisecond, Max: heartbeat}
+}
+
+func (k *Keeper) begin() bool {
+	return k.cfg.Tracker == nil || k.cfg.Tracker.Begin()
+}
+
+func (k *Keeper) end() {
+	if k.cfg.Tracker != nil {
+		k.cfg.Tracker.End()
+	}
+}

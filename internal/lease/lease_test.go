@@ -1,0 +1,253 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/lease"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// fixture is a keeper on a fake clock whose renewals go to a fake database: each renewal is
+// announced on calls and answered from answers.
+type fixture struct {
+	clock   *clock.Fake
+	keeper  *lease.Keeper
+	calls   chan time.Duration // the TTL each renewal asked for
+	answers chan answer
+	lost    chan error // OnLost's calls
+	failed  chan int   // OnRenewFailed's failure counts
+}
+
+type answer struct {
+	held bool
+	err  error
+}
+
+func newFixture(t *testing.T, timing lease.Timing) *fixture {
+	t.Helper()
+	f := &fixture{
+		clock: clock.NewFake(t0), calls: make(chan time.Duration, 1), answers: make(chan answer),
+		lost: make(chan error, 2), failed: make(chan int, 10),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.keeper = lease.New(lease.Config{
+		Name: `lock "x"`, Timing: timing, Start: t0, ExpiresAt: t0.Add(timing.TTL), Ctx: ctx, Clock: f.clock,
+		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
+			f.calls <- ttl
+			select {
+			case a := <-f.answers:
+				return t0.Add(time.Hour), a.held, a.err
+			case <-ctx.Done():
+				return time.Time{}, false, ctx.Err()
+			}
+		},
+		OnLost:        func(err error) { f.lost <- err },
+		OnRenewFailed: func(_ error, failures int) { f.failed <- failures },
+	})
+	t.Cleanup(func() {
+		f.keeper.Stop()
+		cancel()
+	})
+	f.keeper.Start()
+	return f
+}
+
+// receive returns the next value from c, failing the test if none comes in 30 s: a broken
+// keeper must fail, not hang.
+func receive[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing came within 30 s")
+		panic("unreachable")
+	}
+}
+
+func requireHeld(t *testing.T, k *lease.Keeper) {
+	t.Helper()
+	select {
+	case <-k.Lost():
+		t.Fatalf("lost too early: %v", k.Err())
+	default:
+	}
+	require.NoError(t, k.Err())
+}
+
+var noHeartbeat = lease.Timing{TTL: 3 * time.Second, Margin: 300 * time.Millisecond}
+
+func TestLeaseIsLostExactlyAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, noHeartbeat)
+	f.clock.Advance(2699 * time.Millisecond)
+	requireHeld(t, f.keeper) // no timer was due, so nothing ran: this cannot race
+	f.clock.Advance(time.Millisecond)
+	err := receive(t, f.lost)
+	require.ErrorIs(t, err, pglock.ErrLockLost)
+	<-f.keeper.Lost()
+	require.Equal(t, err, f.keeper.Err())
+	require.Equal(t, t0.Add(2700*time.Millisecond), f.keeper.Deadline())
+}
+
+func TestRenewalMovesTheDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, noHeartbeat)
+	f.clock.Advance(time.Second)
+	renewed := make(chan error)
+	go func() { renewed <- f.keeper.Renew(context.Background(), nil) }()
+	require.Equal(t, 3*time.Second, receive(t, f.calls))
+	f.clock.Advance(500 * time.Millisecond) // the new lease counts from the request's start
+	f.answers <- answer{held: true}
+	require.NoError(t, receive(t, renewed))
+	require.Equal(t, t0.Add(3700*time.Millisecond), f.keeper.Deadline())
+	require.Equal(t, t0.Add(time.Hour), f.keeper.ExpiresAt())
+
+	f.clock.Advance(2199 * time.Millisecond) // 3.699 s: past the first deadline, not the second
+	requireHeld(t, f.keeper)
+	f.clock.Advance(time.Millisecond)
+	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
+}
+
+func TestShorterRenewalMovesTheDeadlineInBeforeItIsSent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, noHeartbeat)
+	shorter := lease.Timing{TTL: time.Second, Margin: 100 * time.Millisecond}
+	renewed := make(chan error)
+	go func() { renewed <- f.keeper.Renew(context.Background(), &shorter) }()
+	require.Equal(t, time.Second, receive(t, f.calls))
+	// The request may commit unseen: until its answer, the shorter lease is the one to trust.
+	require.Equal(t, t0.Add(900*time.Millisecond), f.keeper.Deadline())
+	f.clock.Advance(900 * time.Millisecond)
+	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
+	f.answers <- answer{held: true}
+	require.ErrorIs(t, receive(t, renewed), pglock.ErrLockLost, "a renewal that returns after the deadline does not revive the lease")
+}
+
+func TestHeartbeatRenewsEveryIntervalAndRetriesFailures(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
+	f.clock.Advance(time.Second)
+	receive(t, f.calls)
+	f.answers <- answer{held: true}
+	f.clock.WaitForTimers(2) // the next heartbeat is set once the renewal's answer is in
+	require.Equal(t, t0.Add(3700*time.Millisecond), f.keeper.Deadline())
+
+	f.clock.Advance(time.Second)
+	receive(t, f.calls)
+	f.answers <- answer{err: errors.New("connection reset")}
+	require.Equal(t, 1, receive(t, f.failed))
+	_, next := f.clock.Pending()
+	require.LessOrEqual(t, next, 10*time.Millisecond, "the first retry comes after at most 10 ms")
+	requireHeld(t, f.keeper)
+}
+
+func TestFailingRenewalsLoseTheLeaseAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
+	deadline := f.keeper.Deadline()
+	failures := 0
+	// Retries come at most halfway to the deadline: stop while there is room for one more.
+	for deadline.Sub(f.clock.Now()) > 20*time.Millisecond {
+		f.clock.WaitForTimers(2) // the loss and the next (re)try
+		_, next := f.clock.Pending()
+		f.clock.Advance(next)
+		receive(t, f.calls)
+		f.answers <- answer{err: errors.New("connection refused")}
+		failures++
+		require.Equal(t, failures, receive(t, f.failed))
+	}
+	require.Greater(t, failures, 3, "retries go on until the deadline")
+	requireHeld(t, f.keeper)
+	f.clock.Advance(deadline.Sub(f.clock.Now()))
+	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
+}
+
+func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, noHeartbeat)
+	renewed := make(chan error)
+	go func() { renewed <- f.keeper.Renew(context.Background(), nil) }()
+	receive(t, f.calls)
+	f.answers <- answer{held: false}
+	err := receive(t, renewed)
+	require.ErrorIs(t, err, pglock.ErrLockLost)
+	require.Equal(t, err, receive(t, f.lost))
+	require.ErrorIs(t, f.keeper.Renew(context.Background(), nil), pglock.ErrLockLost, "a lost lease is not renewed")
+	f.clock.Advance(time.Hour)
+	require.Empty(t, f.lost, "a loss is told once")
+}
+
+func TestExplicitRenewalWaitsForTheHeartbeatUnderWay(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
+	f.clock.Advance(time.Second)
+	receive(t, f.calls) // the heartbeat's renewal, held up on the server
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, f.keeper.Renew(ctx, nil), context.Canceled, "its ctx bounds the wait for its turn")
+
+	var inFlight atomic.Int32
+	inFlight.Store(1) // the heartbeat's
+	renewed := make(chan error)
+	go func() { renewed <- f.keeper.Renew(context.Background(), nil) }()
+	select {
+	case ttl := <-f.calls:
+		t.Fatalf("a second renewal (TTL %s) was sent while the first was under way", ttl)
+	case <-time.After(50 * time.Millisecond): // a failure here is certain; a pass is likely
+	}
+	inFlight.Add(-1)
+	f.answers <- answer{held: true}
+	receive(t, f.calls)
+	require.Zero(t, inFlight.Load())
+	f.answers <- answer{held: true}
+	require.NoError(t, receive(t, renewed))
+}
+
+func TestGuardedContextIsCanceledWithTheLoss(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, noHeartbeat)
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	ctx, stop := f.keeper.Guard(parent)
+	defer stop()
+	require.NoError(t, ctx.Err())
+	f.clock.Advance(3 * time.Second)
+	<-ctx.Done()
+	require.ErrorIs(t, context.Cause(ctx), pglock.ErrLockLost)
+	require.Equal(t, f.keeper.Err(), context.Cause(ctx))
+
+	unlost, stopUnlost := newFixture(t, noHeartbeat).keeper.Guard(parent)
+	stopUnlost()
+	require.ErrorIs(t, context.Cause(unlost), context.Canceled, "stopped before any loss: a plain cancel")
+}
+
+func TestStoppedLeaseIsNeverDeclaredLost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
+	require.True(t, f.keeper.Stop())
+	require.False(t, f.keeper.Stop())
+	n, _ := f.clock.Pending()
+	require.Zero(t, n, "no timer is left")
+	f.clock.Advance(time.Hour)
+	requireHeld(t, f.keeper)
+	require.ErrorIs(t, f.keeper.Renew(context.Background(), nil), pglock.ErrNotHeld)
+
+	lostAtRelease := errors.Join(pglock.ErrLockLost, errors.New("the release found it gone"))
+	f.keeper.LostBeforeStop(lostAtRelease)
+	require.Equal(t, lostAtRelease, receive(t, f.lost))
+	require.Equal(t, lostAtRelease, f.keeper.Err())
+}

@@ -1,0 +1,72 @@
+package retry_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/retry"
+)
+
+func TestTransientByClassOfSQLSTATE(t *testing.T) {
+	t.Parallel()
+	server := func(code string) error { return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code}) }
+	for _, tc := range []struct {
+		err       error
+		transient bool
+	}{
+		{server(pgerrcode.ConnectionFailure), true},
+		{server(pgerrcode.SerializationFailure), true},
+		{server(pgerrcode.DeadlockDetected), true},
+		{server(pgerrcode.TooManyConnections), true},
+		{server(pgerrcode.AdminShutdown), true},
+		{server(pgerrcode.CannotConnectNow), true},
+		{server(pgerrcode.UniqueViolation), false},
+		{server(pgerrcode.InvalidParameterValue), false},
+		{server(pgerrcode.UndefinedFunction), false},
+		{io.ErrUnexpectedEOF, true}, // the connection broke: no answer at all
+		{puddle.ErrClosedPool, false},
+		{fmt.Errorf("acquire: %w", puddle.ErrClosedPool), false},
+		{context.DeadlineExceeded, true}, // a request's own time limit: the caller's ctx decides
+		{nil, false},
+	} {
+		require.Equal(t, tc.transient, retry.Transient(tc.err), "%v", tc.err)
+	}
+}
+
+func TestBackoffDoublesUpToItsCapWithJitter(t *testing.T) {
+	t.Parallel()
+	b := retry.Backoff{First: 10 * time.Millisecond, Max: time.Second}
+	for n, want := range map[int]time.Duration{1: 10 * time.Millisecond, 2: 20 * time.Millisecond,
+		4: 80 * time.Millisecond, 8: time.Second, 1000: time.Second} {
+		for range 100 {
+			d := b.Delay(n)
+			require.GreaterOrEqual(t, d, want/2, "retry %d", n)
+			require.LessOrEqual(t, d, want, "retry %d", n)
+		}
+	}
+}
+
+func TestSleepEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(time.Unix(0, 0))
+	b := retry.Backoff{First: time.Second, Max: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	slept := make(chan bool)
+	go func() { slept <- b.Sleep(ctx, c, 1) }()
+	c.WaitForTimers(1)
+	cancel()
+	require.False(t, <-slept)
+	go func() { slept <- b.Sleep(context.Background(), c, 1) }()
+	c.WaitForTimers(1)
+	c.Advance(time.Second)
+	require.True(t, <-slept)
+}
