@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/lease"
 )
@@ -37,9 +39,18 @@ type Config struct {
 	// it lost. Default: a tenth of the lock's TTL. Must be less than the TTL.
 	SafetyMargin time.Duration
 
-	// DisableNotifications makes waiters poll instead of listening, for connections that cannot
-	// LISTEN (PgBouncer in transaction pooling mode). Default: false.
+	// DisableNotifications makes waiters poll instead of listening, for a pool that cannot
+	// LISTEN (PgBouncer in transaction pooling mode) when ListenerConnConfig cannot reach
+	// PostgreSQL directly either. Default: false.
 	DisableNotifications bool
+
+	// ListenerConnConfig, when set, is where the Locker's listener connects instead of where
+	// the pool does: directly to PostgreSQL when the pool goes through PgBouncer in
+	// transaction pooling mode, where LISTEN cannot work. The listener is shared by every
+	// Locker (and scheduler, elector) of the process on the pool with the same
+	// ListenerConnConfig. Default: connect as the pool does, through its BeforeConnect and
+	// AfterConnect.
+	ListenerConnConfig *pgx.ConnConfig
 
 	// MaxPollInterval caps the backoff of the first waiter of a name between polls. Default: 1 s.
 	MaxPollInterval time.Duration

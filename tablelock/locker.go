@@ -28,8 +28,8 @@ type Locker struct {
 	cfg      Config
 	instance string
 
-	// ctx lives until Close has released everything; the heartbeats of held locks and the
-	// listener run under it and are counted in wg.
+	// ctx lives until Close has released everything; the heartbeats of held locks run under it
+	// and are counted in wg.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -41,13 +41,14 @@ type Locker struct {
 	stopWaits context.CancelFunc
 	closeDone chan struct{} // closed when the first Close returns
 
-	mu        sync.Mutex
-	closed    bool
-	held      map[*Lock]struct{}
-	queues    map[string][]*waiter // local waiters per lock name, in arrival order
-	byHolder  map[string]*waiter
-	listening bool
-	tryConns  map[*pgxpool.Conn]struct{} // connections of tries under way: Close cuts them off
+	mu       sync.Mutex
+	closed   bool
+	held     map[*Lock]struct{}
+	queues   map[string][]*waiter // local waiters per lock name, in arrival order
+	byHolder map[string]*waiter
+	// unsubscribe ends the subscriptions to the pool's listener, made at the first wait.
+	unsubscribe []func()
+	tryConns    map[*pgxpool.Conn]struct{} // connections of tries under way: Close cuts them off
 }
 
 // New returns a Locker that takes its connections from pool. A nil cfg means the defaults.
@@ -228,6 +229,12 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 	}
 	l.waitForBackground(ctx)
+	l.mu.Lock()
+	unsubscribe := l.unsubscribe
+	l.mu.Unlock()
+	for _, unsubscribe := range unsubscribe { // without l.mu: the listener's handlers take it
+		unsubscribe()
+	}
 	return errors.Join(errs...)
 }
 

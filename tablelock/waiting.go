@@ -8,12 +8,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
 	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"
 )
 
@@ -184,10 +182,8 @@ func (l *Locker) register(req request) (*waiter, error) {
 	l.queues[req.name] = append(l.queues[req.name], w)
 	l.byHolder[req.holder] = w
 	l.waits.Add(1)
-	if !l.cfg.DisableNotifications && !l.listening {
-		l.listening = true
-		l.wg.Add(1)
-		go l.listen()
+	if !l.cfg.DisableNotifications && l.unsubscribe == nil {
+		l.subscribe()
 	}
 	return w, nil
 }
@@ -263,84 +259,46 @@ func wake(w *waiter) {
 	}
 }
 
-// listen keeps one connection listening for releases and handoffs while the Locker lives,
-// reconnecting with backoff. While it is down, waiters only poll.
-func (l *Locker) listen() {
-	defer l.wg.Done()
-	failures := 0
-	for {
-		err := l.listenOnce()
-		if l.ctx.Err() != nil {
-			return
-		}
-		failures++
-		l.cfg.Logger.Warn("pglock: listener disconnected; waiters poll until it is back", "error", err)
-		select {
-		case <-l.ctx.Done():
-			return
-		case <-time.After(lease.RetryBackoff(5 * time.Second).Delay(failures)):
-		}
+// subscribe has the pool's listener (one per pool in the process, shared with every other
+// user of the pool) deliver releases and handoffs. Called with l.mu held, once.
+func (l *Locker) subscribe() {
+	listener := l.cfg.ListenerConnConfig
+	l.unsubscribe = []func(){
+		notify.Subscribe(l.pool, listener, l.cfg.Logger, handoffChannel, notify.Handler{Notify: l.handedOff}),
+		// Listening: anything released while the listener was not listening.
+		notify.Subscribe(l.pool, listener, l.cfg.Logger, releasedChannel, notify.Handler{Notify: l.released, Listening: l.wakeHeads}),
 	}
 }
 
-// listenOnce listens on a connection of its own, not the pool's (it would take a pool slot for
-// good), made as the pool makes its own: a BeforeConnect may supply credentials.
-func (l *Locker) listenOnce() error {
-	config := l.pool.Config()
-	if config.BeforeConnect != nil {
-		if err := config.BeforeConnect(l.ctx, config.ConnConfig); err != nil {
-			return err
-		}
-	}
-	conn, err := pgx.ConnectConfig(l.ctx, config.ConnConfig)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if config.AfterConnect != nil {
-		if err := config.AfterConnect(l.ctx, conn); err != nil {
-			return err
-		}
-	}
-	q := db.New(db.Translating(conn))
-	if err := q.ListenHandoff(l.ctx); err != nil {
-		return err
-	}
-	if err := q.ListenReleased(l.ctx); err != nil {
-		return err
-	}
-	l.wakeHeads() // anything released while we were not listening
-	for {
-		n, err := conn.WaitForNotification(l.ctx)
-		if err != nil {
-			return err
-		}
-		l.dispatch(n)
-	}
-}
+// The channels the SQL contract notifies on.
+const (
+	handoffChannel  = "pglock_handoff"  // JSON naming the new holder (handoffNotice)
+	releasedChannel = "pglock_released" // the name of a lock freed with nobody waiting
+)
 
-// dispatch wakes the one waiter a notification concerns: the new holder named by a handoff,
-// or the first local waiter of a released name.
-func (l *Locker) dispatch(n *pgconn.Notification) {
+// handedOff wakes the new holder a handoff names, if it is one of this Locker's waiters.
+func (l *Locker) handedOff(payload string) {
+	var h handoffNotice
+	if err := json.Unmarshal([]byte(payload), &h); err != nil {
+		l.cfg.Logger.Warn("pglock: unreadable handoff notification", "payload", payload, "error", err)
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch n.Channel {
-	case "pglock_handoff":
-		var h handoffNotice
-		if err := json.Unmarshal([]byte(n.Payload), &h); err != nil {
-			l.cfg.Logger.Warn("pglock: unreadable handoff notification", "payload", n.Payload, "error", err)
-			return
+	if w, ok := l.byHolder[h.HolderID]; ok {
+		select {
+		case w.handoff <- h:
+		default:
 		}
-		if w, ok := l.byHolder[h.HolderID]; ok {
-			select {
-			case w.handoff <- h:
-			default:
-			}
-		}
-	case "pglock_released":
-		if queue := l.queues[n.Payload]; len(queue) > 0 {
-			wake(queue[0])
-		}
+	}
+}
+
+// released wakes the first local waiter of a lock freed with nobody waiting.
+func (l *Locker) released(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if queue := l.queues[name]; len(queue) > 0 {
+		wake(queue[0])
 	}
 }
 

@@ -76,7 +76,7 @@ func listeners(t *testing.T, pool *pgxpool.Pool, app string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = $1 AND query LIKE '%LISTEN pglock_released%'`, app).Scan(&n))
+		WHERE application_name = $1 AND query ~ '^(UN)?LISTEN '`, app).Scan(&n))
 	return n
 }
 
