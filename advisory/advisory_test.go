@@ -383,8 +383,14 @@ func TestBadInputHoldsNothing(t *testing.T) {
 	}
 	_, err := advisory.Open(ctx, nil, nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-	_, err = advisory.Open(ctx, d.Pool, &advisory.Config{HealthCheckInterval: -time.Second})
-	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	for field, cfg := range map[string]*advisory.Config{
+		"HealthCheckInterval": {HealthCheckInterval: -time.Second},
+		"KeepAlive":           {KeepAlive: -time.Second},
+	} {
+		_, err = advisory.Open(ctx, d.Pool, cfg)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+		require.ErrorContains(t, err, "Config."+field)
+	}
 	require.ErrorIs(t, advisory.XactLock(ctx, nil, advisory.Int64Key(1)), pglock.ErrInvalidArgument)
 	require.ErrorIs(t, advisory.WithXactLock(ctx, nil, advisory.Int64Key(1), nil), pglock.ErrInvalidArgument)
 

@@ -70,8 +70,11 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Session, error
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.HealthCheckInterval < 0 || c.KeepAlive < 0 {
-		return nil, fmt.Errorf("%w: negative interval in advisory.Config", pglock.ErrInvalidArgument)
+	if c.HealthCheckInterval < 0 {
+		return nil, fmt.Errorf("%w: Config.HealthCheckInterval is negative", pglock.ErrInvalidArgument)
+	}
+	if c.KeepAlive < 0 {
+		return nil, fmt.Errorf("%w: Config.KeepAlive is negative", pglock.ErrInvalidArgument)
 	}
 	if c.HealthCheckInterval == 0 {
 		c.HealthCheckInterval = time.Second

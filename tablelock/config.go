@@ -30,13 +30,15 @@ type Config struct {
 	// DefaultTTL is the lease of a lock acquired without AcquireOptions.TTL. Default: 30 s.
 	DefaultTTL time.Duration
 
-	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL.
-	// Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
-	// is called.
+	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL, or
+	// half the time before its safety margin if that is less. Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
+	// is called. New refuses one that could not renew a lock of DefaultTTL before its safety
+	// margin; a lock acquired with a TTL too short for it is renewed every third of that TTL.
 	HeartbeatInterval time.Duration
 
 	// SafetyMargin is how long before the database could give a lock away its holder declares
-	// it lost. Default: a tenth of the lock's TTL. Must be less than the TTL.
+	// it lost. Default: a tenth of the lock's TTL. New refuses one not below DefaultTTL; a lock
+	// acquired with a TTL not above it gets the default margin, a tenth of its TTL.
 	SafetyMargin time.Duration
 
 	// DisableNotifications makes waiters poll instead of listening, for a pool that cannot
@@ -80,33 +82,46 @@ type AcquireOptions struct {
 	WaitTimeout time.Duration
 }
 
-// withDefaults resolves the defaults and checks what was given.
+// withDefaults resolves the defaults and checks what was given: every mistake is found here,
+// as an error matching pglock.ErrInvalidArgument that names the field, so that no acquisition
+// fails later for one.
 func (c *Config) withDefaults() (Config, error) {
 	var cfg Config
 	if c != nil {
 		cfg = *c
+	}
+	invalid := func(field, format string, args ...any) (Config, error) {
+		return Config{}, fmt.Errorf("%w: Config.%s %s", pglock.ErrInvalidArgument, field, fmt.Sprintf(format, args...))
 	}
 	if cfg.AppName == "" {
 		exe, _ := os.Executable()
 		cfg.AppName = strings.ToValidUTF8(filepath.Base(exe), "?") // an AppName given must be valid
 	}
 	if !utf8.ValidString(cfg.AppName) || strings.ContainsRune(cfg.AppName, 0) {
-		return Config{}, fmt.Errorf("%w: Config.AppName must be UTF-8 without NUL", pglock.ErrInvalidArgument)
+		return invalid("AppName", "must be UTF-8 without NUL")
 	}
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = 30 * time.Second
 	}
 	if err := checkTTL(cfg.DefaultTTL); err != nil {
-		return Config{}, fmt.Errorf("Config.DefaultTTL: %w", err)
+		return Config{}, fmt.Errorf("%w: Config.DefaultTTL: %w", pglock.ErrInvalidArgument, err)
 	}
 	if cfg.SafetyMargin < 0 {
-		return Config{}, fmt.Errorf("%w: Config.SafetyMargin is negative", pglock.ErrInvalidArgument)
+		return invalid("SafetyMargin", "is negative")
 	}
 	if cfg.MaxPollInterval == 0 {
 		cfg.MaxPollInterval = time.Second
 	}
 	if cfg.MaxPollInterval < 0 {
-		return Config{}, fmt.Errorf("%w: Config.MaxPollInterval is negative", pglock.ErrInvalidArgument)
+		return invalid("MaxPollInterval", "is negative")
+	}
+	ttl := cfg.DefaultTTL.Truncate(time.Millisecond)
+	if cfg.SafetyMargin >= ttl {
+		return invalid("SafetyMargin", "(%s) is not below DefaultTTL (%s)", cfg.SafetyMargin, ttl)
+	}
+	if t := cfg.timing(ttl); cfg.HeartbeatInterval > 0 && cfg.HeartbeatInterval != t.Heartbeat {
+		return invalid("HeartbeatInterval", "(%s) could not renew a lock of DefaultTTL (%s) before its safety margin (%s)",
+			cfg.HeartbeatInterval, t.TTL, t.Margin)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -114,29 +129,20 @@ func (c *Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// timing is how a lock with a given TTL is kept.
-func (c *Config) timing(ttl time.Duration) (lease.Timing, error) {
-	if err := checkTTL(ttl); err != nil {
-		return lease.Timing{}, err
-	}
+// timing is how a lock with a TTL that checkTTL accepts is kept: as configured where that fits
+// the TTL, else by default.
+func (c *Config) timing(ttl time.Duration) lease.Timing {
 	t := lease.Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: c.HeartbeatInterval, Margin: c.SafetyMargin}
-	if t.Heartbeat == 0 {
-		t.Heartbeat = t.TTL / 3
-	}
-	if t.Heartbeat < 0 {
-		t.Heartbeat = 0
-	}
-	if t.Margin == 0 {
+	if t.Margin == 0 || t.Margin >= t.TTL {
 		t.Margin = t.TTL / 10
 	}
-	if t.Margin >= t.TTL {
-		return lease.Timing{}, fmt.Errorf("%w: safety margin %s is not less than the TTL %s", pglock.ErrInvalidTTL, t.Margin, t.TTL)
+	switch {
+	case t.Heartbeat < 0:
+		t.Heartbeat = 0
+	case t.Heartbeat == 0 || t.Heartbeat >= t.TTL-t.Margin:
+		t.Heartbeat = min(t.TTL/3, (t.TTL-t.Margin)/2) // at least two tries before the deadline
 	}
-	if t.Heartbeat >= t.TTL-t.Margin {
-		return lease.Timing{}, fmt.Errorf("%w: heartbeat %s could not renew a TTL of %s before its safety margin (%s)",
-			pglock.ErrInvalidTTL, t.Heartbeat, t.TTL, t.Margin)
-	}
-	return t, nil
+	return t
 }
 
 func checkTTL(ttl time.Duration) error {

@@ -75,10 +75,10 @@ func (lk *Lock) Err() error { return lk.lease.Err() }
 // TTL. A heartbeat under way finishes first; ctx bounds that wait too. On a lock no longer held
 // it returns an error matching pglock.ErrLockLost.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	t, err := lk.l.cfg.timing(ttl)
-	if err != nil {
+	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	t := lk.l.cfg.timing(ttl)
 	return lk.lease.Renew(ctx, &t)
 }
 

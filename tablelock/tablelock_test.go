@@ -209,16 +209,32 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 
 	_, err := tablelock.New(nil, nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-	for _, cfg := range []*tablelock.Config{
-		{DefaultTTL: time.Millisecond},
-		{SafetyMargin: -time.Second},
-		{MaxPollInterval: -time.Second},
-		{AppName: "bad\x00app"},
-		{AppName: "bad\xc3\x28"},
+	for _, tc := range []struct {
+		field string
+		cfg   *tablelock.Config
+	}{
+		{"DefaultTTL", &tablelock.Config{DefaultTTL: time.Millisecond}},
+		{"SafetyMargin", &tablelock.Config{SafetyMargin: -time.Second}},
+		{"SafetyMargin", &tablelock.Config{SafetyMargin: 30 * time.Second}},
+		{"SafetyMargin", &tablelock.Config{DefaultTTL: time.Second, SafetyMargin: 1500 * time.Millisecond}},
+		{"HeartbeatInterval", &tablelock.Config{HeartbeatInterval: 27 * time.Second}},
+		{"HeartbeatInterval", &tablelock.Config{DefaultTTL: time.Second, SafetyMargin: 500 * time.Millisecond, HeartbeatInterval: 600 * time.Millisecond}},
+		{"MaxPollInterval", &tablelock.Config{MaxPollInterval: -time.Second}},
+		{"AppName", &tablelock.Config{AppName: "bad\x00app"}},
+		{"AppName", &tablelock.Config{AppName: "bad\xc3\x28"}},
 	} {
-		_, err := tablelock.New(pool, cfg)
-		require.Error(t, err, "%+v", cfg)
+		_, err := tablelock.New(pool, tc.cfg)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument, "%+v", tc.cfg)
+		require.ErrorContains(t, err, "Config."+tc.field)
 	}
+	// A configuration that fits DefaultTTL never makes an acquisition with a shorter TTL fail:
+	// that lock is kept by default.
+	fitting := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: 10 * time.Second, SafetyMargin: 5 * time.Second})
+	short, err := fitting.TryAcquire(ctx, "short", &tablelock.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, short.Extend(ctx, 2*time.Second))
+	require.NoError(t, short.Release(ctx))
+	statements.n.Store(0)
 	require.Zero(t, statements.n.Load(), "statements sent")
 	// What only the database can judge is refused there, as a typed error too.
 	_, err = l.TryAcquire(ctx, "ok", &tablelock.AcquireOptions{Metadata: map[string]any{"k": json.RawMessage(`"\ud800"`)}})
