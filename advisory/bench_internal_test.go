@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pglock/pglock/internal/benchkit"
 	"github.com/pglock/pglock/internal/testdb"
 )
 
@@ -22,15 +23,15 @@ func BenchmarkTryLockUnlock(b *testing.B) {
 	defer s.Close(ctx)
 	key := StringKey("bench")
 	conn := s.conn.Conn()
-	testdb.Compare(b,
-		testdb.Case{Name: "raw-sql", Run: func() error {
+	benchkit.Compare(b,
+		benchkit.Case{Name: "raw-sql", Run: func() error {
 			if _, err := conn.Exec(ctx, "SELECT pg_try_advisory_lock($1)", key.id); err != nil {
 				return err
 			}
 			_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key.id)
 			return err
 		}},
-		testdb.Case{Name: "session", Run: func() error {
+		benchkit.Case{Name: "session", Run: func() error {
 			if err := s.TryLock(ctx, key); err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock/advisory"
+	"github.com/pglock/pglock/internal/benchkit"
 	"github.com/pglock/pglock/internal/testdb"
 )
 
@@ -19,14 +20,14 @@ func BenchmarkWithXactLock(b *testing.B) {
 	ctx := context.Background()
 	key := advisory.StringKey("bench")
 	id, _ := key.Int64()
-	testdb.Compare(b,
-		testdb.Case{Name: "raw-sql", Run: func() error {
+	benchkit.Compare(b,
+		benchkit.Case{Name: "raw-sql", Run: func() error {
 			return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", id)
 				return err
 			})
 		}},
-		testdb.Case{Name: "with-xact-lock", Run: func() error {
+		benchkit.Case{Name: "with-xact-lock", Run: func() error {
 			return advisory.WithXactLock(ctx, d.Pool, key, func(context.Context, pgx.Tx) error { return nil })
 		}},
 	)
@@ -48,7 +49,7 @@ func BenchmarkHandoff(b *testing.B) {
 	id, _ := key.Int64()
 	b.ResetTimer()
 
-	rawWorkers := testdb.RawAdvisoryWorkers(b, pools, id)
+	rawWorkers := benchkit.RawAdvisoryWorkers(b, pools, id)
 	sessionWorkers := func(worker int) (func() (time.Duration, error), func()) {
 		s, err := advisory.Open(ctx, pools[worker], &advisory.Config{HealthCheckInterval: time.Hour})
 		if err != nil {
@@ -64,10 +65,10 @@ func BenchmarkHandoff(b *testing.B) {
 		}, func() { s.Close(ctx) }
 	}
 	// Twice each, alternating, so that drift of a shared machine falls on both alike.
-	var raw, sessions testdb.Contention
+	var raw, sessions benchkit.Contention
 	for range 2 {
-		raw = raw.Add(testdb.Contend(workers, total/2, rawWorkers))
-		sessions = sessions.Add(testdb.Contend(workers, total/2, sessionWorkers))
+		raw = raw.Add(benchkit.Contend(workers, total/2, rawWorkers))
+		sessions = sessions.Add(benchkit.Contend(workers, total/2, sessionWorkers))
 	}
 	raw.Report(b, "raw")
 	sessions.Report(b, "session")

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/benchkit"
 	"github.com/pglock/pglock/internal/testdb"
 )
 
@@ -17,20 +18,20 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	q := db.New(db.Translating(conn))
 	exec := func(sql string, args ...any) error { _, err := conn.Exec(ctx, sql, args...); return err }
 
-	testdb.Compare(b,
-		testdb.Case{Name: "raw-sql", Run: func() error {
-			if err := exec(testdb.RawUpsertSQL, "raw", "h"); err != nil {
+	benchkit.Compare(b,
+		benchkit.Case{Name: "raw-sql", Run: func() error {
+			if err := exec(benchkit.RawUpsertSQL, "raw", "h"); err != nil {
 				return err
 			}
-			return exec(testdb.RawDeleteSQL, "raw", "h")
+			return exec(benchkit.RawDeleteSQL, "raw", "h")
 		}},
-		testdb.Case{Name: "seed-functions", Run: func() error {
+		benchkit.Case{Name: "seed-functions", Run: func() error {
 			if err := exec("SELECT acquire_lock($1, $2, 30)", "seed", "h"); err != nil {
 				return err
 			}
 			return exec("SELECT release_lock($1, $2)", "seed", "h")
 		}},
-		testdb.Case{Name: "sqlc-queries", Run: func() error {
+		benchkit.Case{Name: "sqlc-queries", Run: func() error {
 			if _, err := q.TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "sqlc", HolderID: "h", TtlMs: 30000, Metadata: []byte(`{}`)}); err != nil {
 				return err
 			}
@@ -51,15 +52,15 @@ func BenchmarkFailedAcquire(b *testing.B) {
 	}
 	exec := func(sql string, args ...any) error { _, err := conn.Exec(ctx, sql, args...); return err }
 
-	testdb.Compare(b,
-		testdb.Case{Name: "pk-read", Run: func() error {
-			return exec(testdb.PKReadSQL, "held")
+	benchkit.Compare(b,
+		benchkit.Case{Name: "pk-read", Run: func() error {
+			return exec(benchkit.PKReadSQL, "held")
 		}},
-		testdb.Case{Name: "sqlc-acquire", Run: func() error {
+		benchkit.Case{Name: "sqlc-acquire", Run: func() error {
 			_, err := q.TryAcquireLock(ctx, db.TryAcquireLockParams{LockName: "held", HolderID: "other", TtlMs: 30000, Metadata: []byte(`{}`)})
 			return err
 		}},
-		testdb.Case{Name: "raw-upsert", Run: func() error { return exec(testdb.RawUpsertSQL, "held", "other") }},
+		benchkit.Case{Name: "raw-upsert", Run: func() error { return exec(benchkit.RawUpsertSQL, "held", "other") }},
 	)
 }
 

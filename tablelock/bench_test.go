@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock/internal/benchkit"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/tablelock"
 )
@@ -30,15 +31,15 @@ func benchLocker(b *testing.B) (*tablelock.Locker, *testdb.DB) {
 func BenchmarkTryAcquireRelease(b *testing.B) {
 	l, d := benchLocker(b)
 	ctx := context.Background()
-	testdb.Compare(b,
-		testdb.Case{Name: "raw-sql", Run: func() error {
-			if _, err := d.Pool.Exec(ctx, testdb.RawUpsertSQL, "raw", "h"); err != nil {
+	benchkit.Compare(b,
+		benchkit.Case{Name: "raw-sql", Run: func() error {
+			if _, err := d.Pool.Exec(ctx, benchkit.RawUpsertSQL, "raw", "h"); err != nil {
 				return err
 			}
-			_, err := d.Pool.Exec(ctx, testdb.RawDeleteSQL, "raw", "h")
+			_, err := d.Pool.Exec(ctx, benchkit.RawDeleteSQL, "raw", "h")
 			return err
 		}},
-		testdb.Case{Name: "tablelock", Run: func() error {
+		benchkit.Case{Name: "tablelock", Run: func() error {
 			lk, err := l.TryAcquire(ctx, "pglock", nil)
 			if err != nil {
 				return err
@@ -58,12 +59,12 @@ func BenchmarkFailedTryAcquire(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer held.Release(ctx)
-	testdb.Compare(b,
-		testdb.Case{Name: "pk-read", Run: func() error {
-			_, err := d.Pool.Exec(ctx, testdb.PKReadSQL, "held")
+	benchkit.Compare(b,
+		benchkit.Case{Name: "pk-read", Run: func() error {
+			_, err := d.Pool.Exec(ctx, benchkit.PKReadSQL, "held")
 			return err
 		}},
-		testdb.Case{Name: "tablelock", Run: func() error {
+		benchkit.Case{Name: "tablelock", Run: func() error {
 			if _, err := l.TryAcquire(ctx, "held", nil); err == nil {
 				return fmt.Errorf("acquired a held lock")
 			}
@@ -76,7 +77,7 @@ func BenchmarkFailedTryAcquire(b *testing.B) {
 // 1,000, in the same run. Goal: ratio ≤ 1.2.
 func BenchmarkAcquireAmongManyLocks(b *testing.B) {
 	ctx := context.Background()
-	cases := make([]testdb.Case, 0, 2)
+	cases := make([]benchkit.Case, 0, 2)
 	for _, rows := range []int{1_000, 1_000_000} {
 		l, d := benchLocker(b)
 		if _, err := d.Pool.Exec(ctx, `INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
@@ -87,7 +88,7 @@ func BenchmarkAcquireAmongManyLocks(b *testing.B) {
 		if _, err := d.Pool.Exec(ctx, "ANALYZE distributed_locks"); err != nil {
 			b.Fatal(err)
 		}
-		cases = append(cases, testdb.Case{Name: fmt.Sprintf("rows-%d", rows), Run: func() error {
+		cases = append(cases, benchkit.Case{Name: fmt.Sprintf("rows-%d", rows), Run: func() error {
 			lk, err := l.TryAcquire(ctx, "bench", nil)
 			if err != nil {
 				return err
@@ -96,14 +97,14 @@ func BenchmarkAcquireAmongManyLocks(b *testing.B) {
 		}})
 	}
 	b.ResetTimer()
-	testdb.Compare(b, cases[0], cases[1])
+	benchkit.Compare(b, cases[0], cases[1])
 }
 
 // BenchmarkHandoff: 4 Lockers on separate pools (instances), one worker each, contend for one
 // name; each acquisition is durable. Reported: acquisitions per second, the largest deviation
 // of a worker's count from a fair share, and the p99 wait. Goals: ≥ 2,000/s, ±25 %, ≤ 6 ms.
 // In the same run, in alternating halves, the same workers on two baselines: the floor of a
-// hand-written handoff queue (testdb.RawHandoffWorkers: one durable statement and one
+// hand-written handoff queue (benchkit.RawHandoffWorkers: one durable statement and one
 // notification per handoff, what the machine allows any such design), and 4 sessions handing
 // a blocking pg_advisory_lock around (no lease, nothing written).
 func BenchmarkHandoff(b *testing.B) {
@@ -132,15 +133,15 @@ func BenchmarkHandoff(b *testing.B) {
 			return waited, lk.Release(ctx)
 		}, func() { l.Close(ctx) }
 	}
-	var tablelockRun, floorRun, advisoryRun testdb.Contention
+	var tablelockRun, floorRun, advisoryRun benchkit.Contention
 	for round := range 2 {
-		tablelockRun = tablelockRun.Add(testdb.Contend(workers, half, tablelockWorkers))
-		floorRun = floorRun.Add(testdb.Contend(workers, half, testdb.RawHandoffWorkers(b, pools, fmt.Sprintf("raw-handoff-%d", round))))
-		advisoryRun = advisoryRun.Add(testdb.Contend(workers, half, testdb.RawAdvisoryWorkers(b, pools, 42)))
+		tablelockRun = tablelockRun.Add(benchkit.Contend(workers, half, tablelockWorkers))
+		floorRun = floorRun.Add(benchkit.Contend(workers, half, benchkit.RawHandoffWorkers(b, pools, fmt.Sprintf("raw-handoff-%d", round))))
+		advisoryRun = advisoryRun.Add(benchkit.Contend(workers, half, benchkit.RawAdvisoryWorkers(b, pools, 42)))
 	}
 	for _, run := range []struct {
 		name string
-		r    testdb.Contention
+		r    benchkit.Contention
 	}{{"tablelock", tablelockRun}, {"raw-handoff", floorRun}, {"advisory", advisoryRun}} {
 		run.r.Report(b, run.name)
 	}

@@ -1,4 +1,4 @@
-package testdb
+package benchkit
 
 // The baseline benchmarks measure pglock against: what a team writes by hand without pglock,
 // the seed's upsert (its token drawn in VALUES) and a delete, sent as plain statements.
