@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -16,39 +16,34 @@ import (
 func Translating(conn DBTX) DBTX { return translatingConn{conn} }
 
 // Translate maps a PostgreSQL error to pglock's vocabulary, keeping the original reachable with
-// errors.As; other errors, pgx.ErrNoRows included, come back unchanged.
+// errors.As; other errors, pgx.ErrNoRows included, come back unchanged. It reads the SQLSTATE
+// and the fields the SQL contract sets (COLUMN, CONSTRAINT), never the message, which the
+// server may translate and the contract may reword.
 func Translate(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
 	}
 	switch pgErr.Code {
-	case "42P01", "42883": // undefined_table, undefined_function
+	case pgerrcode.UndefinedTable, pgerrcode.UndefinedFunction:
 		return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
-	case "42704": // undefined_object: one of pglock's types, or anything else (a setting, a role)
-		if namesPglockType(pgErr.Message) {
-			return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
-		}
-	case "22023": // invalid_parameter_value, raised by the SQL contract's argument checks
-		return fmt.Errorf("%w: %w", invalidParameter(pgErr.Message), err)
-	// An argument its type refuses: invalid_text_representation (JSON that is not jsonb's),
-	// untranslatable_character (NUL in jsonb), character_not_in_repertoire (text not UTF-8).
-	case "22P02", "22P05", "22021":
+	case pgerrcode.InvalidParameterValue: // the contract's argument checks: COLUMN names the argument
+		return fmt.Errorf("%w: %w", invalidArgument(pgErr.ColumnName), err)
+	// An argument its type refuses: JSON that is not jsonb's, NUL in jsonb, text not UTF-8.
+	case pgerrcode.InvalidTextRepresentation, pgerrcode.UntranslatableCharacter, pgerrcode.CharacterNotInRepertoire:
 		return fmt.Errorf("%w: %w", pglock.ErrInvalidArgument, err)
-	case "55P03": // lock_not_available: lock_timeout ran out
+	case pgerrcode.LockNotAvailable: // lock_timeout ran out
 		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
-	case "42501": // insufficient_privilege, raised by pglock_check_schema_is_safe among others
-		if strings.HasPrefix(pgErr.Message, "pglock: every role may create objects") {
+	case pgerrcode.InsufficientPrivilege:
+		if pgErr.ConstraintName == "pglock_schema_is_safe" {
 			return fmt.Errorf("%w: %w", pglock.ErrUnsafeSchema, err)
 		}
 	}
 	return err
 }
 
-// invalidParameter reads the parameter name that starts every argument error the SQL functions
-// raise ("p_ttl_ms: must be ...").
-func invalidParameter(message string) error {
-	param, _, _ := strings.Cut(message, ":")
+// invalidArgument is the error for the argument a contract function refused.
+func invalidArgument(param string) error {
 	switch param {
 	case "p_lock_name":
 		return pglock.ErrInvalidName
@@ -87,17 +82,3 @@ type translatingRows struct{ pgx.Rows }
 func (r translatingRows) Err() error { return Translate(r.Rows.Err()) }
 
 func (r translatingRows) Scan(dest ...any) error { return Translate(r.Rows.Scan(dest...)) }
-
-// pglockTypes are the types pglock's migrations create (TestEveryPglockTypeIsKnown checks).
-var pglockTypes = []string{"pglock_acquisition"}
-
-// namesPglockType reports whether an error message names one of pglock's types. The message is
-// in the server's lc_messages language, but the names in it are never translated.
-func namesPglockType(message string) bool {
-	for _, name := range pglockTypes {
-		if strings.Contains(message, name) {
-			return true
-		}
-	}
-	return false
-}

@@ -51,12 +51,12 @@ func TestUpDownUpLeavesACleanSchema(t *testing.T) {
 }
 
 // Each down file restores exactly the schema of the versions before it: Up then Down(n) equals
-// the first files applied by hand.
+// the first files applied by hand (none, for the first file's down).
 func TestDownRestoresThePreviousVersion(t *testing.T) {
 	t.Parallel()
 	files := upFiles(t)
-	for keep := 1; keep < len(files); keep++ {
-		t.Run(filepath.Base(files[keep-1]), func(t *testing.T) {
+	for keep := range len(files) {
+		t.Run(fmt.Sprintf("down to version %d", keep), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			byHand := testdb.New(t, &testdb.Options{Unmigrated: true})
@@ -236,7 +236,7 @@ func TestVersion(t *testing.T) {
 		require.Zero(t, status.Version)
 		require.False(t, status.Dirty)
 		require.NotZero(t, status.Latest)
-		require.Equal(t, "000001_distributed_locks.up.sql", status.Pending[0])
+		require.Equal(t, "000001_pglock.up.sql", status.Pending[0])
 		require.Len(t, status.Pending, int(status.Latest))
 		require.Empty(t, schemaObjects(t, d.Pool))
 	})
@@ -386,7 +386,7 @@ func TestUpRefusesASchemaEveryRoleMayCreateIn(t *testing.T) {
 	status, err := migrations.Version(ctx, d.Pool)
 	require.NoError(t, err)
 	require.True(t, status.Dirty)
-	require.Equal(t, "000001_distributed_locks.up.sql", status.Pending[0], "the dirty version is pending")
+	require.Equal(t, "000001_pglock.up.sql", status.Pending[0], "the dirty version is pending")
 	require.Error(t, migrations.Up(ctx, d.Pool), "a dirty database is not migrated further")
 	_, err = d.Pool.Exec(ctx, "REVOKE CREATE ON SCHEMA public FROM PUBLIC")
 	require.NoError(t, err)
@@ -406,85 +406,6 @@ func TestDownMoreStepsThanApplied(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, status.Version)
 	require.Equal(t, []string{"table " + migrations.VersionTable}, schemaObjects(t, d.Pool))
-}
-
-// beforeAttempt is the version before 000005 added pglock_attempt.
-const beforeAttempt = 4
-
-// 000005 adds pglock_attempt, which the Go packages call instead of pglock_acquire: every role a
-// DBA let call pglock_acquire may call it after the upgrade (no other role), and keeps what it had.
-func TestUpgradeGrantsTheNewAcquireToWhoeverMayCallTheOld(t *testing.T) {
-	t.Parallel()
-	d := installedUpTo(t, beforeAttempt)
-	ctx := context.Background()
-
-	app, admin, none := d.NewRole(t, "pglock_app"), d.NewRole(t, "pglock Admin"), d.NewRole(t, "pglock_none")
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`
-		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %s;
-		GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO %s WITH GRANT OPTION`,
-		app, pgx.Identifier{admin}.Sanitize()))
-	require.NoError(t, err)
-	requireGrants := func(when, function string) {
-		t.Helper()
-		for _, c := range []struct {
-			role, privilege string
-			want            bool
-		}{
-			{app, "EXECUTE", true},
-			{app, "EXECUTE WITH GRANT OPTION", false},
-			{admin, "EXECUTE WITH GRANT OPTION", true},
-			{none, "EXECUTE", false},
-			{"public", "EXECUTE", false},
-		} {
-			var has bool
-			require.NoError(t, d.Pool.QueryRow(ctx, "SELECT has_function_privilege($1, $2, $3)", c.role,
-				function+"(varchar, varchar, bigint, jsonb, varchar, boolean)", c.privilege).Scan(&has))
-			require.Equal(t, c.want, has, "%s, %s: %s %s", when, function, c.role, c.privilege)
-		}
-	}
-
-	require.NoError(t, migrations.Up(ctx, d.Pool))
-	requireGrants("after up", "pglock_acquire")
-	requireGrants("after up", "pglock_attempt")
-	downTo(t, d.Pool, beforeAttempt)
-	requireGrants("after down", "pglock_acquire")
-}
-
-// A schema owned by an ordinary role, upgraded by a superuser: the new acquire runs with the
-// owner's rights like the functions that call it, so the owner and its grantees can still
-// acquire, a function replaced in place keeps its owner, and nothing runs as the superuser.
-func TestUpgradeByAnotherRoleKeepsTheOwner(t *testing.T) {
-	t.Parallel()
-	d := testdb.New(t, &testdb.Options{Unmigrated: true})
-	ctx := context.Background()
-	owner, app := d.NewRole(t, "pglock_owner"), d.NewRole(t, "pglock_app")
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA %[1]s AUTHORIZATION %[1]s; GRANT USAGE ON SCHEMA %[1]s TO %[2]s`, owner, app))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := d.Pool.Exec(context.Background(), "DROP SCHEMA "+owner+" CASCADE")
-		require.NoError(t, err)
-	})
-	asOwner, asSuperuser, asApp := poolInSchema(t, d, owner, owner), poolInSchema(t, d, owner, ""), poolInSchema(t, d, owner, app)
-
-	require.NoError(t, migrations.Up(ctx, asOwner))
-	downTo(t, asOwner, beforeAttempt)
-	_, err = asOwner.Exec(ctx, "GRANT EXECUTE ON FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean) TO "+app)
-	require.NoError(t, err)
-	require.NoError(t, migrations.Up(ctx, asSuperuser))
-
-	var attemptOwner, typeOwner, releaseOwner string
-	require.NoError(t, asSuperuser.QueryRow(ctx, `SELECT
-		(SELECT proowner::regrole::text FROM pg_proc WHERE oid = 'pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean)'::regprocedure),
-		(SELECT typowner::regrole::text FROM pg_type WHERE oid = 'pglock_acquisition'::regtype),
-		(SELECT proowner::regrole::text FROM pg_proc WHERE oid = 'pglock_release(varchar, varchar)'::regprocedure)`).Scan(&attemptOwner, &typeOwner, &releaseOwner))
-	require.Equal(t, []string{owner, owner, owner}, []string{attemptOwner, typeOwner, releaseOwner})
-	var acquired bool
-	require.NoError(t, asOwner.QueryRow(ctx, "SELECT acquire_lock('owned', 'h1', 30)").Scan(&acquired))
-	require.True(t, acquired, "v1's acquire, which calls pglock_attempt as the owner")
-	require.NoError(t, asApp.QueryRow(ctx, "SELECT acquired FROM pglock_acquire('owned', 'h2', 30000)").Scan(&acquired))
-	require.False(t, acquired, "the owner's grantee, through pglock_acquire")
-	require.NoError(t, asApp.QueryRow(ctx, "SELECT acquired FROM pglock_attempt('owned', 'h2', 30000)").Scan(&acquired))
-	require.False(t, acquired, "and directly")
 }
 
 // A deployer that may only create objects in a schema installed pglock there, so owns its version
@@ -558,7 +479,7 @@ func TestMigrationsRunNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 	}{
 		{"install", fresh, up, false},
 		{"install, pg_catalog searched last", fresh, up, true},
-		{"upgrade", func(t *testing.T) *testdb.DB { return installedUpTo(t, 1) }, up, false},
+		{"already up to date", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, up, false},
 		{"remove", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, func(ctx context.Context, pool *pgxpool.Pool) error {
 			return migrations.Down(ctx, pool, migrations.AllSteps)
 		}, false},
@@ -712,21 +633,6 @@ func plantTraps(t *testing.T, d *testdb.DB) string {
 		require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)
 	}
 	return creator
-}
-
-// installedUpTo is a database with the migrations up to version applied, to upgrade.
-func installedUpTo(t *testing.T, version uint) *testdb.DB {
-	t.Helper()
-	d := testdb.New(t, &testdb.Options{Unmigrated: true})
-	require.NoError(t, migrations.Up(context.Background(), d.Pool))
-	downTo(t, d.Pool, version)
-	return d
-}
-
-// downTo reverts pool's database, installed up to the latest version, to version.
-func downTo(t *testing.T, pool *pgxpool.Pool, version uint) {
-	t.Helper()
-	require.NoError(t, migrations.Down(context.Background(), pool, int(migrations.Latest()-version)))
 }
 
 // upFiles lists the up migrations in the order they apply.

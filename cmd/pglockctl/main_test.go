@@ -44,7 +44,7 @@ func TestMigrateUpDownStatus(t *testing.T) {
 
 	out, _, code := pglockctl(t, ctx, d.URL(), "migrate", "status")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, out, fmt.Sprintf("version  0 of %d\ndirty    false\npending  000001_distributed_locks.up.sql\n", latest))
+	require.Contains(t, out, fmt.Sprintf("version  0 of %d\ndirty    false\npending  000001_pglock.up.sql\n", latest))
 
 	out, _, code = pglockctl(t, ctx, d.URL(), "migrate", "up")
 	require.Equal(t, exitOK, code)

@@ -1,4 +1,0 @@
-package db
-
-// PglockTypes lets the tests compare the types Translate knows with those the migrations create.
-var PglockTypes = pglockTypes
