@@ -31,6 +31,28 @@ func (q *Queries) ExtendLock(ctx context.Context, arg ExtendLockParams) (time.Ti
 	return expires_at, err
 }
 
+const fenceLock = `-- name: FenceLock :one
+SELECT f.expires_at::timestamptz AS expires_at
+  FROM pglock_fence($1, $2, $3) AS f(expires_at)
+ WHERE f.expires_at IS NOT NULL
+`
+
+type FenceLockParams struct {
+	LockName     string
+	FencingToken int64
+	GraceMs      int64
+}
+
+// FenceLock verifies, and keeps until the transaction ends, that the lock is held with the
+// token, and bounds the transaction (see pglock_fence): it returns the lease's expiry, or no
+// row (pgx.ErrNoRows) when the lock is not held with the token.
+func (q *Queries) FenceLock(ctx context.Context, arg FenceLockParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, fenceLock, arg.LockName, arg.FencingToken, arg.GraceMs)
+	var expires_at time.Time
+	err := row.Scan(&expires_at)
+	return expires_at, err
+}
+
 const pollLock = `-- name: PollLock :one
 SELECT a.acquired::boolean                  AS acquired,
        a.queued::boolean                    AS queued,
@@ -184,20 +206,4 @@ func (q *Queries) TryAcquireLock(ctx context.Context, arg TryAcquireLockParams) 
 		&i.Metadata,
 	)
 	return i, err
-}
-
-const verifyFence = `-- name: VerifyFence :one
-SELECT verify_fence($1, $2) AS held
-`
-
-type VerifyFenceParams struct {
-	LockName     string
-	FencingToken int64
-}
-
-func (q *Queries) VerifyFence(ctx context.Context, arg VerifyFenceParams) (bool, error) {
-	row := q.db.QueryRow(ctx, verifyFence, arg.LockName, arg.FencingToken)
-	var held bool
-	err := row.Scan(&held)
-	return held, err
 }

@@ -589,6 +589,57 @@ func TestContractVerifyFenceHoldsUntilCommit(t *testing.T) {
 	require.False(t, callBool(t, pool, "SELECT verify_fence('f', $1)", lock.Token))
 }
 
+// pglock_fence is verify_fence that bounds the rest of the transaction to the lease's remaining
+// time plus the grace: it returns the expiry, sets both timeouts as SET LOCAL would, holds the
+// row FOR SHARE, and for a stale token or a bad grace changes nothing.
+func TestContractFenceBoundsTheTransaction(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, acquireSQL, "f", "h1", 30))
+	lock, _ := readLock(t, pool, "f")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var stale *time.Time
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pglock_fence('f', $1, 500)", lock.Token-1).Scan(&stale))
+	require.Nil(t, stale, "a stale token")
+	var idle, statement string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('statement_timeout')").Scan(&idle, &statement))
+	require.Equal(t, []string{"0", "0"}, []string{idle, statement}, "nothing set for a stale token")
+
+	var expiresAt time.Time
+	var boundMs int64
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pglock_fence('f', $1, 500)", lock.Token).Scan(&expiresAt))
+	require.NoError(t, tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&boundMs))
+	require.Equal(t, lock.ExpiresAt, expiresAt)
+	require.Greater(t, boundMs, int64(29_000+500), "the lease's ~30 s left, plus the grace")
+	require.LessOrEqual(t, boundMs, int64(30_000+500+1))
+	var statementMs int64
+	require.NoError(t, tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'").Scan(&statementMs))
+	require.Equal(t, boundMs, statementMs)
+	other, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer other.Release()
+	_, err = other.Exec(ctx, "SET lock_timeout = '100ms'; SELECT release_lock('f', 'h1')")
+	var held *pgconn.PgError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, "55P03", held.Code, "the release waits for the fenced transaction") // lock_not_available
+	_, err = other.Exec(ctx, "RESET lock_timeout")
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&statement))
+	require.Equal(t, "0", statement, "local to the transaction")
+
+	for _, grace := range []any{-1, nil, 86_400_001} {
+		_, err := pool.Exec(ctx, "SELECT pglock_fence('f', $1, $2)", lock.Token, grace)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, []string{"22023", "p_grace_ms"}, []string{pgErr.Code, pgErr.ColumnName}, "grace %v", grace)
+	}
+}
+
 // A holder can have a place in the queue of its own lock: its poll may write one just as a
 // release hands it the lock. Its release must neither hand the lock to itself nor leave it.
 func TestContractReleaserLeavesTheQueue(t *testing.T) {

@@ -58,5 +58,10 @@ SELECT r.released::boolean   AS released,
                   true)      AS synchronous_commit
   FROM pglock_release(@lock_name, @holder_id) AS r;
 
--- name: VerifyFence :one
-SELECT verify_fence(@lock_name, @fencing_token) AS held;
+-- FenceLock verifies, and keeps until the transaction ends, that the lock is held with the
+-- token, and bounds the transaction (see pglock_fence): it returns the lease's expiry, or no
+-- row (pgx.ErrNoRows) when the lock is not held with the token.
+-- name: FenceLock :one
+SELECT f.expires_at::timestamptz AS expires_at
+  FROM pglock_fence(@lock_name, @fencing_token, @grace_ms) AS f(expires_at)
+ WHERE f.expires_at IS NOT NULL;

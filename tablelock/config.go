@@ -30,15 +30,16 @@ type Config struct {
 	// DefaultTTL is the lease of a lock acquired without AcquireOptions.TTL. Default: 30 s.
 	DefaultTTL time.Duration
 
-	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL, or
-	// half the time before its safety margin if that is less. Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
+	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL.
+	// Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
 	// is called. New refuses one that could not renew a lock of DefaultTTL before its safety
 	// margin; a lock acquired with a TTL too short for it is renewed every third of that TTL.
 	HeartbeatInterval time.Duration
 
 	// SafetyMargin is how long before the database could give a lock away its holder declares
-	// it lost. Default: a tenth of the lock's TTL. New refuses one not below DefaultTTL; a lock
-	// acquired with a TTL not above it gets the default margin, a tenth of its TTL.
+	// it lost. Default: a tenth of the lock's TTL. It must leave more than a third of
+	// DefaultTTL before it (New refuses it otherwise), and of any TTL a lock is acquired or
+	// extended with (pglock.ErrInvalidTTL otherwise): room for a heartbeat.
 	SafetyMargin time.Duration
 
 	// DisableNotifications makes waiters poll instead of listening, for a pool that cannot
@@ -116,12 +117,16 @@ func (c *Config) withDefaults() (Config, error) {
 		return invalid("MaxPollInterval", "is negative")
 	}
 	ttl := cfg.DefaultTTL.Truncate(time.Millisecond)
-	if cfg.SafetyMargin >= ttl {
-		return invalid("SafetyMargin", "(%s) is not below DefaultTTL (%s)", cfg.SafetyMargin, ttl)
+	margin := cfg.SafetyMargin
+	if margin == 0 {
+		margin = ttl / 10
 	}
-	if t := cfg.timing(ttl); cfg.HeartbeatInterval > 0 && cfg.HeartbeatInterval != t.Heartbeat {
+	if margin >= ttl-ttl/3 {
+		return invalid("SafetyMargin", "(%s) leaves no room for a heartbeat in DefaultTTL (%s): it must be below two thirds of it", margin, ttl)
+	}
+	if cfg.HeartbeatInterval >= ttl-margin {
 		return invalid("HeartbeatInterval", "(%s) could not renew a lock of DefaultTTL (%s) before its safety margin (%s)",
-			cfg.HeartbeatInterval, t.TTL, t.Margin)
+			cfg.HeartbeatInterval, ttl, margin)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -129,20 +134,28 @@ func (c *Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-// timing is how a lock with a TTL that checkTTL accepts is kept: as configured where that fits
-// the TTL, else by default.
-func (c *Config) timing(ttl time.Duration) lease.Timing {
+// timing is how a lock with a given TTL is kept: with the configured margin, and the configured
+// heartbeat where it fits the TTL, else a third of it. A TTL that leaves no room for that
+// heartbeat before the margin is refused: a lock that would be lost soon after it is taken.
+func (c *Config) timing(ttl time.Duration) (lease.Timing, error) {
+	if err := checkTTL(ttl); err != nil {
+		return lease.Timing{}, err
+	}
 	t := lease.Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: c.HeartbeatInterval, Margin: c.SafetyMargin}
-	if t.Margin == 0 || t.Margin >= t.TTL {
+	if t.Margin == 0 {
 		t.Margin = t.TTL / 10
 	}
 	switch {
 	case t.Heartbeat < 0:
 		t.Heartbeat = 0
 	case t.Heartbeat == 0 || t.Heartbeat >= t.TTL-t.Margin:
-		t.Heartbeat = min(t.TTL/3, (t.TTL-t.Margin)/2) // at least two tries before the deadline
+		t.Heartbeat = t.TTL / 3
 	}
-	return t
+	if t.Margin >= t.TTL-t.TTL/3 {
+		return lease.Timing{}, fmt.Errorf("%w: a TTL of %s leaves no room for a heartbeat (a third of it) before the safety margin (%s)",
+			pglock.ErrInvalidTTL, t.TTL, t.Margin)
+	}
+	return t, nil
 }
 
 func checkTTL(ttl time.Duration) error {

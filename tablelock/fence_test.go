@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -52,4 +54,70 @@ func TestStaleHolderIsFencedOff(t *testing.T) {
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT balance FROM accounts WHERE id = 1").Scan(&balance))
 	require.Equal(t, 40, balance)
 	require.NoError(t, current.Release(ctx))
+}
+
+// A holder fences a transaction, writes, and then stops talking: its connection is frozen, as
+// by a frozen VM or a silent partition, with the transaction open and the lock row FOR SHARE.
+// PostgreSQL ends that session no later than the lease's expiry plus the lock's safety margin,
+// so another instance takes the lock then, not when TCP gives up hours later, and the frozen
+// write never commits.
+func TestFrozenFencedTransactionIsEndedSoonAfterTheLease(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, "CREATE TABLE writes (who text NOT NULL)")
+	require.NoError(t, err)
+	pool, partition := d.PartitionablePool(t, nil)
+	const ttl, margin = 2 * time.Second, 200 * time.Millisecond // the default margin: a tenth
+	lk, err := newLocker(t, pool, nil).TryAcquire(ctx, "frozen", &tablelock.AcquireOptions{TTL: ttl})
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { // before the proxy stops and the pool closes, which waits for tx's connection
+		rollbackCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		tx.Rollback(rollbackCtx) // behind the partition: pgx closes the connection at the deadline
+	})
+	require.NoError(t, lk.Fence(ctx, tx))
+	_, err = tx.Exec(ctx, "INSERT INTO writes VALUES ('frozen holder')")
+	require.NoError(t, err)
+	fenced, _ := readLock(t, d.Pool, "frozen") // FOR SHARE: its expiry can no longer move
+	partition()
+	receive(t, lk.Lost()) // the holder is told, as before
+
+	next, err := newLocker(t, d.Pool, nil).Acquire(ctx, "frozen", &tablelock.AcquireOptions{WaitTimeout: 12 * time.Second})
+	require.NoError(t, err, "the frozen transaction's session was ended, and its FOR SHARE with it")
+	var acquiredAt time.Time
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT acquired_at FROM distributed_locks WHERE lock_name = 'frozen'").Scan(&acquiredAt))
+	// Both times are the database's. The slack covers the waiter's poll reaching the row.
+	bound := fenced.ExpiresAt.Add(margin)
+	require.True(t, acquiredAt.Before(bound.Add(time.Second)), "taken over at %s; bound %s", acquiredAt, bound)
+	var frozenWrites int
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM writes").Scan(&frozenWrites))
+	require.Zero(t, frozenWrites, "the frozen transaction's write never commits")
+	require.NoError(t, next.Release(ctx))
+}
+
+// A statement under a fence that would run past the lease and its margin is canceled, and the
+// lock is free for others as soon as its holder lets go.
+func TestFencedStatementThatWouldOutliveTheLeaseFails(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLocker(t, d.Pool, &tablelock.Config{HeartbeatInterval: -1})
+	lk, err := l.TryAcquire(ctx, "slow", &tablelock.AcquireOptions{TTL: time.Second})
+	require.NoError(t, err)
+	err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		if err := lk.Fence(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_sleep(3)") // the lease has 1 s left, the margin 100 ms
+		return err
+	})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, pgerrcode.QueryCanceled, pgErr.Code, "statement_timeout")
+	_, err = newLocker(t, d.Pool, nil).Acquire(ctx, "slow", &tablelock.AcquireOptions{WaitTimeout: 10 * time.Second})
+	require.NoError(t, err)
 }

@@ -75,10 +75,10 @@ func (lk *Lock) Err() error { return lk.lease.Err() }
 // TTL. A heartbeat under way finishes first; ctx bounds that wait too. On a lock no longer held
 // it returns an error matching pglock.ErrLockLost.
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if err := checkTTL(ttl); err != nil {
+	t, err := lk.l.cfg.timing(ttl)
+	if err != nil {
 		return err
 	}
-	t := lk.l.cfg.timing(ttl)
 	return lk.lease.Renew(ctx, &t)
 }
 
@@ -123,9 +123,12 @@ func (lk *Lock) releaseRow(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("pglock: release %q (it stays held until its TTL runs out): %w", lk.name, err)
 	case !row.Released:
-		lk.lease.LostBeforeStop(fmt.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
-			pglock.ErrLockLost, pglock.ErrNotHeld, lk.name))
-		return lk.Err()
+		lost := fmt.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
+			pglock.ErrLockLost, pglock.ErrNotHeld, lk.name)
+		if lk.lease.LostBeforeStop(lost) {
+			return lost
+		}
+		return nil // declared lost before, by Close: that loss is the one told
 	}
 	lk.l.emit(Event{Kind: EventReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
 	return nil
@@ -148,32 +151,46 @@ func (lk *Lock) releaseLater() bool {
 // tx ends: no release, renewal, handoff or takeover of the lock can commit before. Write to the
 // protected resource in tx after Fence, and keep tx short, for it also holds up renewals. It
 // returns an error matching pglock.ErrLockLost (and signals the loss) when the lock is lost.
+//
+// Fence also bounds tx on the server, so that a client that stops talking mid-transaction (a
+// frozen VM, a silent partition) cannot keep the lock from others for hours: for the rest of
+// tx, PostgreSQL ends the session once it has been idle, and cancels any statement that has
+// run, for the time left on the lease plus the lock's safety margin. A write that would keep
+// the lock past that fails instead (docs/fencing.md).
 func (lk *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	if err := lk.Err(); err != nil {
 		return err
 	}
-	err := VerifyFence(ctx, tx, lk.name, lk.token)
+	err := fence(ctx, tx, lk.name, lk.token, lk.lease.Timing().Margin)
 	if errors.Is(err, pglock.ErrLockLost) {
 		lk.lease.Lose(err)
 	}
 	return err
 }
 
+// VerifyFenceGrace is how long past the lease's expiry a transaction fenced by VerifyFence may
+// stay idle, or a statement in it run, before PostgreSQL ends it.
+const VerifyFenceGrace = time.Second
+
 // VerifyFence is Fence for a name and token known without the Lock, such as in a process the
-// token was handed to.
+// token was handed to. It bounds tx as Fence does, with VerifyFenceGrace for the margin.
 func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error {
+	return fence(ctx, tx, name, token, VerifyFenceGrace)
+}
+
+func fence(ctx context.Context, tx pgx.Tx, name string, token int64, grace time.Duration) error {
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
 	}
 	if err := pglock.ValidateName(name); err != nil {
 		return err
 	}
-	held, err := db.New(db.Translating(tx)).VerifyFence(ctx, db.VerifyFenceParams{LockName: name, FencingToken: token})
-	if err != nil {
-		return fmt.Errorf("pglock: verify fence of %q: %w", name, err)
-	}
-	if !held {
+	_, err := db.New(db.Translating(tx)).FenceLock(ctx, db.FenceLockParams{LockName: name, FencingToken: token, GraceMs: grace.Milliseconds()})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %q is not held with token %d", pglock.ErrLockLost, name, token)
+	case err != nil:
+		return fmt.Errorf("pglock: verify fence of %q: %w", name, err)
 	}
 	return nil
 }

@@ -277,16 +277,15 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	if ttl == 0 {
 		ttl = l.cfg.DefaultTTL
 	}
-	if err := checkTTL(ttl); err != nil {
+	t, err := l.cfg.timing(ttl)
+	if err != nil {
 		return request{}, err
 	}
-	t := l.cfg.timing(ttl)
 	if opts.WaitTimeout < 0 {
 		return request{}, fmt.Errorf("%w: negative WaitTimeout", pglock.ErrInvalidArgument)
 	}
 	encoded := json.RawMessage(`{}`)
 	if opts.Metadata != nil {
-		var err error
 		if encoded, err = json.Marshal(opts.Metadata); err != nil {
 			return request{}, fmt.Errorf("%w: metadata: %w", pglock.ErrInvalidArgument, err)
 		}

@@ -41,7 +41,7 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 				require.NoError(t, err)
 				direct.RuntimeParams["application_name"] = "direct-listener"
 				cfg.ListenerConnConfig = direct
-				cfg.MaxPollInterval = time.Hour // only a notification can wake the waiter in time
+				cfg.MaxPollInterval = time.Hour // the first waiter's polls back off to a third of its TTL
 			}
 			pools := make([]*pgxpool.Pool, 2)
 			lockers := make([]*tablelock.Locker, 2)

@@ -216,6 +216,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{"DefaultTTL", &tablelock.Config{DefaultTTL: time.Millisecond}},
 		{"SafetyMargin", &tablelock.Config{SafetyMargin: -time.Second}},
 		{"SafetyMargin", &tablelock.Config{SafetyMargin: 30 * time.Second}},
+		{"SafetyMargin", &tablelock.Config{SafetyMargin: 20 * time.Second}}, // no room for a heartbeat
 		{"SafetyMargin", &tablelock.Config{DefaultTTL: time.Second, SafetyMargin: 1500 * time.Millisecond}},
 		{"HeartbeatInterval", &tablelock.Config{HeartbeatInterval: 27 * time.Second}},
 		{"HeartbeatInterval", &tablelock.Config{DefaultTTL: time.Second, SafetyMargin: 500 * time.Millisecond, HeartbeatInterval: 600 * time.Millisecond}},
@@ -227,14 +228,21 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument, "%+v", tc.cfg)
 		require.ErrorContains(t, err, "Config."+tc.field)
 	}
-	// A configuration that fits DefaultTTL never makes an acquisition with a shorter TTL fail:
-	// that lock is kept by default.
-	fitting := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: 10 * time.Second, SafetyMargin: 5 * time.Second})
+	// A heartbeat that fits DefaultTTL but not a shorter TTL: that lock is renewed every third
+	// of its TTL instead of being refused.
+	fitting, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: 10 * time.Second})
+	require.NoError(t, err)
 	short, err := fitting.TryAcquire(ctx, "short", &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)
 	require.NoError(t, short.Extend(ctx, 2*time.Second))
 	require.NoError(t, short.Release(ctx))
-	statements.n.Store(0)
+	require.NoError(t, fitting.Close(ctx))
+	// A lock's TTL must leave room for a heartbeat before the configured margin.
+	wide := newLocker(t, pool, &tablelock.Config{SafetyMargin: 5 * time.Second})
+	for _, ttl := range []time.Duration{time.Second, 5*time.Second + time.Millisecond, 7499 * time.Millisecond} {
+		_, err := wide.TryAcquire(ctx, "ok", &tablelock.AcquireOptions{TTL: ttl})
+		require.ErrorIs(t, err, pglock.ErrInvalidTTL, "TTL %s, margin 5 s", ttl)
+	}
 	require.Zero(t, statements.n.Load(), "statements sent")
 	// What only the database can judge is refused there, as a typed error too.
 	_, err = l.TryAcquire(ctx, "ok", &tablelock.AcquireOptions{Metadata: map[string]any{"k": json.RawMessage(`"\ud800"`)}})

@@ -180,16 +180,18 @@ func (k *Keeper) Lose(err error) {
 	k.lost(err)
 }
 
-// LostBeforeStop declares a stopped lease lost: its release found that it had been lost.
-func (k *Keeper) LostBeforeStop(err error) {
+// LostBeforeStop declares a stopped lease lost, its release having found it gone; false if it
+// had been declared lost already (by the owner's shutdown, say), which then stands.
+func (k *Keeper) LostBeforeStop(err error) bool {
 	k.mu.Lock()
 	if k.lostCtx.Err() != nil {
 		k.mu.Unlock()
-		return
+		return false
 	}
 	k.markLost(err)
 	k.mu.Unlock()
 	k.lost(err)
+	return true
 }
 
 func (k *Keeper) lost(err error) {
@@ -204,6 +206,9 @@ func (k *Keeper) lost(err error) {
 // that, plus the TTL. The deadline moves in before the request is sent when the new lease is
 // shorter: a request that fails here may still have committed there.
 func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
+	if lost := k.Err(); lost != nil {
+		return lost // at once, not after a renewal under way
+	}
 	if err := k.takeTurn(ctx); err != nil {
 		return err
 	}

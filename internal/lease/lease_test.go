@@ -3,7 +3,6 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,7 +92,9 @@ func TestLeaseIsLostExactlyAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, noHeartbeat)
 	f.clock.Advance(2699 * time.Millisecond)
-	requireHeld(t, f.keeper) // no timer was due, so nothing ran: this cannot race
+	n, next := f.clock.Pending()
+	require.Equal(t, []any{1, time.Millisecond}, []any{n, next}, "the loss, due at the deadline")
+	requireHeld(t, f.keeper)
 	f.clock.Advance(time.Millisecond)
 	err := receive(t, f.lost)
 	require.ErrorIs(t, err, pglock.ErrLockLost)
@@ -116,6 +117,8 @@ func TestRenewalMovesTheDeadline(t *testing.T) {
 	require.Equal(t, t0.Add(time.Hour), f.keeper.ExpiresAt())
 
 	f.clock.Advance(2199 * time.Millisecond) // 3.699 s: past the first deadline, not the second
+	n, next := f.clock.Pending()
+	require.Equal(t, []any{1, time.Millisecond}, []any{n, next}, "the loss, moved to the new deadline")
 	requireHeld(t, f.keeper)
 	f.clock.Advance(time.Millisecond)
 	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
@@ -186,6 +189,9 @@ func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	require.Equal(t, err, receive(t, f.lost))
 	require.ErrorIs(t, f.keeper.Renew(context.Background(), nil), pglock.ErrLockLost, "a lost lease is not renewed")
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, f.keeper.Renew(canceled, nil), pglock.ErrLockLost, "the loss, not the context, is the answer")
 	f.clock.Advance(time.Hour)
 	require.Empty(t, f.lost, "a loss is told once")
 }
@@ -200,8 +206,6 @@ func TestExplicitRenewalWaitsForTheHeartbeatUnderWay(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, f.keeper.Renew(ctx, nil), context.Canceled, "its ctx bounds the wait for its turn")
 
-	var inFlight atomic.Int32
-	inFlight.Store(1) // the heartbeat's
 	renewed := make(chan error)
 	go func() { renewed <- f.keeper.Renew(context.Background(), nil) }()
 	select {
@@ -209,10 +213,8 @@ func TestExplicitRenewalWaitsForTheHeartbeatUnderWay(t *testing.T) {
 		t.Fatalf("a second renewal (TTL %s) was sent while the first was under way", ttl)
 	case <-time.After(50 * time.Millisecond): // a failure here is certain; a pass is likely
 	}
-	inFlight.Add(-1)
 	f.answers <- answer{held: true}
-	receive(t, f.calls)
-	require.Zero(t, inFlight.Load())
+	receive(t, f.calls) // sent once the first has its answer
 	f.answers <- answer{held: true}
 	require.NoError(t, receive(t, renewed))
 }

@@ -9,6 +9,7 @@ package notify
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,14 +35,12 @@ type Handler struct {
 }
 
 // Subscribe delivers the notifications of channel on pool to h until the returned function is
-// called. direct, when not nil, is where the listener connects instead of the pool's server;
-// subscriptions with the same pool and direct connection string share one connection. The
-// last unsubscribe closes the connection and waits for the listener to stop.
+// called. direct, when not nil, is where the listener connects instead of the pool's server (it
+// must come from pgx.ParseConfig); subscriptions with the same pool and the same direct
+// (the same pointer, or both nil) share one connection. The last unsubscribe closes the
+// connection and waits for the listener to stop.
 func Subscribe(pool *pgxpool.Pool, direct *pgx.ConnConfig, logger *slog.Logger, channel string, h Handler) (unsubscribe func()) {
-	k := key{pool: pool}
-	if direct != nil {
-		k.direct = direct.ConnString()
-	}
+	k := key{pool: pool, direct: direct}
 	registry.mu.Lock()
 	l, ok := registry.listeners[k]
 	if !ok {
@@ -56,10 +55,12 @@ func Subscribe(pool *pgxpool.Pool, direct *pgx.ConnConfig, logger *slog.Logger, 
 	return func() { once.Do(func() { l.remove(s) }) }
 }
 
-// key names a listener: its pool, and where it connects if not where the pool does.
+// key names a listener: its pool, and where it connects if not where the pool does. A
+// configuration is compared by identity: two that print the same connection string may differ
+// in what was set on them afterwards (credentials, TLS, runtime parameters).
 type key struct {
 	pool   *pgxpool.Pool
-	direct string
+	direct *pgx.ConnConfig
 }
 
 var registry = struct {
@@ -146,12 +147,13 @@ func (l *listener) run(ctx context.Context) {
 	defer close(l.done)
 	failures := 0
 	for {
+		start := time.Now()
 		listened, err := l.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if listened {
-			failures = 0
+		if listened && time.Since(start) > Backoff.Max {
+			failures = 0 // it stayed up: a connection killed at once keeps backing off
 		}
 		failures++
 		l.logger.Warn("pglock: listener disconnected; reconnecting", "error", err)
@@ -199,6 +201,9 @@ func (l *listener) listenOnce(ctx context.Context) (listened bool, err error) {
 		l.tellListening(channels)
 		for {
 			n, err := conn.WaitForNotification(waitCtx)
+			if err == nil && n == nil {
+				continue
+			}
 			if err != nil {
 				interrupt()
 				if ctx.Err() == nil && waitCtx.Err() != nil && !conn.IsClosed() {
@@ -214,7 +219,12 @@ func (l *listener) listenOnce(ctx context.Context) (listened bool, err error) {
 // connect opens the listener's own connection, not one of the pool's (it would take a slot
 // for good): made as the pool makes its own (a BeforeConnect may supply credentials, an
 // AfterConnect set the session up), or from the direct configuration.
-func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+func (l *listener) connect(ctx context.Context) (conn *pgx.Conn, err error) {
+	defer func() {
+		if p := recover(); p != nil { // pgx panics on a configuration not made by ParseConfig
+			conn, err = nil, fmt.Errorf("pglock: listener configuration: %v", p)
+		}
+	}()
 	var config *pgx.ConnConfig
 	var poolConfig *pgxpool.Config
 	if l.direct != nil {
@@ -233,7 +243,10 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	config.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
 	}
-	conn, err := pgx.ConnectConfig(ctx, config)
+	// A handler of the pool's own would take the notifications, and WaitForNotification would
+	// return none.
+	config.OnNotification = nil
+	conn, err = pgx.ConnectConfig(ctx, config)
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,12 @@ package notify_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -175,19 +177,46 @@ func TestSubscribeAndUnsubscribePerChannel(t *testing.T) {
 }
 
 // With a connection configuration of its own, the listener connects there (here: the same
-// server under another application name), not as the pool does.
+// server under another application name), not as the pool does, even when the pool already has
+// a listener of its own and the configuration prints as the pool's does.
 func TestListenerConnectsWhereItIsTold(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	pool := poolNamed(t, d, "through-bouncer")
-	direct, err := pgx.ParseConfig(d.URL())
+	plain := newRecorder()
+	defer notify.Subscribe(pool, nil, nil, "c", plain.handler())()
+	receive(t, plain.listening)
+
+	direct, err := pgx.ParseConfig(pool.Config().ConnConfig.ConnString())
 	require.NoError(t, err)
 	direct.RuntimeParams["application_name"] = "direct"
 	r := newRecorder()
 	defer notify.Subscribe(pool, direct, nil, "c", r.handler())()
 	receive(t, r.listening)
 	require.Len(t, listenerBackends(t, d.Pool, "direct"), 1)
-	require.Empty(t, listenerBackends(t, d.Pool, "through-bouncer"))
+	require.Len(t, listenerBackends(t, d.Pool, "through-bouncer"), 1, "the pool's own, for the first subscriber")
 	notifyOn(t, d.Pool, "c", "x")
 	require.Equal(t, "x", receive(t, r.payloads))
+	require.Equal(t, "x", receive(t, plain.payloads))
+}
+
+// A pool that handles notifications itself (ConnConfig.OnNotification) does not take them
+// from the listener, and a configuration pgx cannot use is an error the listener retries, not
+// a crash; either way, unsubscribing returns.
+func TestListenerSurvivesConfigurationsOfItsOwners(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) {}
+	})
+	r := newRecorder()
+	unsubscribe := notify.Subscribe(pool, nil, nil, "c", r.handler())
+	receive(t, r.listening)
+	notifyOn(t, d.Pool, "c", "delivered")
+	require.Equal(t, "delivered", receive(t, r.payloads))
+	unsubscribe()
+
+	handMade := newRecorder()
+	notify.Subscribe(pool, &pgx.ConnConfig{}, slog.New(slog.DiscardHandler), "c", handMade.handler())()
+	require.Empty(t, handMade.listening)
 }

@@ -43,7 +43,11 @@ type Backoff struct {
 
 // Delay is the wait before retry n (counting from 1).
 func (b Backoff) Delay(n int) time.Duration {
-	return Jitter(min(b.First<<min(max(n-1, 0), 30), b.Max))
+	d := b.First
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2 // stops at Max, long before it could overflow
+	}
+	return Jitter(min(d, b.Max))
 }
 
 // Sleep waits for retry n on c, and reports false if ctx ended first.

@@ -46,12 +46,21 @@ func TestBackoffDoublesUpToItsCapWithJitter(t *testing.T) {
 	t.Parallel()
 	b := retry.Backoff{First: 10 * time.Millisecond, Max: time.Second}
 	for n, want := range map[int]time.Duration{1: 10 * time.Millisecond, 2: 20 * time.Millisecond,
-		4: 80 * time.Millisecond, 8: time.Second, 1000: time.Second} {
+		4: 80 * time.Millisecond, 8: time.Second, 1000: time.Second, 1 << 40: time.Second} {
 		for range 100 {
 			d := b.Delay(n)
 			require.GreaterOrEqual(t, d, want/2, "retry %d", n)
 			require.LessOrEqual(t, d, want, "retry %d", n)
 		}
+	}
+}
+
+func TestBackoffFromALongFirstWaitNeverOverflows(t *testing.T) {
+	t.Parallel()
+	b := retry.Backoff{First: 10 * time.Second, Max: time.Hour}
+	for _, n := range []int{1, 10, 31, 64, 1 << 30} {
+		require.Positive(t, b.Delay(n), "retry %d", n)
+		require.LessOrEqual(t, b.Delay(n), time.Hour, "retry %d", n)
 	}
 }
 
