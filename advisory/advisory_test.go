@@ -344,14 +344,14 @@ func TestTransactionLocks(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	err := advisory.WithXactLock(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error {
+	err := advisory.WithXactLock(ctx, pool, key, nil, func(ctx context.Context, tx pgx.Tx) error {
 		require.ErrorIs(t, advisory.TryXactLock(ctx, mustBegin(t, pool), key), pglock.ErrLocked)
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
 	require.True(t, free())
 
-	require.NoError(t, advisory.WithXactLock(ctx, pool, key, func(ctx context.Context, tx pgx.Tx) error {
+	require.NoError(t, advisory.WithXactLock(ctx, pool, key, nil, func(ctx context.Context, tx pgx.Tx) error {
 		other := mustBegin(t, pool)
 		require.NoError(t, advisory.TryRXactLock(ctx, other, advisory.StringKey("shared")))
 		require.NoError(t, advisory.RXactLock(ctx, tx, advisory.StringKey("shared")), "shared with shared")
@@ -378,7 +378,7 @@ func TestBadInputHoldsNothing(t *testing.T) {
 	for _, key := range []advisory.Key{advisory.StringKey(""), advisory.NamespacedKey("ns", ""), advisory.NamespacedKey("n\x00s", "x")} {
 		require.ErrorIs(t, s.Lock(ctx, key), pglock.ErrInvalidName)
 		require.ErrorIs(t, s.TryRLock(ctx, key), pglock.ErrInvalidName)
-		require.ErrorIs(t, advisory.WithXactLock(ctx, d.Pool, key, nil), pglock.ErrInvalidName)
+		require.ErrorIs(t, advisory.WithXactLock(ctx, d.Pool, key, nil, nil), pglock.ErrInvalidName)
 		require.ErrorIs(t, advisory.WithLock(ctx, d.Pool, key, nil, nil), pglock.ErrInvalidName)
 	}
 	_, err := advisory.Open(ctx, nil, nil)
@@ -392,7 +392,10 @@ func TestBadInputHoldsNothing(t *testing.T) {
 		require.ErrorContains(t, err, "Config."+field)
 	}
 	require.ErrorIs(t, advisory.XactLock(ctx, nil, advisory.Int64Key(1)), pglock.ErrInvalidArgument)
-	require.ErrorIs(t, advisory.WithXactLock(ctx, nil, advisory.Int64Key(1), nil), pglock.ErrInvalidArgument)
+	require.ErrorIs(t, advisory.WithXactLock(ctx, nil, advisory.Int64Key(1), nil, nil), pglock.ErrInvalidArgument)
+	err = advisory.WithXactLock(ctx, d.Pool, advisory.Int64Key(1), &advisory.XactOptions{IdleTimeout: -time.Second}, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	require.ErrorContains(t, err, "XactOptions.IdleTimeout")
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()

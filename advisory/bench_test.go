@@ -28,7 +28,7 @@ func BenchmarkWithXactLock(b *testing.B) {
 			})
 		}},
 		benchkit.Case{Name: "with-xact-lock", Run: func() error {
-			return advisory.WithXactLock(ctx, d.Pool, key, func(context.Context, pgx.Tx) error { return nil })
+			return advisory.WithXactLock(ctx, d.Pool, key, nil, func(context.Context, pgx.Tx) error { return nil })
 		}},
 	)
 }

@@ -41,7 +41,7 @@ func TestXactLocksThroughPgBouncerInTransactionPooling(t *testing.T) {
 			for i := range 8 {
 				wg.Go(func() {
 					for range 15 {
-						err := advisory.WithXactLock(ctx, pools[i%2], key, func(ctx context.Context, tx pgx.Tx) error {
+						err := advisory.WithXactLock(ctx, pools[i%2], key, nil, func(ctx context.Context, tx pgx.Tx) error {
 							if inside.Add(1) != 1 {
 								t.Error("two transactions hold the key at once")
 							}
@@ -64,7 +64,7 @@ func TestXactLocksThroughPgBouncerInTransactionPooling(t *testing.T) {
 			require.NoError(t, d.Pool.QueryRow(ctx, "SELECT n FROM counter").Scan(&n))
 			require.Equal(t, 8*15, n, "every read-modify-write under the lock counted")
 
-			err = advisory.WithXactLock(ctx, pools[0], key, func(ctx context.Context, _ pgx.Tx) error {
+			err = advisory.WithXactLock(ctx, pools[0], key, nil, func(ctx context.Context, _ pgx.Tx) error {
 				return pgx.BeginFunc(ctx, pools[1], func(tx pgx.Tx) error {
 					require.ErrorIs(t, advisory.TryXactLock(ctx, tx, key), pglock.ErrLocked)
 					return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,16 +28,40 @@ func TryXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactTry
 // TryRXactLock takes the shared lock on key for the rest of tx, as TryXactLock does.
 func TryRXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactTry(ctx, tx, key, true) }
 
+// XactOptions configure WithXactLock. A nil *XactOptions means the defaults.
+type XactOptions struct {
+	// IdleTimeout, when positive, has PostgreSQL end the transaction's session if it stays idle
+	// that long (idle_in_transaction_session_timeout, for this transaction only): a client that
+	// vanishes mid-transaction, a frozen VM or a silent partition, then holds the lock for that
+	// long, not until TCP gives up (hours, by default). Off by default, because fn may
+	// legitimately hold the lock while it works elsewhere: set it above the longest time fn
+	// goes without a statement. Whole milliseconds, rounded up. Default: 0, no bound.
+	IdleTimeout time.Duration
+}
+
 // WithXactLock begins a transaction on pool, waits for the exclusive lock on key in it, runs
 // fn, and commits, or rolls back if fn (or anything else) fails, returning that error.
-func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, opts *XactOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if pool == nil {
 		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	if _, err := key.lock(false); err != nil {
 		return err
 	}
+	var idle time.Duration
+	if opts != nil {
+		idle = opts.IdleTimeout
+	}
+	if idle < 0 {
+		return fmt.Errorf("%w: XactOptions.IdleTimeout is negative", pglock.ErrInvalidArgument)
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if idle > 0 {
+			ms := (idle + time.Millisecond - 1).Milliseconds()
+			if err := db.New(db.Translating(tx)).BoundIdleInTransaction(ctx, ms); err != nil {
+				return fmt.Errorf("pglock: %s: bound the transaction's idle time: %w", key, err)
+			}
+		}
 		if err := XactLock(ctx, tx, key); err != nil {
 			return err
 		}

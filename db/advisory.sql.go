@@ -269,6 +269,17 @@ func (q *Queries) AdvisoryXactLock(ctx context.Context, arg AdvisoryXactLockPara
 	return err
 }
 
+const boundIdleInTransaction = `-- name: BoundIdleInTransaction :exec
+SELECT set_config('idle_in_transaction_session_timeout', format('%s', $1::bigint), true)
+`
+
+// BoundIdleInTransaction has the server end the session if the transaction stays idle for
+// @timeout_ms (SET LOCAL: for the rest of this transaction only).
+func (q *Queries) BoundIdleInTransaction(ctx context.Context, timeoutMs int64) error {
+	_, err := q.db.Exec(ctx, boundIdleInTransaction, timeoutMs)
+	return err
+}
+
 const registerAdvisoryName = `-- name: RegisterAdvisoryName :exec
 SELECT register_advisory_name($1::text, $2::text)
 `

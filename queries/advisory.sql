@@ -77,3 +77,8 @@ SELECT coalesce(l.lock_key, 0)::bigint        AS lock_key,
 -- outlives the aborted statement.
 -- name: AdvisoryHeldBySession :one
 SELECT pglock_session_holds_advisory(@pair::boolean, @shared::boolean, @ns::int, @id::int, @key::bigint) AS held;
+
+-- BoundIdleInTransaction has the server end the session if the transaction stays idle for
+-- @timeout_ms (SET LOCAL: for the rest of this transaction only).
+-- name: BoundIdleInTransaction :exec
+SELECT set_config('idle_in_transaction_session_timeout', format('%s', @timeout_ms::bigint), true);

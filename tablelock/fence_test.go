@@ -84,7 +84,7 @@ func TestFrozenFencedTransactionIsEndedSoonAfterTheLease(t *testing.T) {
 	require.NoError(t, err)
 	fenced, _ := readLock(t, d.Pool, "frozen") // FOR SHARE: its expiry can no longer move
 	partition()
-	receive(t, lk.Lost()) // the holder is told, as before
+	testdb.Receive(t, lk.Lost()) // the holder is told, as before
 
 	next, err := newLocker(t, d.Pool, nil).Acquire(ctx, "frozen", &tablelock.AcquireOptions{WaitTimeout: 12 * time.Second})
 	require.NoError(t, err, "the frozen transaction's session was ended, and its FOR SHARE with it")

@@ -28,7 +28,7 @@ func TestPartitionedHolderLosesTheLockBeforeItExpires(t *testing.T) {
 	lost := lostAt(lk)
 
 	partition()
-	requireHeldAt(t, d.Pool, "partitioned", receive(t, lost), "Lost fired after the database's lease ended")
+	requireHeldAt(t, d.Pool, "partitioned", testdb.Receive(t, lost), "Lost fired after the database's lease ended")
 	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
 
 	other := newLocker(t, d.Pool, nil)

@@ -69,7 +69,7 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 			require.NoError(t, held.Extend(ctx, 5*time.Second))
 			require.NoError(t, pgx.BeginFunc(ctx, pools[0], func(tx pgx.Tx) error { return held.Fence(ctx, tx) }))
 			require.NoError(t, held.Release(ctx))
-			lk := receive(t, acquired)
+			lk := testdb.Receive(t, acquired)
 			require.Greater(t, lk.Token(), held.Token())
 			require.NoError(t, lk.Release(ctx))
 

@@ -161,7 +161,7 @@ func TestTryLostWithItsConnectionGivesTheLockBack(t *testing.T) {
 	require.NoError(t, err)
 	tx, got := tryWaitingOnTheServer(t, l, d.Pool, "r9", time.Minute)
 	require.NoError(t, firstConn().Conn.Close()) // the client side goes; the server runs on
-	require.Error(t, receive(t, got))
+	require.Error(t, testdb.Receive(t, got))
 	require.NoError(t, tx.Rollback(ctx))
 	require.Eventually(t, func() bool {
 		row, found := readLock(t, d.Pool, "r9")
@@ -446,7 +446,7 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 				}, 10*time.Second, 2*time.Millisecond)
 				_, err = d.Pool.Exec(ctx, "SELECT pglock_release($1, 'A')", name)
 				require.NoError(t, err)
-				lk := receive(t, got)
+				lk := testdb.Receive(t, got)
 				time.Sleep(tc.ttl / 2)
 				row, _ := readLock(t, d.Pool, name)
 				if lk.Err() != nil && row.Live {
@@ -496,8 +496,8 @@ func TestPollWakesTheLocalWaiterTheLockWentTo(t *testing.T) {
 	waitForQueue(t, d.Pool, 2)
 
 	require.NoError(t, held.Release(ctx)) // to the second waiter, first in the database's queue
-	require.NoError(t, receive(t, second).Release(ctx))
-	require.NoError(t, receive(t, first).Release(ctx))
+	require.NoError(t, testdb.Receive(t, second).Release(ctx))
+	require.NoError(t, testdb.Receive(t, first).Release(ctx))
 }
 
 // Close returns by its context's deadline even while a waiter's poll is stuck (here, waiting
@@ -753,6 +753,6 @@ func TestAcquireStopsWhenItsPoolIsClosed(t *testing.T) {
 	}()
 	waitForQueue(t, d.Pool, 1)
 	pool.Close()
-	require.Error(t, receive(t, done))
+	require.Error(t, testdb.Receive(t, done))
 	require.NoError(t, held.Release(ctx))
 }

@@ -218,19 +218,6 @@ func acquireQueued(t *testing.T, l *tablelock.Locker, queue *pgxpool.Pool, name 
 	return acquired
 }
 
-// receive takes the next value from ch, failing the test rather than hanging if none comes in
-// 30 s: not a measure of speed, only a guard for a test whose property broke.
-func receive[T any](t *testing.T, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing came in 30 s")
-		panic("unreachable")
-	}
-}
-
 // assertNoError is require.NoError for goroutines other than the test's.
 func assertNoError(t *testing.T, err error) bool {
 	t.Helper()
@@ -291,7 +278,7 @@ func TestCanceledWaitLeavesNothingBehind(t *testing.T) {
 	}()
 	waitForQueue(t, d.Pool, 1)
 	cancel()
-	require.ErrorIs(t, receive(t, done), context.Canceled)
+	require.ErrorIs(t, testdb.Receive(t, done), context.Canceled)
 	waitForQueue(t, d.Pool, 0)
 	require.Equal(t, tablelock.Stats{Held: 1}, l.Stats())
 	require.NoError(t, held.Release(context.Background()))
@@ -314,7 +301,7 @@ func TestWaitTimeoutReportsTheHolder(t *testing.T) {
 		failed <- err
 	}()
 	waitForQueue(t, d.Pool, 1) // it waits in the queue...
-	err = receive(t, failed)
+	err = testdb.Receive(t, failed)
 	require.GreaterOrEqual(t, time.Since(start), timeout, "...for the whole timeout")
 	require.ErrorIs(t, err, pglock.ErrLockTimeout)
 	require.ErrorIs(t, err, pglock.ErrLocked)
@@ -350,7 +337,7 @@ func TestWaitTimeoutWinsALockReleasedInTime(t *testing.T) {
 
 	acquired := acquireQueued(t, l, d.Pool, "w", &tablelock.AcquireOptions{WaitTimeout: time.Minute})
 	require.NoError(t, held.Release(ctx))
-	lk := receive(t, acquired)
+	lk := testdb.Receive(t, acquired)
 	require.Greater(t, lk.Token(), held.Token())
 	require.NoError(t, lk.Release(ctx))
 }

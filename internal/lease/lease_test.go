@@ -12,6 +12,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,19 +64,6 @@ func newFixture(t *testing.T, timing lease.Timing) *fixture {
 	return f
 }
 
-// receive returns the next value from c, failing the test if none comes in 30 s: a broken
-// keeper must fail, not hang.
-func receive[T any](t *testing.T, c <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing came within 30 s")
-		panic("unreachable")
-	}
-}
-
 func requireHeld(t *testing.T, k *lease.Keeper) {
 	t.Helper()
 	select {
@@ -96,7 +84,7 @@ func TestLeaseIsLostExactlyAtItsDeadline(t *testing.T) {
 	require.Equal(t, []any{1, time.Millisecond}, []any{n, next}, "the loss, due at the deadline")
 	requireHeld(t, f.keeper)
 	f.clock.Advance(time.Millisecond)
-	err := receive(t, f.lost)
+	err := testdb.Receive(t, f.lost)
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	<-f.keeper.Lost()
 	require.Equal(t, err, f.keeper.Err())
@@ -109,10 +97,10 @@ func TestRenewalMovesTheDeadline(t *testing.T) {
 	f.clock.Advance(time.Second)
 	renewed := make(chan error)
 	go func() { renewed <- f.keeper.Renew(context.Background(), nil) }()
-	require.Equal(t, 3*time.Second, receive(t, f.calls))
+	require.Equal(t, 3*time.Second, testdb.Receive(t, f.calls))
 	f.clock.Advance(500 * time.Millisecond) // the new lease counts from the request's start
 	f.answers <- answer{held: true}
-	require.NoError(t, receive(t, renewed))
+	require.NoError(t, testdb.Receive(t, renewed))
 	require.Equal(t, t0.Add(3700*time.Millisecond), f.keeper.Deadline())
 	require.Equal(t, t0.Add(time.Hour), f.keeper.ExpiresAt())
 
@@ -121,7 +109,7 @@ func TestRenewalMovesTheDeadline(t *testing.T) {
 	require.Equal(t, []any{1, time.Millisecond}, []any{n, next}, "the loss, moved to the new deadline")
 	requireHeld(t, f.keeper)
 	f.clock.Advance(time.Millisecond)
-	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
+	require.ErrorIs(t, testdb.Receive(t, f.lost), pglock.ErrLockLost)
 }
 
 func TestShorterRenewalMovesTheDeadlineInBeforeItIsSent(t *testing.T) {
@@ -130,28 +118,28 @@ func TestShorterRenewalMovesTheDeadlineInBeforeItIsSent(t *testing.T) {
 	shorter := lease.Timing{TTL: time.Second, Margin: 100 * time.Millisecond}
 	renewed := make(chan error)
 	go func() { renewed <- f.keeper.Renew(context.Background(), &shorter) }()
-	require.Equal(t, time.Second, receive(t, f.calls))
+	require.Equal(t, time.Second, testdb.Receive(t, f.calls))
 	// The request may commit unseen: until its answer, the shorter lease is the one to trust.
 	require.Equal(t, t0.Add(900*time.Millisecond), f.keeper.Deadline())
 	f.clock.Advance(900 * time.Millisecond)
-	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
+	require.ErrorIs(t, testdb.Receive(t, f.lost), pglock.ErrLockLost)
 	f.answers <- answer{held: true}
-	require.ErrorIs(t, receive(t, renewed), pglock.ErrLockLost, "a renewal that returns after the deadline does not revive the lease")
+	require.ErrorIs(t, testdb.Receive(t, renewed), pglock.ErrLockLost, "a renewal that returns after the deadline does not revive the lease")
 }
 
 func TestHeartbeatRenewsEveryIntervalAndRetriesFailures(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
 	f.clock.Advance(time.Second)
-	receive(t, f.calls)
+	testdb.Receive(t, f.calls)
 	f.answers <- answer{held: true}
 	f.clock.WaitForTimers(2) // the next heartbeat is set once the renewal's answer is in
 	require.Equal(t, t0.Add(3700*time.Millisecond), f.keeper.Deadline())
 
 	f.clock.Advance(time.Second)
-	receive(t, f.calls)
+	testdb.Receive(t, f.calls)
 	f.answers <- answer{err: errors.New("connection reset")}
-	require.Equal(t, 1, receive(t, f.failed))
+	require.Equal(t, 1, testdb.Receive(t, f.failed))
 	_, next := f.clock.Pending()
 	require.LessOrEqual(t, next, 10*time.Millisecond, "the first retry comes after at most 10 ms")
 	requireHeld(t, f.keeper)
@@ -167,15 +155,15 @@ func TestFailingRenewalsLoseTheLeaseAtTheDeadline(t *testing.T) {
 		f.clock.WaitForTimers(2) // the loss and the next (re)try
 		_, next := f.clock.Pending()
 		f.clock.Advance(next)
-		receive(t, f.calls)
+		testdb.Receive(t, f.calls)
 		f.answers <- answer{err: errors.New("connection refused")}
 		failures++
-		require.Equal(t, failures, receive(t, f.failed))
+		require.Equal(t, failures, testdb.Receive(t, f.failed))
 	}
 	require.Greater(t, failures, 3, "retries go on until the deadline")
 	requireHeld(t, f.keeper)
 	f.clock.Advance(deadline.Sub(f.clock.Now()))
-	require.ErrorIs(t, receive(t, f.lost), pglock.ErrLockLost)
+	require.ErrorIs(t, testdb.Receive(t, f.lost), pglock.ErrLockLost)
 }
 
 func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
@@ -183,11 +171,11 @@ func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
 	f := newFixture(t, noHeartbeat)
 	renewed := make(chan error)
 	go func() { renewed <- f.keeper.Renew(context.Background(), nil) }()
-	receive(t, f.calls)
+	testdb.Receive(t, f.calls)
 	f.answers <- answer{held: false}
-	err := receive(t, renewed)
+	err := testdb.Receive(t, renewed)
 	require.ErrorIs(t, err, pglock.ErrLockLost)
-	require.Equal(t, err, receive(t, f.lost))
+	require.Equal(t, err, testdb.Receive(t, f.lost))
 	require.ErrorIs(t, f.keeper.Renew(context.Background(), nil), pglock.ErrLockLost, "a lost lease is not renewed")
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -200,7 +188,7 @@ func TestExplicitRenewalWaitsForTheHeartbeatUnderWay(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
 	f.clock.Advance(time.Second)
-	receive(t, f.calls) // the heartbeat's renewal, held up on the server
+	testdb.Receive(t, f.calls) // the heartbeat's renewal, held up on the server
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -214,9 +202,9 @@ func TestExplicitRenewalWaitsForTheHeartbeatUnderWay(t *testing.T) {
 	case <-time.After(50 * time.Millisecond): // a failure here is certain; a pass is likely
 	}
 	f.answers <- answer{held: true}
-	receive(t, f.calls) // sent once the first has its answer
+	testdb.Receive(t, f.calls) // sent once the first has its answer
 	f.answers <- answer{held: true}
-	require.NoError(t, receive(t, renewed))
+	require.NoError(t, testdb.Receive(t, renewed))
 }
 
 func TestGuardedContextIsCanceledWithTheLoss(t *testing.T) {
@@ -250,6 +238,6 @@ func TestStoppedLeaseIsNeverDeclaredLost(t *testing.T) {
 
 	lostAtRelease := errors.Join(pglock.ErrLockLost, errors.New("the release found it gone"))
 	f.keeper.LostBeforeStop(lostAtRelease)
-	require.Equal(t, lostAtRelease, receive(t, f.lost))
+	require.Equal(t, lostAtRelease, testdb.Receive(t, f.lost))
 	require.Equal(t, lostAtRelease, f.keeper.Err())
 }

@@ -18,18 +18,6 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// receive returns the next value from c, failing the test if none comes in 30 s.
-func receive[T any](t *testing.T, c <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing came within 30 s")
-		panic("unreachable")
-	}
-}
-
 // recorder is a subscriber that records what it is told.
 type recorder struct {
 	payloads  chan string
@@ -89,10 +77,10 @@ func TestOneListenerConnectionPerPool(t *testing.T) {
 	cron, leader := newRecorder(), newRecorder()
 	stopCron := notify.Subscribe(pool, nil, nil, "cron_channel", cron.handler())
 	stopLeader := notify.Subscribe(pool, nil, nil, "leader_channel", leader.handler())
-	receive(t, cron.listening)
-	receive(t, leader.listening)
+	testdb.Receive(t, cron.listening)
+	testdb.Receive(t, leader.listening)
 	notifyOn(t, d.Pool, "cron_channel", "tick")
-	require.Equal(t, "tick", receive(t, cron.payloads))
+	require.Equal(t, "tick", testdb.Receive(t, cron.payloads))
 	require.Eventually(t, func() bool { return locker.Stats().Waiting == 1 }, 30*time.Second, 10*time.Millisecond)
 	require.Len(t, listenerBackends(t, d.Pool, "shared"), 1, "three subscribers, one listening connection")
 	require.Never(t, func() bool { // a second listener, had one been made, would have connected by then
@@ -122,8 +110,8 @@ func TestListenerReconnectsAndTellsSubscribers(t *testing.T) {
 	a, b := newRecorder(), newRecorder()
 	defer notify.Subscribe(pool, nil, nil, "a", a.handler())()
 	defer notify.Subscribe(pool, nil, nil, "b", b.handler())()
-	receive(t, a.listening)
-	receive(t, b.listening)
+	testdb.Receive(t, a.listening)
+	testdb.Receive(t, b.listening)
 
 	for round := range 2 {
 		pids := listenerBackends(t, d.Pool, "reconnects")
@@ -131,12 +119,12 @@ func TestListenerReconnectsAndTellsSubscribers(t *testing.T) {
 		var terminated bool
 		require.NoError(t, d.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1, 5000)", pids[0]).Scan(&terminated))
 		require.True(t, terminated)
-		receive(t, a.listening)
-		receive(t, b.listening)
+		testdb.Receive(t, a.listening)
+		testdb.Receive(t, b.listening)
 		notifyOn(t, d.Pool, "a", "after reconnect")
 		notifyOn(t, d.Pool, "b", "to b")
-		require.Equal(t, "after reconnect", receive(t, a.payloads), "round %d", round)
-		require.Equal(t, "to b", receive(t, b.payloads))
+		require.Equal(t, "after reconnect", testdb.Receive(t, a.payloads), "round %d", round)
+		require.Equal(t, "to b", testdb.Receive(t, b.payloads))
 		require.NotEqual(t, pids, listenerBackends(t, d.Pool, "reconnects"), "a new connection")
 	}
 }
@@ -149,23 +137,23 @@ func TestSubscribeAndUnsubscribePerChannel(t *testing.T) {
 	pool := poolNamed(t, d, "channels")
 	a, a2, b := newRecorder(), newRecorder(), newRecorder()
 	defer notify.Subscribe(pool, nil, nil, "a", a.handler())()
-	receive(t, a.listening)
+	testdb.Receive(t, a.listening)
 	pids := listenerBackends(t, d.Pool, "channels")
 
 	stopA2 := notify.Subscribe(pool, nil, nil, "a", a2.handler())
-	receive(t, a2.listening)
+	testdb.Receive(t, a2.listening)
 	stopB := notify.Subscribe(pool, nil, nil, "b", b.handler())
-	receive(t, b.listening)
+	testdb.Receive(t, b.listening)
 	require.Empty(t, a.listening, "a newcomer is told, not the others")
 	notifyOn(t, d.Pool, "a", "1")
-	require.Equal(t, "1", receive(t, a.payloads))
-	require.Equal(t, "1", receive(t, a2.payloads))
+	require.Equal(t, "1", testdb.Receive(t, a.payloads))
+	require.Equal(t, "1", testdb.Receive(t, a2.payloads))
 
 	stopA2()
 	stopB()
 	notifyOn(t, d.Pool, "b", "unheard")
 	notifyOn(t, d.Pool, "a", "2")
-	require.Equal(t, "2", receive(t, a.payloads))
+	require.Equal(t, "2", testdb.Receive(t, a.payloads))
 	require.Empty(t, a2.payloads)
 	require.Empty(t, b.payloads)
 	require.Equal(t, pids, listenerBackends(t, d.Pool, "channels"), "the same connection throughout")
@@ -185,19 +173,19 @@ func TestListenerConnectsWhereItIsTold(t *testing.T) {
 	pool := poolNamed(t, d, "through-bouncer")
 	plain := newRecorder()
 	defer notify.Subscribe(pool, nil, nil, "c", plain.handler())()
-	receive(t, plain.listening)
+	testdb.Receive(t, plain.listening)
 
 	direct, err := pgx.ParseConfig(pool.Config().ConnConfig.ConnString())
 	require.NoError(t, err)
 	direct.RuntimeParams["application_name"] = "direct"
 	r := newRecorder()
 	defer notify.Subscribe(pool, direct, nil, "c", r.handler())()
-	receive(t, r.listening)
+	testdb.Receive(t, r.listening)
 	require.Len(t, listenerBackends(t, d.Pool, "direct"), 1)
 	require.Len(t, listenerBackends(t, d.Pool, "through-bouncer"), 1, "the pool's own, for the first subscriber")
 	notifyOn(t, d.Pool, "c", "x")
-	require.Equal(t, "x", receive(t, r.payloads))
-	require.Equal(t, "x", receive(t, plain.payloads))
+	require.Equal(t, "x", testdb.Receive(t, r.payloads))
+	require.Equal(t, "x", testdb.Receive(t, plain.payloads))
 }
 
 // A pool that handles notifications itself (ConnConfig.OnNotification) does not take them
@@ -211,9 +199,9 @@ func TestListenerSurvivesConfigurationsOfItsOwners(t *testing.T) {
 	})
 	r := newRecorder()
 	unsubscribe := notify.Subscribe(pool, nil, nil, "c", r.handler())
-	receive(t, r.listening)
+	testdb.Receive(t, r.listening)
 	notifyOn(t, d.Pool, "c", "delivered")
-	require.Equal(t, "delivered", receive(t, r.payloads))
+	require.Equal(t, "delivered", testdb.Receive(t, r.payloads))
 	unsubscribe()
 
 	handMade := newRecorder()

@@ -1,0 +1,61 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/advisory"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// A transaction lock's holder writes and then stops talking: its connection is frozen, the
+// transaction open. With XactOptions.IdleTimeout, PostgreSQL ends the session once it has been
+// idle that long: the next WithXactLock proceeds then, and the frozen write never commits.
+func TestVanishedXactHolderIsEndedAfterItsIdleTimeout(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, "CREATE TABLE writes (who text NOT NULL, at timestamptz NOT NULL)")
+	require.NoError(t, err)
+	pool, partition := d.PartitionablePool(t, nil)
+	key := advisory.StringKey("vanishing")
+	const idle = 500 * time.Millisecond
+
+	frozen := make(chan time.Time, 1) // the database's time of the holder's last statement
+	holderCtx, stopHolder := context.WithCancel(ctx)
+	held := make(chan error, 1)
+	t.Cleanup(func() { // before the proxy stops and the pool closes, which waits for its connection
+		stopHolder()
+		<-held
+	})
+	go func() {
+		held <- advisory.WithXactLock(holderCtx, pool, key, &advisory.XactOptions{IdleTimeout: idle}, func(ctx context.Context, tx pgx.Tx) error {
+			var last time.Time
+			if err := tx.QueryRow(ctx, "INSERT INTO writes VALUES ('vanished holder', clock_timestamp()) RETURNING at").Scan(&last); err != nil {
+				return err
+			}
+			partition()
+			frozen <- last
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}()
+	last := testdb.Receive(t, frozen)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 12*time.Second)
+	defer cancel()
+	var lockedAt time.Time
+	err = advisory.WithXactLock(waitCtx, d.Pool, key, nil, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&lockedAt)
+	})
+	require.NoError(t, err, "the vanished holder's session was ended")
+	// Both times are the database's; the slack covers the server's timer.
+	require.True(t, lockedAt.Before(last.Add(idle+time.Second)), "locked at %s, last statement %s", lockedAt, last)
+	var writes int
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM writes").Scan(&writes))
+	require.Zero(t, writes, "the vanished holder's write never commits")
+}
