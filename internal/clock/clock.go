@@ -4,7 +4,6 @@
 package clock
 
 import (
-	"slices"
 	"sync"
 	"time"
 )
@@ -61,8 +60,9 @@ func (c *Fake) AfterFunc(d time.Duration, f func()) Timer {
 	return t
 }
 
-// Advance moves the time forward by d and starts, each in its own goroutine, the functions of
-// the timers that have come due, earliest first.
+// Advance moves the time forward by d and starts the functions of the timers that have come
+// due, each in its own goroutine as real timers do: they run concurrently, in no set order, and
+// may still be running when Advance returns.
 func (c *Fake) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
@@ -77,7 +77,6 @@ func (c *Fake) Advance(d time.Duration) {
 	}
 	c.signal()
 	c.mu.Unlock()
-	slices.SortFunc(due, func(a, b *fakeTimer) int { return a.at.Compare(b.at) })
 	for _, t := range due {
 		go t.f()
 	}
