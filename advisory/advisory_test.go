@@ -393,9 +393,11 @@ func TestBadInputHoldsNothing(t *testing.T) {
 	}
 	require.ErrorIs(t, advisory.XactLock(ctx, nil, advisory.Int64Key(1)), pglock.ErrInvalidArgument)
 	require.ErrorIs(t, advisory.WithXactLock(ctx, nil, advisory.Int64Key(1), nil, nil), pglock.ErrInvalidArgument)
-	err = advisory.WithXactLock(ctx, d.Pool, advisory.Int64Key(1), &advisory.XactOptions{IdleTimeout: -time.Second}, nil)
-	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-	require.ErrorContains(t, err, "XactOptions.IdleTimeout")
+	for _, idle := range []time.Duration{-time.Second, 25 * 24 * time.Hour} {
+		err = advisory.WithXactLock(ctx, d.Pool, advisory.Int64Key(1), &advisory.XactOptions{IdleTimeout: idle}, nil)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+		require.ErrorContains(t, err, "XactOptions.IdleTimeout")
+	}
 
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()

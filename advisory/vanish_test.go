@@ -14,7 +14,8 @@ import (
 
 // A transaction lock's holder writes and then stops talking: its connection is frozen, the
 // transaction open. With XactOptions.IdleTimeout, PostgreSQL ends the session once it has been
-// idle that long: the next WithXactLock proceeds then, and the frozen write never commits.
+// idle that long: the next WithXactLock proceeds then, and when the holder comes back, its
+// commit fails and its write is gone.
 func TestVanishedXactHolderIsEndedAfterItsIdleTimeout(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -25,26 +26,30 @@ func TestVanishedXactHolderIsEndedAfterItsIdleTimeout(t *testing.T) {
 	key := advisory.StringKey("vanishing")
 	const idle = 500 * time.Millisecond
 
-	frozen := make(chan time.Time, 1) // the database's time of the holder's last statement
-	holderCtx, stopHolder := context.WithCancel(ctx)
+	wrote := make(chan time.Time, 1) // the database's time of the holder's last statement
+	comeBack := make(chan struct{})
 	held := make(chan error, 1)
-	t.Cleanup(func() { // before the proxy stops and the pool closes, which waits for its connection
-		stopHolder()
-		<-held
-	})
+	holderDone := make(chan struct{})
 	go func() {
-		held <- advisory.WithXactLock(holderCtx, pool, key, &advisory.XactOptions{IdleTimeout: idle}, func(ctx context.Context, tx pgx.Tx) error {
+		defer close(holderDone)
+		held <- advisory.WithXactLock(ctx, pool, key, &advisory.XactOptions{IdleTimeout: idle}, func(ctx context.Context, tx pgx.Tx) error {
 			var last time.Time
-			if err := tx.QueryRow(ctx, "INSERT INTO writes VALUES ('vanished holder', clock_timestamp()) RETURNING at").Scan(&last); err != nil {
-				return err
-			}
-			partition()
-			frozen <- last
-			<-ctx.Done()
-			return ctx.Err()
+			err := tx.QueryRow(ctx, "INSERT INTO writes VALUES ('vanished holder', clock_timestamp()) RETURNING at").Scan(&last)
+			wrote <- last
+			<-comeBack
+			return err // nil: WithXactLock commits
 		})
 	}()
-	last := testdb.Receive(t, frozen)
+	t.Cleanup(func() { // before the proxy stops and the pool closes, which waits for its connection
+		select {
+		case <-comeBack:
+		default:
+			close(comeBack)
+		}
+		<-holderDone
+	})
+	last := testdb.Receive(t, wrote)
+	heal := partition()
 
 	waitCtx, cancel := context.WithTimeout(ctx, 12*time.Second)
 	defer cancel()
@@ -54,7 +59,11 @@ func TestVanishedXactHolderIsEndedAfterItsIdleTimeout(t *testing.T) {
 	})
 	require.NoError(t, err, "the vanished holder's session was ended")
 	// Both times are the database's; the slack covers the server's timer.
-	require.True(t, lockedAt.Before(last.Add(idle+time.Second)), "locked at %s, last statement %s", lockedAt, last)
+	require.True(t, lockedAt.Before(last.Add(idle+300*time.Millisecond)), "locked at %s, last statement %s", lockedAt, last)
+
+	heal()
+	close(comeBack)
+	require.Error(t, testdb.Receive(t, held), "the holder's commit comes too late")
 	var writes int
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM writes").Scan(&writes))
 	require.Zero(t, writes, "the vanished holder's write never commits")

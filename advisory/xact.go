@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,9 +36,13 @@ type XactOptions struct {
 	// vanishes mid-transaction, a frozen VM or a silent partition, then holds the lock for that
 	// long, not until TCP gives up (hours, by default). Off by default, because fn may
 	// legitimately hold the lock while it works elsewhere: set it above the longest time fn
-	// goes without a statement. Whole milliseconds, rounded up. Default: 0, no bound.
+	// goes without a statement. Whole milliseconds, rounded up; at most about 24.8 days
+	// (PostgreSQL's limit). Default: 0, no bound.
 	IdleTimeout time.Duration
 }
+
+// maxIdleTimeout is the largest idle_in_transaction_session_timeout PostgreSQL takes.
+const maxIdleTimeout = math.MaxInt32 * time.Millisecond
 
 // WithXactLock begins a transaction on pool, waits for the exclusive lock on key in it, runs
 // fn, and commits, or rolls back if fn (or anything else) fails, returning that error.
@@ -52,8 +57,8 @@ func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, opts *XactOp
 	if opts != nil {
 		idle = opts.IdleTimeout
 	}
-	if idle < 0 {
-		return fmt.Errorf("%w: XactOptions.IdleTimeout is negative", pglock.ErrInvalidArgument)
+	if idle < 0 || idle > maxIdleTimeout {
+		return fmt.Errorf("%w: XactOptions.IdleTimeout %s is outside [0, %s]", pglock.ErrInvalidArgument, idle, maxIdleTimeout)
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if idle > 0 {

@@ -632,6 +632,22 @@ func TestContractFenceBoundsTheTransaction(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('statement_timeout')").Scan(&statement))
 	require.Equal(t, "0", statement, "local to the transaction")
 
+	// A stricter limit already in force, the caller's or an earlier fence's, stays.
+	require.True(t, callBool(t, pool, acquireSQL, "short", "h2", 5))
+	short, _ := readLock(t, pool, "short")
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SET LOCAL statement_timeout = '300ms'")
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pglock_fence('short', $1, 0)", short.Token).Scan(&expiresAt))
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pglock_fence('f', $1, 0)", lock.Token).Scan(&expiresAt))
+	require.NoError(t, tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'statement_timeout'").Scan(&statementMs))
+	require.EqualValues(t, 300, statementMs, "the caller's stricter statement_timeout")
+	require.NoError(t, tx.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'").Scan(&boundMs))
+	require.LessOrEqual(t, boundMs, int64(5_000+1), "the short lock's bound, not the 30 s lock's fenced after it")
+	require.NoError(t, tx.Rollback(ctx))
+
 	for _, grace := range []any{-1, nil, 86_400_001} {
 		_, err := pool.Exec(ctx, "SELECT pglock_fence('f', $1, $2)", lock.Token, grace)
 		var pgErr *pgconn.PgError

@@ -154,9 +154,11 @@ func (lk *Lock) releaseLater() bool {
 //
 // Fence also bounds tx on the server, so that a client that stops talking mid-transaction (a
 // frozen VM, a silent partition) cannot keep the lock from others for hours: for the rest of
-// tx, PostgreSQL ends the session once it has been idle, and cancels any statement that has
-// run, for the time left on the lease plus the lock's safety margin. A write that would keep
-// the lock past that fails instead (docs/fencing.md).
+// tx, PostgreSQL ends the session once it has been idle, and cancels a statement once it has
+// run, for the time left on the lease plus the lock's safety margin (never looser than a limit
+// already in force). Both restart with each statement: fence just before the writes and commit
+// at once, and a client that vanishes is cut off by the lease's expiry plus the margin
+// (docs/fencing.md).
 func (lk *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	if err := lk.Err(); err != nil {
 		return err
