@@ -92,7 +92,7 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg = *c
 	}
 	invalid := func(field, format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: Config.%s %s", pglock.ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+		return Config{}, fmt.Errorf("%w: Config.%s %w", pglock.ErrInvalidArgument, field, fmt.Errorf(format, args...))
 	}
 	if cfg.AppName == "" {
 		exe, _ := os.Executable()
@@ -116,17 +116,15 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.MaxPollInterval < 0 {
 		return invalid("MaxPollInterval", "is negative")
 	}
-	ttl := cfg.DefaultTTL.Truncate(time.Millisecond)
-	margin := cfg.SafetyMargin
-	if margin == 0 {
-		margin = ttl / 10
+	// DefaultTTL must be kept as configured: the rules for any TTL (timing), applied to it,
+	// with none of timing's fallbacks.
+	t, err := cfg.timing(cfg.DefaultTTL)
+	if err != nil {
+		return invalid("SafetyMargin", "(%s) leaves no room for a heartbeat in DefaultTTL: %w", cfg.SafetyMargin, err)
 	}
-	if margin >= ttl-ttl/3 {
-		return invalid("SafetyMargin", "(%s) leaves no room for a heartbeat in DefaultTTL (%s): it must be below two thirds of it", margin, ttl)
-	}
-	if cfg.HeartbeatInterval >= ttl-margin {
+	if cfg.HeartbeatInterval > 0 && cfg.HeartbeatInterval != t.Heartbeat {
 		return invalid("HeartbeatInterval", "(%s) could not renew a lock of DefaultTTL (%s) before its safety margin (%s)",
-			cfg.HeartbeatInterval, ttl, margin)
+			cfg.HeartbeatInterval, t.TTL, t.Margin)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

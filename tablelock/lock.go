@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +28,7 @@ type Lock struct {
 func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {
 	lk := &Lock{l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata, heldFrom: time.Now()}
 	lk.lease = lease.New(lease.Config{
-		Name: strconv.Quote(req.name), Timing: req.timing, Start: leaseStart, ExpiresAt: expiresAt,
+		Name: req.name, Timing: req.timing, Start: leaseStart, ExpiresAt: expiresAt,
 		Ctx: l.ctx, Tracker: (*background)(l),
 		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
 			expiresAt, err := l.queries.ExtendLock(ctx, db.ExtendLockParams{LockName: lk.name, HolderID: lk.holder, TtlMs: ttl.Milliseconds()})

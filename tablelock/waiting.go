@@ -10,6 +10,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"
@@ -114,8 +115,8 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		// when the place was written), poll instead: the poll finds the lock ours and renews it
 		// from its own start.
 		if handoff != nil && !queuedAt.IsZero() {
-			lease := req.timing.TTL - req.timing.Margin
-			if time.Until(queuedAt.Add(lease)) > lease/2 {
+			usable := req.timing.TTL - req.timing.Margin
+			if time.Until(queuedAt.Add(usable)) > usable/2 {
 				defer l.unregister(w)
 				return l.hold(ctx, req, handoff.FencingToken, handoff.ExpiresAt, queuedAt, time.Since(start))
 			}
@@ -226,17 +227,13 @@ func (l *Locker) leave(name, holder string, ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(l.ctx, ttl)
 		defer cancel()
 		for failures := 1; ; failures++ {
-			// A handoff to us that commits while this runs is released too (pglock_release, v6).
+			// A handoff to us that commits while this runs is released too (pglock_release).
 			_, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: name, HolderID: holder})
 			if err == nil {
 				return
 			}
-			if retry.Transient(err) && ctx.Err() == nil {
-				select {
-				case <-time.After(lease.RetryBackoff(time.Second).Delay(failures)):
-					continue
-				case <-ctx.Done():
-				}
+			if retry.Transient(err) && ctx.Err() == nil && lease.RetryBackoff(time.Second).Sleep(ctx, clock.Real, failures) {
+				continue
 			}
 			l.cfg.Logger.Warn("pglock: could not release in the background; the lock or place expires with its TTL",
 				"lock", name, "error", err)

@@ -36,7 +36,7 @@ type Tracker interface {
 
 // Config describes one lease. Name, Renew, Timing, Start and Ctx are required.
 type Config struct {
-	Name      string    // what is leased, as errors and logs name it: `lock "order:1"`
+	Name      string    // what is leased, as errors name it (quoted)
 	Renew     RenewFunc // the statement that renews the row
 	Timing    Timing
 	Start     time.Time       // start of the request that wrote the lease, on Clock
@@ -220,7 +220,7 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 		if lost := k.Err(); lost != nil { // stopped by its owner's shutdown, which declared it lost
 			return lost
 		}
-		return fmt.Errorf("%w: %s was released", pglock.ErrNotHeld, k.cfg.Name)
+		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
 	}
 	if lost := k.Err(); lost != nil {
 		k.mu.Unlock()
@@ -252,30 +252,30 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 		}
 		return nil
 	case err == nil:
-		k.Lose(fmt.Errorf("%w: %s is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
+		k.Lose(fmt.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
 		if lost := k.Err(); lost != nil {
 			return lost
 		}
-		return fmt.Errorf("%w: %s was released", pglock.ErrNotHeld, k.cfg.Name)
+		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
 	}
-	return fmt.Errorf("pglock: renew %s: %w", k.cfg.Name, err)
+	return fmt.Errorf("pglock: renew %q: %w", k.cfg.Name, err)
 }
 
 // takeTurn waits for the renewal under way, if any, to end, unless ctx ends first.
 func (k *Keeper) takeTurn(ctx context.Context) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("pglock: renew %s: %w", k.cfg.Name, ContextError(ctx))
+		return fmt.Errorf("pglock: renew %q: %w", k.cfg.Name, contextError(ctx))
 	}
 	select {
 	case k.renewing <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("pglock: renew %s: waiting for the renewal under way: %w", k.cfg.Name, ContextError(ctx))
+		return fmt.Errorf("pglock: renew %q: waiting for the renewal under way: %w", k.cfg.Name, contextError(ctx))
 	}
 }
 
-// ContextError is why ctx ended: its error, and its cause when that is another.
-func ContextError(ctx context.Context) error {
+// contextError is why ctx ended: its error, and its cause when that is another.
+func contextError(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != ctx.Err() {
 		return fmt.Errorf("%w: %w", ctx.Err(), cause)
 	}
@@ -338,7 +338,7 @@ func (k *Keeper) deadlinePassed() {
 	if early {
 		return // the renewal that moved the deadline has reset the timer
 	}
-	k.Lose(fmt.Errorf("%w: no renewal of %s succeeded within its TTL (%s) less the safety margin (%s)",
+	k.Lose(fmt.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
 		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
 }
 

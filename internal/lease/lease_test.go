@@ -43,7 +43,7 @@ func newFixture(t *testing.T, timing lease.Timing) *fixture {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.keeper = lease.New(lease.Config{
-		Name: `lock "x"`, Timing: timing, Start: t0, ExpiresAt: t0.Add(timing.TTL), Ctx: ctx, Clock: f.clock,
+		Name: "x", Timing: timing, Start: t0, ExpiresAt: t0.Add(timing.TTL), Ctx: ctx, Clock: f.clock,
 		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
 			f.calls <- ttl
 			select {

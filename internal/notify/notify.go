@@ -90,8 +90,8 @@ type listener struct {
 	interrupt context.CancelFunc
 }
 
-// Backoff is how the listener waits between attempts to reconnect.
-var Backoff = retry.Backoff{First: 10 * time.Millisecond, Max: 5 * time.Second}
+// backoff is how the listener waits between attempts to reconnect.
+var backoff = retry.Backoff{First: 10 * time.Millisecond, Max: 5 * time.Second}
 
 func start(k key, pool *pgxpool.Pool, direct *pgx.ConnConfig, logger *slog.Logger) *listener {
 	if logger == nil {
@@ -152,12 +152,12 @@ func (l *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if listened && time.Since(start) > Backoff.Max {
+		if listened && time.Since(start) > backoff.Max {
 			failures = 0 // it stayed up: a connection killed at once keeps backing off
 		}
 		failures++
 		l.logger.Warn("pglock: listener disconnected; reconnecting", "error", err)
-		if !Backoff.Sleep(ctx, clock.Real, failures) {
+		if !backoff.Sleep(ctx, clock.Real, failures) {
 			return
 		}
 	}
