@@ -42,6 +42,49 @@ type DistributedLockWaiter struct {
 	ExpiresAt  time.Time
 }
 
+type PglockJob struct {
+	Scope          string
+	JobKey         string
+	Status         string
+	HolderID       string
+	Instance       string
+	Attempts       int32
+	FencingToken   int64
+	LeaseExpiresAt *time.Time
+	StartedAt      time.Time
+	FinishedAt     *time.Time
+	LastError      *string
+	Result         []byte
+	Fingerprint    *string
+	RetainUntil    time.Time
+	CreatedAt      time.Time
+}
+
+type PglockJobAnswer struct {
+	Outcome        string
+	Status         *string
+	HolderID       *string
+	Instance       *string
+	Attempts       *int32
+	FencingToken   *int64
+	LeaseExpiresAt *time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	LastError      *string
+	Result         []byte
+	Fingerprint    *string
+	RetainUntil    *time.Time
+	CreatedAt      *time.Time
+	LockKey        *int64
+}
+
+type PglockJobWaiter struct {
+	Scope     string
+	JobKey    string
+	WaiterID  string
+	ExpiresAt time.Time
+}
+
 type PglockSchemaMigration struct {
 	Version int64
 	Dirty   bool

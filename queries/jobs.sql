@@ -1,0 +1,48 @@
+-- Job deduplication (package jobs). sqlc cannot see the columns of what a function returns, so
+-- they are named and cast here.
+
+-- ClaimJob: a duplicate of a key that succeeded is answered from a read of its row (no
+-- transaction id, no WAL flush).
+-- name: ClaimJob :one
+SELECT a.*
+  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, @transactional,
+                        sqlc.narg('ttl_ms')::bigint, sqlc.narg('fingerprint')::text,
+                        @window_ms, @max_attempts, @idle_timeout_ms) AS a;
+
+-- RenewJob returns no row (pgx.ErrNoRows) when the attempt no longer holds its lease.
+-- name: RenewJob :one
+SELECT r.expires_at::timestamptz AS expires_at
+  FROM pglock_job_renew(@scope, @job_key, @fencing_token, @ttl_ms) AS r(expires_at)
+ WHERE r.expires_at IS NOT NULL;
+
+-- name: FinishJob :one
+SELECT pglock_job_finish(@scope, @job_key, @fencing_token, @succeeded,
+                         sqlc.narg('result')::jsonb, sqlc.narg('error')::text, @window_ms)::boolean AS finished;
+
+-- name: AwaitJob :one
+SELECT pglock_job_await(@scope, @job_key, @waiter_id, @ttl_ms)::bigint AS lock_key;
+
+-- name: UnawaitJob :exec
+SELECT pglock_job_unawait(@scope, @job_key, @waiter_id);
+
+-- ForgetJob returns the forgotten record's status, or NULL when there was none.
+-- name: ForgetJob :one
+SELECT pglock_job_forget(@scope, @job_key)::text AS status;
+
+-- name: CollectJobs :one
+SELECT pglock_job_collect(@batch)::integer AS deleted;
+
+-- name: GetJob :one
+SELECT j.*, clock_timestamp()::timestamptz AS now
+  FROM pglock_jobs j
+ WHERE j.scope = @scope AND j.job_key = @job_key;
+
+-- ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all.
+-- name: ListJobs :many
+SELECT j.*, clock_timestamp()::timestamptz AS now
+  FROM pglock_jobs j
+ WHERE (sqlc.narg('status')::text IS NULL OR j.status = sqlc.narg('status'))
+   AND (sqlc.narg('scope')::varchar IS NULL OR j.scope = sqlc.narg('scope'))
+   AND (sqlc.narg('key_like')::text IS NULL OR j.job_key LIKE sqlc.narg('key_like'))
+ ORDER BY j.scope, j.job_key
+ LIMIT @max_rows;
