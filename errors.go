@@ -33,6 +33,17 @@ var (
 	// ErrNotMigrated means the database lacks pglock's tables or functions.
 	ErrNotMigrated = errors.New("pglock: database is not migrated (run `pglockctl migrate up`)")
 
+	// ErrNotFound means there is no record of what was asked for, such as a job key.
+	ErrNotFound = errors.New("pglock: not found")
+
+	// ErrGaveUp means a job failed as many times as it may: no delivery runs it again until it
+	// is forgotten.
+	ErrGaveUp = errors.New("pglock: gave up after the maximum number of attempts")
+
+	// ErrFingerprintMismatch means a job key was delivered again with a payload (fingerprint)
+	// other than the one it was first delivered with.
+	ErrFingerprintMismatch = errors.New("pglock: key seen before with a different fingerprint")
+
 	// ErrUnsafeSchema means pglock will not migrate a schema where another role could make the
 	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
 	// the migrations), or one whose version table someone else made.

@@ -104,8 +104,10 @@ func (q *Queries) CollectJobs(ctx context.Context, batch int32) (int32, error) {
 }
 
 const finishJob = `-- name: FinishJob :one
-SELECT pglock_job_finish($1, $2, $3, $4,
-                         $5::jsonb, $6::text, $7)::boolean AS finished
+SELECT f.finished_at::timestamptz AS finished_at
+  FROM pglock_job_finish($1, $2, $3, $4,
+                         $5::jsonb, $6::text, $7) AS f(finished_at)
+ WHERE f.finished_at IS NOT NULL
 `
 
 type FinishJobParams struct {
@@ -118,7 +120,8 @@ type FinishJobParams struct {
 	WindowMs     int64
 }
 
-func (q *Queries) FinishJob(ctx context.Context, arg FinishJobParams) (bool, error) {
+// FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
+func (q *Queries) FinishJob(ctx context.Context, arg FinishJobParams) (time.Time, error) {
 	row := q.db.QueryRow(ctx, finishJob,
 		arg.Scope,
 		arg.JobKey,
@@ -128,13 +131,15 @@ func (q *Queries) FinishJob(ctx context.Context, arg FinishJobParams) (bool, err
 		arg.Error,
 		arg.WindowMs,
 	)
-	var finished bool
-	err := row.Scan(&finished)
-	return finished, err
+	var finished_at time.Time
+	err := row.Scan(&finished_at)
+	return finished_at, err
 }
 
 const forgetJob = `-- name: ForgetJob :one
-SELECT pglock_job_forget($1, $2)::text AS status
+SELECT f.status::text AS status
+  FROM pglock_job_forget($1, $2) AS f(status)
+ WHERE f.status IS NOT NULL
 `
 
 type ForgetJobParams struct {
@@ -142,7 +147,7 @@ type ForgetJobParams struct {
 	JobKey string
 }
 
-// ForgetJob returns the forgotten record's status, or NULL when there was none.
+// ForgetJob returns the forgotten record's status, or no row (pgx.ErrNoRows) when there was none.
 func (q *Queries) ForgetJob(ctx context.Context, arg ForgetJobParams) (string, error) {
 	row := q.db.QueryRow(ctx, forgetJob, arg.Scope, arg.JobKey)
 	var status string
@@ -162,43 +167,29 @@ type GetJobParams struct {
 }
 
 type GetJobRow struct {
-	Scope          string
-	JobKey         string
-	Status         string
-	HolderID       string
-	Instance       string
-	Attempts       int32
-	FencingToken   int64
-	LeaseExpiresAt *time.Time
-	StartedAt      time.Time
-	FinishedAt     *time.Time
-	LastError      *string
-	Result         []byte
-	Fingerprint    *string
-	RetainUntil    time.Time
-	CreatedAt      time.Time
-	Now            time.Time
+	PglockJob PglockJob
+	Now       time.Time
 }
 
 func (q *Queries) GetJob(ctx context.Context, arg GetJobParams) (GetJobRow, error) {
 	row := q.db.QueryRow(ctx, getJob, arg.Scope, arg.JobKey)
 	var i GetJobRow
 	err := row.Scan(
-		&i.Scope,
-		&i.JobKey,
-		&i.Status,
-		&i.HolderID,
-		&i.Instance,
-		&i.Attempts,
-		&i.FencingToken,
-		&i.LeaseExpiresAt,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.LastError,
-		&i.Result,
-		&i.Fingerprint,
-		&i.RetainUntil,
-		&i.CreatedAt,
+		&i.PglockJob.Scope,
+		&i.PglockJob.JobKey,
+		&i.PglockJob.Status,
+		&i.PglockJob.HolderID,
+		&i.PglockJob.Instance,
+		&i.PglockJob.Attempts,
+		&i.PglockJob.FencingToken,
+		&i.PglockJob.LeaseExpiresAt,
+		&i.PglockJob.StartedAt,
+		&i.PglockJob.FinishedAt,
+		&i.PglockJob.LastError,
+		&i.PglockJob.Result,
+		&i.PglockJob.Fingerprint,
+		&i.PglockJob.RetainUntil,
+		&i.PglockJob.CreatedAt,
 		&i.Now,
 	)
 	return i, err
@@ -222,22 +213,8 @@ type ListJobsParams struct {
 }
 
 type ListJobsRow struct {
-	Scope          string
-	JobKey         string
-	Status         string
-	HolderID       string
-	Instance       string
-	Attempts       int32
-	FencingToken   int64
-	LeaseExpiresAt *time.Time
-	StartedAt      time.Time
-	FinishedAt     *time.Time
-	LastError      *string
-	Result         []byte
-	Fingerprint    *string
-	RetainUntil    time.Time
-	CreatedAt      time.Time
-	Now            time.Time
+	PglockJob PglockJob
+	Now       time.Time
 }
 
 // ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all.
@@ -256,21 +233,21 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsR
 	for rows.Next() {
 		var i ListJobsRow
 		if err := rows.Scan(
-			&i.Scope,
-			&i.JobKey,
-			&i.Status,
-			&i.HolderID,
-			&i.Instance,
-			&i.Attempts,
-			&i.FencingToken,
-			&i.LeaseExpiresAt,
-			&i.StartedAt,
-			&i.FinishedAt,
-			&i.LastError,
-			&i.Result,
-			&i.Fingerprint,
-			&i.RetainUntil,
-			&i.CreatedAt,
+			&i.PglockJob.Scope,
+			&i.PglockJob.JobKey,
+			&i.PglockJob.Status,
+			&i.PglockJob.HolderID,
+			&i.PglockJob.Instance,
+			&i.PglockJob.Attempts,
+			&i.PglockJob.FencingToken,
+			&i.PglockJob.LeaseExpiresAt,
+			&i.PglockJob.StartedAt,
+			&i.PglockJob.FinishedAt,
+			&i.PglockJob.LastError,
+			&i.PglockJob.Result,
+			&i.PglockJob.Fingerprint,
+			&i.PglockJob.RetainUntil,
+			&i.PglockJob.CreatedAt,
 			&i.Now,
 		); err != nil {
 			return nil, err

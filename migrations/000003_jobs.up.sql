@@ -109,10 +109,11 @@ $$;
 --             the record, fencing_token is the attempt's own.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
--- transaction (p_transactional true), the row is written there, 'running' with an expired
--- lease, and the caller calls pglock_job_finish in the same transaction after the effects: if
--- it commits, the outcome is committed with them; if it rolls back, nothing is, and the next
--- delivery runs again. The claim's advisory lock then lasts until the transaction ends, and
+-- transaction (p_transactional true), the row is written there as 'succeeded' without a
+-- finish time, so that whatever commits the transaction commits the outcome with the effects,
+-- and a rollback leaves the key to the next delivery; the caller calls pglock_job_finish in the
+-- same transaction after the effects, to record the time (and the failure, after rolling the
+-- effects back to a savepoint). The claim's advisory lock then lasts until the transaction ends, and
 -- with p_idle_timeout_ms > 0 the transaction's idle_in_transaction_session_timeout is at most
 -- that (never loosened), so that a caller that vanishes mid-transaction holds the key no
 -- longer. p_window_ms is the retention of the record from now (and from its outcome, which
@@ -183,12 +184,12 @@ BEGIN
         v_now := clock_timestamp();
         INSERT INTO pglock_jobs AS j (scope, job_key, status, holder_id, instance, attempts, fencing_token,
                                       lease_expires_at, started_at, retain_until, created_at, fingerprint)
-        VALUES (p_scope, p_key, 'running', p_holder_id, coalesce(p_instance, ''), 1,
-                nextval('pglock_jobs_fencing_token_seq'),
-                CASE WHEN p_transactional THEN v_now ELSE v_now + p_ttl_ms * interval '1 millisecond' END,
+        VALUES (p_scope, p_key, CASE WHEN p_transactional THEN 'succeeded' ELSE 'running' END,
+                p_holder_id, coalesce(p_instance, ''), 1, nextval('pglock_jobs_fencing_token_seq'),
+                CASE WHEN p_transactional THEN NULL ELSE v_now + p_ttl_ms * interval '1 millisecond' END,
                 v_now, v_now + p_window_ms * interval '1 millisecond', v_now, p_fingerprint)
         ON CONFLICT (scope, job_key) DO UPDATE
-           SET status = 'running', holder_id = excluded.holder_id, instance = excluded.instance,
+           SET status = excluded.status, holder_id = excluded.holder_id, instance = excluded.instance,
                fencing_token = excluded.fencing_token, lease_expires_at = excluded.lease_expires_at,
                started_at = excluded.started_at, finished_at = NULL,
                -- A record past its retention is gone: this is a first delivery again.
@@ -253,13 +254,15 @@ END;
 $$;
 
 -- Records the outcome of the attempt with p_fencing_token: succeeded with p_result, or failed
--- with p_error; the record is then kept p_window_ms from now. Returns false, changing nothing,
--- when the record is no longer that attempt's (taken over, or forgotten): a runner whose lease
--- was lost cannot mark done what another now runs. An attempt whose lease expired untaken may
--- still finish: nobody else ran it. Waiters are told when the outcome commits.
+-- with p_error; the record is then kept p_window_ms from now. Returns when it finished, or NULL,
+-- changing nothing, when the record is no longer that attempt's (taken over, or forgotten) or
+-- it finished already: a runner whose lease was lost cannot mark done what another now runs.
+-- An attempt whose lease expired untaken may still finish: nobody else ran it. (A claim inside
+-- a transaction is 'succeeded' before it finishes; see pglock_job_claim.) Waiters are told when
+-- the outcome commits.
 CREATE FUNCTION pglock_job_finish(p_scope varchar, p_key text, p_fencing_token bigint, p_succeeded boolean,
                                   p_result jsonb, p_error text, p_window_ms bigint)
-RETURNS boolean
+RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -280,14 +283,14 @@ BEGIN
            last_error = CASE WHEN p_succeeded THEN j.last_error ELSE coalesce(p_error, '') END,
            retain_until = v_now + p_window_ms * interval '1 millisecond'
      WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
-       AND j.status = 'running';
+       AND (j.status = 'running' OR (j.status = 'succeeded' AND j.finished_at IS NULL));
     IF NOT FOUND THEN
-        RETURN false;
+        RETURN NULL;
     END IF;
     IF EXISTS (SELECT FROM pglock_job_waiters w WHERE w.scope = p_scope AND w.job_key = p_key) THEN
         PERFORM pg_notify('pglock_jobs', pglock_job_lock_key(p_scope, p_key)::text);
     END IF;
-    RETURN true;
+    RETURN v_now;
 END;
 $$;
 

@@ -15,9 +15,12 @@ SELECT r.expires_at::timestamptz AS expires_at
   FROM pglock_job_renew(@scope, @job_key, @fencing_token, @ttl_ms) AS r(expires_at)
  WHERE r.expires_at IS NOT NULL;
 
+-- FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
 -- name: FinishJob :one
-SELECT pglock_job_finish(@scope, @job_key, @fencing_token, @succeeded,
-                         sqlc.narg('result')::jsonb, sqlc.narg('error')::text, @window_ms)::boolean AS finished;
+SELECT f.finished_at::timestamptz AS finished_at
+  FROM pglock_job_finish(@scope, @job_key, @fencing_token, @succeeded,
+                         sqlc.narg('result')::jsonb, sqlc.narg('error')::text, @window_ms) AS f(finished_at)
+ WHERE f.finished_at IS NOT NULL;
 
 -- name: AwaitJob :one
 SELECT pglock_job_await(@scope, @job_key, @waiter_id, @ttl_ms)::bigint AS lock_key;
@@ -25,21 +28,23 @@ SELECT pglock_job_await(@scope, @job_key, @waiter_id, @ttl_ms)::bigint AS lock_k
 -- name: UnawaitJob :exec
 SELECT pglock_job_unawait(@scope, @job_key, @waiter_id);
 
--- ForgetJob returns the forgotten record's status, or NULL when there was none.
+-- ForgetJob returns the forgotten record's status, or no row (pgx.ErrNoRows) when there was none.
 -- name: ForgetJob :one
-SELECT pglock_job_forget(@scope, @job_key)::text AS status;
+SELECT f.status::text AS status
+  FROM pglock_job_forget(@scope, @job_key) AS f(status)
+ WHERE f.status IS NOT NULL;
 
 -- name: CollectJobs :one
 SELECT pglock_job_collect(@batch)::integer AS deleted;
 
 -- name: GetJob :one
-SELECT j.*, clock_timestamp()::timestamptz AS now
+SELECT sqlc.embed(j), clock_timestamp()::timestamptz AS now
   FROM pglock_jobs j
  WHERE j.scope = @scope AND j.job_key = @job_key;
 
 -- ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all.
 -- name: ListJobs :many
-SELECT j.*, clock_timestamp()::timestamptz AS now
+SELECT sqlc.embed(j), clock_timestamp()::timestamptz AS now
   FROM pglock_jobs j
  WHERE (sqlc.narg('status')::text IS NULL OR j.status = sqlc.narg('status'))
    AND (sqlc.narg('scope')::varchar IS NULL OR j.scope = sqlc.narg('scope'))

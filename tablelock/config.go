@@ -3,11 +3,7 @@ package tablelock
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,8 +13,8 @@ import (
 
 // The TTLs a lock may have.
 const (
-	MinTTL = 100 * time.Millisecond
-	MaxTTL = 24 * time.Hour
+	MinTTL = lease.MinTTL
+	MaxTTL = lease.MaxTTL
 )
 
 // Config configures a Locker. A nil *Config, and every zero field, means the default.
@@ -94,18 +90,11 @@ func (c *Config) withDefaults() (Config, error) {
 	invalid := func(field, format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%w: Config.%s %w", pglock.ErrInvalidArgument, field, fmt.Errorf(format, args...))
 	}
-	if cfg.AppName == "" {
-		exe, _ := os.Executable()
-		cfg.AppName = strings.ToValidUTF8(filepath.Base(exe), "?") // an AppName given must be valid
-	}
-	if !utf8.ValidString(cfg.AppName) || strings.ContainsRune(cfg.AppName, 0) {
-		return invalid("AppName", "must be UTF-8 without NUL")
-	}
 	if cfg.DefaultTTL == 0 {
 		cfg.DefaultTTL = 30 * time.Second
 	}
-	if err := checkTTL(cfg.DefaultTTL); err != nil {
-		return Config{}, fmt.Errorf("%w: Config.DefaultTTL: %w", pglock.ErrInvalidArgument, err)
+	if cfg.DefaultTTL < MinTTL || cfg.DefaultTTL > MaxTTL {
+		return invalid("DefaultTTL", "(%s) is outside [%s, %s]", cfg.DefaultTTL, MinTTL, MaxTTL)
 	}
 	if cfg.SafetyMargin < 0 {
 		return invalid("SafetyMargin", "is negative")
@@ -133,32 +122,7 @@ func (c *Config) withDefaults() (Config, error) {
 }
 
 // timing is how a lock with a given TTL is kept: with the configured margin, and the configured
-// heartbeat where it fits the TTL, else a third of it. A TTL that leaves no room for that
-// heartbeat before the margin is refused: a lock that would be lost soon after it is taken.
+// heartbeat where it fits the TTL, else a third of it (lease.NewTiming).
 func (c *Config) timing(ttl time.Duration) (lease.Timing, error) {
-	if err := checkTTL(ttl); err != nil {
-		return lease.Timing{}, err
-	}
-	t := lease.Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: c.HeartbeatInterval, Margin: c.SafetyMargin}
-	if t.Margin == 0 {
-		t.Margin = t.TTL / 10
-	}
-	switch {
-	case t.Heartbeat < 0:
-		t.Heartbeat = 0
-	case t.Heartbeat == 0 || t.Heartbeat >= t.TTL-t.Margin:
-		t.Heartbeat = t.TTL / 3
-	}
-	if t.Margin >= t.TTL-t.TTL/3 {
-		return lease.Timing{}, fmt.Errorf("%w: a TTL of %s leaves no room for a heartbeat (a third of it) before the safety margin (%s)",
-			pglock.ErrInvalidTTL, t.TTL, t.Margin)
-	}
-	return t, nil
-}
-
-func checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL || ttl > MaxTTL {
-		return fmt.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
-	}
-	return nil
+	return lease.NewTiming(ttl, c.HeartbeatInterval, c.SafetyMargin)
 }

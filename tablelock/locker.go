@@ -1,15 +1,10 @@
 package tablelock
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +12,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/retry"
 )
@@ -60,10 +56,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	instance := fmt.Sprintf("%s@%s:%d", resolved.AppName, host, os.Getpid())
-	if len(instance) > 255 {
-		instance = strings.ToValidUTF8(instance[:255], "") // drops a character cut in two
+	instance, err := ident.Instance(resolved.AppName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	closing, stopWaits := context.WithCancel(context.Background())
@@ -289,7 +284,7 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 		if encoded, err = json.Marshal(opts.Metadata); err != nil {
 			return request{}, fmt.Errorf("%w: metadata: %w", pglock.ErrInvalidArgument, err)
 		}
-		if holdsNUL(encoded) {
+		if ident.HoldsNUL(encoded) {
 			return request{}, fmt.Errorf("%w: metadata: PostgreSQL's jsonb cannot hold the NUL character", pglock.ErrInvalidArgument)
 		}
 	}
@@ -299,7 +294,7 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	if closed {
 		return request{}, pglock.ErrClosed
 	}
-	return request{name: name, holder: newHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
+	return request{name: name, holder: ident.NewHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
 }
 
 // params are the arguments of a try; a poll's (db.PollLockParams) are the same.
@@ -364,26 +359,4 @@ func lockedError(name, holder, instance string, metadata json.RawMessage, expire
 	e := &LockedError{Name: name, Holder: holder, Instance: instance, ExpiresAt: expiresAt}
 	_ = json.Unmarshal(metadata, &e.Metadata) // the database only stores JSON objects
 	return e
-}
-
-// holdsNUL reports whether JSON text has the escape \u0000 (not an escaped backslash followed
-// by "u0000"): the one JSON string jsonb refuses.
-func holdsNUL(encoded []byte) bool {
-	for rest := encoded; ; {
-		i := bytes.Index(rest, []byte(`\u0000`))
-		if i < 0 {
-			return false
-		}
-		if backslashes := i - len(bytes.TrimRight(rest[:i], `\`)); backslashes%2 == 0 {
-			return true
-		}
-		rest = rest[i+1:]
-	}
-}
-
-// newHolderID names one acquisition: 128 random bits.
-func newHolderID() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -23,6 +23,39 @@ type Timing struct {
 	Margin    time.Duration // how long before the database could give it away it is declared lost
 }
 
+// The TTLs a lease may have; the SQL contract refuses others.
+const (
+	MinTTL = 100 * time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// NewTiming is how a lease of ttl is kept: with margin (default a tenth of the TTL), and
+// renewed every heartbeat where that fits the TTL before the margin, else every third of the
+// TTL; a negative heartbeat means never (0 in Timing). The TTL is kept in whole milliseconds. A
+// TTL outside [MinTTL, MaxTTL], or one that leaves no room for a heartbeat (a third of it)
+// before the margin, gets an error matching pglock.ErrInvalidTTL: a lease that would be lost
+// soon after it is taken.
+func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return Timing{}, fmt.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
+	}
+	t := Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: heartbeat, Margin: margin}
+	if t.Margin == 0 {
+		t.Margin = t.TTL / 10
+	}
+	switch {
+	case t.Heartbeat < 0:
+		t.Heartbeat = 0
+	case t.Heartbeat == 0 || t.Heartbeat >= t.TTL-t.Margin:
+		t.Heartbeat = t.TTL / 3
+	}
+	if t.Margin >= t.TTL-t.TTL/3 {
+		return Timing{}, fmt.Errorf("%w: a TTL of %s leaves no room for a heartbeat (a third of it) before the safety margin (%s)",
+			pglock.ErrInvalidTTL, t.TTL, t.Margin)
+	}
+	return t, nil
+}
+
 // RenewFunc renews the lease for ttl from now, in one statement: the new expiry by the
 // database's clock, or held false once the row is no longer this holder's.
 type RenewFunc func(ctx context.Context, ttl time.Duration) (expiresAt time.Time, held bool, err error)
@@ -32,6 +65,34 @@ type RenewFunc func(ctx context.Context, ttl time.Duration) (expiresAt time.Time
 type Tracker interface {
 	Begin() bool
 	End()
+}
+
+// Group is a Tracker for an owner that stops by waiting: Wait refuses new work and waits for
+// what began.
+type Group struct {
+	mu      sync.Mutex
+	wg      sync.WaitGroup
+	stopped bool
+}
+
+func (g *Group) Begin() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+func (g *Group) End() { g.wg.Done() }
+
+// Wait refuses new work and waits for the work under way to end.
+func (g *Group) Wait() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	g.wg.Wait()
 }
 
 // Config describes one lease. Name, Renew, Timing, Start and Ctx are required.

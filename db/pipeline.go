@@ -1,0 +1,85 @@
+package db
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Around runs each query it is given in one round trip together with the statements before and
+// after it (such as SAVEPOINT, or COMMIT), so that a generated query and the transaction
+// control around it cost one round trip, not three. The statements take no arguments. When one
+// fails, those after it are not run (the server skips them) and its error is returned.
+func Around(tx pgx.Tx, before, after []string) DBTX {
+	return around{tx: tx, before: before, after: after}
+}
+
+type around struct {
+	tx            pgx.Tx
+	before, after []string
+}
+
+func (a around) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return &aroundRow{a: a, ctx: ctx, sql: sql, args: args}
+}
+
+func (a around) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := a.send(ctx, sql, args, func(br pgx.BatchResults) (err error) {
+		tag, err = br.Exec()
+		return err
+	})
+	return tag, err
+}
+
+// Query is not supported: rows are read after the statements after the query have run.
+func (a around) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errors.New("pglock: db.Around runs single-row queries and statements only")
+}
+
+// send queues the statements and the query, sends them, and reads the query's result with read.
+func (a around) send(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+	b := &pgx.Batch{}
+	for _, s := range a.before {
+		b.Queue(s)
+	}
+	b.Queue(sql, args...)
+	for _, s := range a.after {
+		b.Queue(s)
+	}
+	br := a.tx.SendBatch(ctx, b)
+	err := func() error {
+		for range a.before {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := read(br); err != nil {
+			return err
+		}
+		for range a.after {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	closeErr := br.Close() // the first error of the batch again, if any
+	if err != nil {
+		return err
+	}
+	return closeErr
+}
+
+type aroundRow struct {
+	a    around
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+func (r *aroundRow) Scan(dest ...any) error {
+	return r.a.send(r.ctx, r.sql, r.args, func(br pgx.BatchResults) error { return br.QueryRow().Scan(dest...) })
+}

@@ -1,0 +1,196 @@
+package jobs
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/lease"
+)
+
+// Limits of what a delivery may ask for.
+const (
+	MaxKeyLen   = 1024                   // bytes of a key
+	MaxScopeLen = 255                    // characters of a scope
+	MaxWindow   = 3650 * 24 * time.Hour  // retention
+	maxErrorLen = 4096                   // bytes of an error saved with a failed attempt
+	waiterTTL   = time.Minute            // a waiter's registration, renewed at every poll
+	collectSize = 1000                   // records deleted per statement by Collect
+	savepoint   = "SAVEPOINT pglock_job" // RunTx's, taken right after its claim
+	rollbackFn  = "ROLLBACK TO SAVEPOINT pglock_job"
+)
+
+// Config configures a Deduper. A nil *Config, and every zero field, means the default.
+type Config struct {
+	// AppName names this process in the instance recorded with each attempt, app@host:pid.
+	// Default: the executable's base name.
+	AppName string
+
+	// Scope is the scope of Status and Forget, and of deliveries whose Options leave it empty.
+	// Default: "" (a scope like any other).
+	Scope string
+
+	// TxIdleTimeout bounds, on the server, how long a RunTx transaction may stay idle (its
+	// client silent between statements) before PostgreSQL ends its session: a worker that
+	// vanishes mid-transaction (a frozen VM, a silent partition) leaves its key in progress no
+	// longer than this, not for the hours TCP takes to notice. A stricter
+	// idle_in_transaction_session_timeout already in force is kept. Default: 30 s. Negative:
+	// no bound (the server's setting applies).
+	TxIdleTimeout time.Duration
+
+	// DisableNotifications makes deliveries that wait (Options.Wait) poll instead of listening,
+	// for a pool that cannot LISTEN (PgBouncer in transaction pooling mode) when
+	// ListenerConnConfig cannot reach PostgreSQL directly either. Default: false.
+	DisableNotifications bool
+
+	// ListenerConnConfig, when set, is where the listener connects instead of where the pool
+	// does (see tablelock.Config.ListenerConnConfig); it is shared with every other pglock
+	// listener of the process on the same pool and config. Default: as the pool connects.
+	ListenerConnConfig *pgx.ConnConfig
+
+	// Logger receives the Deduper's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Options configure one delivery. A nil *Options means the defaults.
+type Options struct {
+	// Scope namespaces the key: the same key in two scopes is two jobs. At most MaxScopeLen
+	// characters of UTF-8 without NUL. Default: Config.Scope.
+	Scope string
+
+	// Window is how long the record is kept after its outcome (and after each claim), so that
+	// a delivery within it is recognised as a duplicate; after it, the key may run again. Up to
+	// MaxWindow. Default: 7 days (Kafka's default retention).
+	Window time.Duration
+
+	// MaxAttempts is how many claims a key may have before deliveries give up on it
+	// (pglock.ErrGaveUp); a crashed attempt counts. Default: 0, no limit.
+	MaxAttempts int
+
+	// TTL is the lease of a Run or Do attempt, renewed every third of it; the attempt is lost
+	// (fn's context canceled) a tenth of it before it could expire on the database, when
+	// renewals stop getting through. From lease.MinTTL (100 ms) to 24 h. Default: 30 s. RunTx
+	// has no lease: Config.TxIdleTimeout bounds it instead.
+	TTL time.Duration
+
+	// Fingerprint identifies the payload (say, a hash of it). A key delivered again with a
+	// different fingerprint than the record's gets an error matching
+	// pglock.ErrFingerprintMismatch, and nothing runs. UTF-8 without NUL. Default: none, which
+	// matches any.
+	Fingerprint string
+
+	// Wait makes a delivery of a key running elsewhere wait for that attempt's outcome (woken
+	// by a notification, bounded by ctx) instead of returning InProgress: AlreadyDone if it
+	// succeeded; if it failed, or its runner vanished, this delivery claims and runs it.
+	// Default: false.
+	Wait bool
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	if err := checkScope(cfg.Scope); err != nil {
+		return Config{}, fmt.Errorf("%w: Config.Scope %w", pglock.ErrInvalidArgument, err)
+	}
+	if cfg.TxIdleTimeout == 0 {
+		cfg.TxIdleTimeout = 30 * time.Second
+	}
+	if cfg.TxIdleTimeout > 0 && (cfg.TxIdleTimeout < time.Millisecond || cfg.TxIdleTimeout.Milliseconds() > 1<<31-1) {
+		return Config{}, fmt.Errorf("%w: Config.TxIdleTimeout (%s) must be from 1 ms to %d ms", pglock.ErrInvalidArgument,
+			cfg.TxIdleTimeout, 1<<31-1)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}
+
+// request is one delivery's arguments, checked.
+type request struct {
+	scope, key  string
+	fingerprint *string
+	window      time.Duration
+	maxAttempts int32
+	timing      lease.Timing // Run's lease
+	wait        bool
+}
+
+func (d *Deduper) newRequest(key string, opts *Options) (request, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	invalid := func(format string, args ...any) (request, error) {
+		return request{}, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case key == "":
+		return invalid("empty job key")
+	case len(key) > MaxKeyLen:
+		return invalid("job key of %d bytes, the limit is %d, starting %.40q", len(key), MaxKeyLen, key)
+	case !utf8.ValidString(key):
+		return invalid("job key is not valid UTF-8: %.40q", key)
+	case strings.IndexByte(key, 0) >= 0:
+		return invalid("job key contains a NUL byte: %.40q", key)
+	}
+	scope := opts.Scope
+	if scope == "" {
+		scope = d.cfg.Scope
+	}
+	if err := checkScope(scope); err != nil {
+		return invalid("Options.Scope %v", err)
+	}
+	window := opts.Window
+	switch {
+	case window == 0:
+		window = 7 * 24 * time.Hour
+	case window < time.Millisecond || window > MaxWindow:
+		return invalid("Options.Window (%s) must be from 1 ms to %s", window, MaxWindow)
+	}
+	if opts.MaxAttempts < 0 || opts.MaxAttempts > 1<<31-1 {
+		return invalid("Options.MaxAttempts (%d) must be 0 (no limit) or more", opts.MaxAttempts)
+	}
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = 30 * time.Second
+	}
+	timing, err := lease.NewTiming(ttl, 0, 0)
+	if err != nil {
+		return request{}, fmt.Errorf("Options.TTL: %w", err)
+	}
+	var fingerprint *string
+	if opts.Fingerprint != "" {
+		if !utf8.ValidString(opts.Fingerprint) || strings.IndexByte(opts.Fingerprint, 0) >= 0 {
+			return invalid("Options.Fingerprint must be UTF-8 without NUL")
+		}
+		fingerprint = &opts.Fingerprint
+	}
+	return request{
+		scope: scope, key: key, fingerprint: fingerprint, window: window,
+		maxAttempts: int32(opts.MaxAttempts), timing: timing, wait: opts.Wait,
+	}, nil
+}
+
+func checkScope(scope string) error {
+	switch {
+	case utf8.RuneCountInString(scope) > MaxScopeLen:
+		return fmt.Errorf("is over %d characters: %.40q", MaxScopeLen, scope)
+	case !utf8.ValidString(scope) || strings.IndexByte(scope, 0) >= 0:
+		return fmt.Errorf("must be UTF-8 without NUL: %.40q", scope)
+	}
+	return nil
+}
+
+// label names the job in errors and logs.
+func (r request) label() string {
+	if r.scope == "" {
+		return fmt.Sprintf("%.80q", r.key)
+	}
+	return fmt.Sprintf("%.80q in scope %q", r.key, r.scope)
+}

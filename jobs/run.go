@@ -1,0 +1,204 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/ident"
+	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/retry"
+)
+
+// attemptFunc makes one delivery attempt: it claims the key and, if claimed, runs it. It
+// returns the answer's lock key when the key runs elsewhere (Outcome InProgress).
+type attemptFunc func(ctx context.Context, req request) (res Result, lockKey int64, err error)
+
+// deliver makes attempts until one does not find the key running elsewhere, or, without
+// Options.Wait, after the first.
+func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc) (Result, error) {
+	var w *waiter
+	defer func() {
+		if w != nil {
+			d.stopWaiting(ctx, req, w)
+		}
+	}()
+	for polls := 0; ; polls++ {
+		res, lockKey, err := attempt(ctx, req)
+		if err != nil || res.Outcome != InProgress || !req.wait {
+			return res, err
+		}
+		if w == nil {
+			// Listen, register, then claim again at once: an outcome committed before the
+			// registration was not announced.
+			w = d.startWaiting(lockKey)
+			polls = 0
+		} else if err := w.wait(ctx, polls); err != nil {
+			return res, fmt.Errorf("jobs: wait for %s: %w", req.label(), err)
+		}
+		if err := d.register(ctx, req, w); err != nil {
+			return res, err
+		}
+	}
+}
+
+// answer maps a claim's answer to a Result, and to the error of a delivery that may not run.
+func (req request) answer(a db.PglockJobAnswer) (Result, error) {
+	res := Result{
+		Attempts: int(deref(a.Attempts)), Token: deref(a.FencingToken),
+		StartedAt: deref(a.StartedAt), FinishedAt: deref(a.FinishedAt), Saved: json.RawMessage(a.Result),
+	}
+	switch a.Outcome {
+	case "claimed":
+		res.Outcome = Ran
+	case "done":
+		res.Outcome = AlreadyDone
+	case "running":
+		res.Outcome = InProgress
+	case "mismatch":
+		return Result{}, fmt.Errorf("%w: %s was first delivered with fingerprint %q, now %q",
+			pglock.ErrFingerprintMismatch, req.label(), deref(a.Fingerprint), deref(req.fingerprint))
+	case "gave_up":
+		return Result{}, fmt.Errorf("%w: %s failed %d times; the last error: %s", pglock.ErrGaveUp, req.label(),
+			deref(a.Attempts), deref(a.LastError))
+	default:
+		return Result{}, fmt.Errorf("jobs: claim of %s: unknown outcome %q", req.label(), a.Outcome)
+	}
+	return res, nil
+}
+
+func (d *Deduper) claimParams(req request, holder string, transactional bool) db.ClaimJobParams {
+	p := db.ClaimJobParams{
+		Scope: req.scope, JobKey: req.key, HolderID: holder, Instance: d.instance,
+		Transactional: transactional, Fingerprint: req.fingerprint, WindowMs: req.window.Milliseconds(),
+		MaxAttempts: req.maxAttempts,
+	}
+	if transactional {
+		p.IdleTimeoutMs = max(0, d.cfg.TxIdleTimeout.Milliseconds())
+	} else {
+		ttl := req.timing.TTL.Milliseconds()
+		p.TtlMs = &ttl
+	}
+	return p
+}
+
+func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ctx context.Context) (json.RawMessage, error)) (Result, error) {
+	req, err := d.newRequest(key, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return d.deliver(ctx, req, func(ctx context.Context, req request) (Result, int64, error) {
+		start := time.Now()
+		a, err := d.queries.ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), false))
+		if err != nil {
+			return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
+		}
+		res, err := req.answer(a)
+		if err != nil || res.Outcome != Ran {
+			return res, deref(a.LockKey), err
+		}
+		return d.runLeased(ctx, req, res, start, deref(a.LeaseExpiresAt), fn)
+	})
+}
+
+// runLeased runs fn under the lease of the attempt just claimed, then records its outcome.
+func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start, expiresAt time.Time,
+	fn func(ctx context.Context) (json.RawMessage, error)) (Result, int64, error) {
+	var background lease.Group
+	keeper := lease.New(lease.Config{
+		Name: req.key, Timing: req.timing, Start: start, ExpiresAt: expiresAt,
+		Ctx: context.Background(), Tracker: &background,
+		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
+			expiresAt, err := d.queries.RenewJob(ctx, db.RenewJobParams{
+				Scope: req.scope, JobKey: req.key, FencingToken: res.Token, TtlMs: ttl.Milliseconds()})
+			if errors.Is(err, pgx.ErrNoRows) {
+				return time.Time{}, false, nil
+			}
+			return expiresAt, err == nil, err
+		},
+		OnLost: func(err error) {
+			d.cfg.Logger.Error("pglock: job attempt lost its lease", "job", req.key, "scope", req.scope, "token", res.Token, "error", err)
+		},
+		OnRenewFailed: func(err error, failures int) {
+			d.cfg.Logger.Warn("pglock: job lease renewal failed; retrying", "job", req.key, "scope", req.scope, "failures", failures, "error", err)
+		},
+	})
+	keeper.Start()
+	fnCtx, stop := keeper.Guard(ctx)
+	saved, fnErr := callRecovering(func() (json.RawMessage, error) { return fn(fnCtx) }, func(panicked error) {
+		stop()
+		keeper.Stop()
+		background.Wait()
+		d.finish(ctx, req, res.Token, nil, panicked)
+	})
+	stop()
+	// Stopped before the outcome is written: a renewal after it would find the attempt gone.
+	keeper.Stop()
+	background.Wait()
+	finishedAt, err := d.finish(ctx, req, res.Token, saved, fnErr)
+	res.FinishedAt = finishedAt
+	return res, 0, errors.Join(fnErr, keeper.Err(), err)
+}
+
+var finishBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
+
+// finish records an attempt's outcome, retrying what a failing connection interrupts for as
+// long as the lease lasted; an error says the outcome was not recorded.
+func (d *Deduper) finish(ctx context.Context, req request, token int64, saved json.RawMessage, fnErr error) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.timing.TTL)
+	defer cancel()
+	params := finishParams(req, token, saved, fnErr)
+	for attempt := 0; ; attempt++ {
+		finishedAt, err := d.queries.FinishJob(ctx, params)
+		switch {
+		case err == nil:
+			return finishedAt, nil
+		case errors.Is(err, pgx.ErrNoRows):
+			return time.Time{}, fmt.Errorf("%w: %s was taken over or forgotten while this attempt (token %d) ran; its outcome was not recorded",
+				pglock.ErrLockLost, req.label(), token)
+		case !retry.Transient(err) || !finishBackoff.Sleep(ctx, clock.Real, attempt+1):
+			return time.Time{}, fmt.Errorf("jobs: record the outcome of %s (it will run again once its lease expires): %w", req.label(), err)
+		}
+	}
+}
+
+func finishParams(req request, token int64, saved json.RawMessage, fnErr error) db.FinishJobParams {
+	p := db.FinishJobParams{
+		Scope: req.scope, JobKey: req.key, FencingToken: token, Succeeded: fnErr == nil,
+		WindowMs: req.window.Milliseconds(),
+	}
+	if fnErr != nil {
+		msg := strings.ReplaceAll(strings.ToValidUTF8(fnErr.Error(), "?"), "\x00", "?")
+		if len(msg) > maxErrorLen {
+			msg = strings.ToValidUTF8(msg[:maxErrorLen], "")
+		}
+		p.Error = &msg
+	} else {
+		p.Result = saved
+	}
+	return p
+}
+
+// callRecovering calls fn; if fn panics, it calls failed with the panic as an error, then
+// panics again with the same value.
+func callRecovering[T any](fn func() (T, error), failed func(panicked error)) (T, error) {
+	panicking := true
+	defer func() {
+		if panicking {
+			v := recover()
+			failed(fmt.Errorf("panic: %v", v))
+			panic(v)
+		}
+	}()
+	v, err := fn()
+	panicking = false
+	return v, err
+}

@@ -1,0 +1,100 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/ident"
+)
+
+// RunTx delivers key for an effect in this database: unless it succeeded before or runs
+// elsewhere, it begins a transaction, claims the key in it, runs fn with it, and commits the
+// outcome with fn's writes. If fn returns an error (or leaves the transaction aborted), its
+// writes are rolled back and the failure is recorded, so the next delivery retries; if the
+// transaction never commits (a crash, a killed connection), no outcome is recorded either, and
+// the next delivery runs it. fn must neither commit nor roll back the transaction.
+//
+// Round trips: BEGIN, the claim, fn's own, and the outcome with COMMIT. The transaction's idle
+// time is bounded by Config.TxIdleTimeout. A duplicate delivery of a key whose RunTx has not
+// committed yet gets InProgress at once (or, with Options.Wait, waits for its outcome).
+func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(ctx context.Context, tx pgx.Tx) error) (Result, error) {
+	if fn == nil {
+		return Result{}, fmt.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
+	}
+	req, err := d.newRequest(key, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return d.deliver(ctx, req, func(ctx context.Context, req request) (Result, int64, error) {
+		return d.attemptTx(ctx, req, fn)
+	})
+}
+
+func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx context.Context, tx pgx.Tx) error) (res Result, lockKey int64, err error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), db.Translate(err))
+	}
+	// The connection goes back to the pool idle, or is closed: pgxpool closes one still in a
+	// transaction. The transaction is ended by statements pipelined with others, not by tx's
+	// methods, which would cost a round trip each.
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), db.Translate(err))
+	}
+	rollback := func() { tx.Rollback(context.WithoutCancel(ctx)) }
+
+	a, err := db.New(db.Translating(db.Around(tx, nil, []string{savepoint}))).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
+	if err != nil {
+		rollback()
+		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
+	}
+	res, err = req.answer(a)
+	if err != nil || res.Outcome != Ran {
+		rollback() // nothing was written: no WAL to flush
+		return res, deref(a.LockKey), err
+	}
+
+	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(ctx, tx) }, func(error) { rollback() })
+	before := []string(nil)
+	switch conn.Conn().PgConn().TxStatus() {
+	case 'I':
+		return res, 0, errors.Join(fnErr, fmt.Errorf("%w: fn ended the transaction of %s itself; whatever it committed counts as done",
+			pglock.ErrInvalidArgument, req.label()))
+	case 'E':
+		if fnErr == nil {
+			fnErr = errors.New("fn returned no error but left the transaction aborted")
+		}
+		before = []string{rollbackFn}
+	default:
+		if fnErr != nil {
+			before = []string{rollbackFn}
+		}
+	}
+	// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
+	commitCtx, cancel := ctx, context.CancelFunc(func() {})
+	if d.cfg.TxIdleTimeout > 0 {
+		commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
+	}
+	defer cancel()
+	finish := db.New(db.Translating(db.Around(tx, before, []string{"COMMIT"})))
+	finishedAt, err := finish.FinishJob(commitCtx, finishParams(req, res.Token, nil, fnErr))
+	if err != nil {
+		rollback()
+		if fnErr == nil {
+			// The commit may have happened with the connection lost on the way back: the next
+			// delivery finds out.
+			return res, 0, fmt.Errorf("jobs: commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
+				req.label(), err)
+		}
+		return res, 0, errors.Join(fnErr, fmt.Errorf("jobs: record the failure of %s: %w", req.label(), err))
+	}
+	res.FinishedAt = finishedAt
+	return res, 0, fnErr
+}
