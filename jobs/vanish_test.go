@@ -1,0 +1,65 @@
+package jobs_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/jobs"
+)
+
+// A RunTx worker that stops talking mid-transaction (a frozen VM, a silent partition) keeps its
+// key in progress until PostgreSQL ends its idle session: Config.TxIdleTimeout after its last
+// statement, not the hours TCP would take. A waiting duplicate then runs the key within that
+// bound plus one poll, and the frozen transaction's writes never commit.
+func TestFrozenRunTxWorkerHoldsItsKeyNoLongerThanTxIdleTimeout(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newEffects(t, d.Pool)
+	pool, partition := d.PartitionablePool(t, nil)
+	const idle = time.Second
+	frozen := newDeduper(t, pool, &jobs.Config{TxIdleTimeout: idle})
+	other := newDeduper(t, d.Pool, nil)
+	ctx := context.Background()
+
+	frozenDone := make(chan error, 1)
+	froze := make(chan func(), 1)
+	go func() {
+		_, err := frozen.RunTx(ctx, "k", nil, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('by the frozen worker')`)
+			require.NoError(t, err)
+			froze <- partition()
+			return nil
+		})
+		frozenDone <- err
+	}()
+	heal := testdb.Receive(t, froze)
+
+	res, err := other.RunTx(ctx, "k", nil, func(context.Context, pgx.Tx) error {
+		t.Error("ran while the frozen worker's transaction was alive")
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, jobs.InProgress, res.Outcome)
+
+	// The documented bound: the idle timeout, one poll (at most 1 s), and room for a slow machine.
+	bounded, cancel := context.WithTimeout(ctx, idle+time.Second+3*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err = other.RunTx(bounded, "k", &jobs.Options{Wait: true}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('by the next delivery')`)
+		return err
+	})
+	require.NoError(t, err, "the duplicate proceeds within the bound")
+	require.Equal(t, jobs.Ran, res.Outcome)
+	t.Logf("the duplicate ran %s after it began waiting (TxIdleTimeout %s)", time.Since(start).Round(time.Millisecond), idle)
+
+	heal()
+	require.Error(t, testdb.Receive(t, frozenDone), "the frozen worker learns its outcome is not recorded")
+	require.Zero(t, effects(t, d.Pool, "by the frozen worker"), "the frozen transaction's write never commits")
+	require.Equal(t, 1, effects(t, d.Pool, "by the next delivery"))
+}
