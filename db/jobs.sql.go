@@ -10,6 +10,21 @@ import (
 	"time"
 )
 
+const announceJob = `-- name: AnnounceJob :exec
+SELECT pglock_job_announce($1, $2)
+`
+
+type AnnounceJobParams struct {
+	Scope  string
+	JobKey string
+}
+
+// AnnounceJob goes just before the COMMIT of a RunTx transaction (pipelined with it).
+func (q *Queries) AnnounceJob(ctx context.Context, arg AnnounceJobParams) error {
+	_, err := q.db.Exec(ctx, announceJob, arg.Scope, arg.JobKey)
+	return err
+}
+
 const awaitJob = `-- name: AwaitJob :one
 SELECT pglock_job_await($1, $2, $3, $4)::bigint AS lock_key
 `
@@ -35,10 +50,18 @@ func (q *Queries) AwaitJob(ctx context.Context, arg AwaitJobParams) (int64, erro
 
 const claimJob = `-- name: ClaimJob :one
 
+(SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
+        j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
+        j.retain_until, j.created_at, NULL::bigint AS lock_key
+   FROM (SELECT 1) AS one
+   LEFT JOIN pglock_jobs j ON j.scope = $1 AND j.job_key = $2
+  WHERE j.status = 'succeeded' AND j.retain_until > clock_timestamp())
+UNION ALL
 SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at, a.finished_at, a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
   FROM pglock_job_claim($1, $2, $3, $4, $5,
                         $6::bigint, $7::text,
                         $8, $9, $10) AS a
+LIMIT 1
 `
 
 type ClaimJobParams struct {
@@ -54,11 +77,32 @@ type ClaimJobParams struct {
 	IdleTimeoutMs int64
 }
 
+type ClaimJobRow struct {
+	Outcome        string
+	Status         *string
+	HolderID       *string
+	Instance       *string
+	Attempts       *int32
+	FencingToken   *int64
+	LeaseExpiresAt *time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	LastError      *string
+	Result         []byte
+	Fingerprint    *string
+	RetainUntil    *time.Time
+	CreatedAt      *time.Time
+	LockKey        *int64
+}
+
 // Job deduplication (package jobs). sqlc cannot see the columns of what a function returns, so
 // they are named and cast here.
-// ClaimJob: a duplicate of a key that succeeded is answered from a read of its row (no
-// transaction id, no WAL flush).
-func (q *Queries) ClaimJob(ctx context.Context, arg ClaimJobParams) (PglockJobAnswer, error) {
+// ClaimJob answers a duplicate of a key that succeeded from a plain read of its row, the cost of
+// a primary-key lookup (no function call, no transaction id, no WAL flush): the first branch of
+// the UNION ALL, and LIMIT 1 stops there when it finds the row. Only otherwise does the second
+// branch run, calling pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN
+// tells sqlc that the branch's columns may be NULL, as the claim's may.)
+func (q *Queries) ClaimJob(ctx context.Context, arg ClaimJobParams) (ClaimJobRow, error) {
 	row := q.db.QueryRow(ctx, claimJob,
 		arg.Scope,
 		arg.JobKey,
@@ -71,7 +115,7 @@ func (q *Queries) ClaimJob(ctx context.Context, arg ClaimJobParams) (PglockJobAn
 		arg.MaxAttempts,
 		arg.IdleTimeoutMs,
 	)
-	var i PglockJobAnswer
+	var i ClaimJobRow
 	err := row.Scan(
 		&i.Outcome,
 		&i.Status,
@@ -258,6 +302,46 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsR
 		return nil, err
 	}
 	return items, nil
+}
+
+const recordJobFailure = `-- name: RecordJobFailure :one
+SELECT pglock_job_finish($1, $2, c.fencing_token, false, NULL, $3, $4)::timestamptz AS finished_at
+  FROM pglock_job_claim($1, $2, $5, $6, false, $7, $8::text,
+                        $4, $9, 0) AS c
+ WHERE c.outcome = 'claimed'
+`
+
+type RecordJobFailureParams struct {
+	Scope       string
+	JobKey      string
+	Error       string
+	WindowMs    int64
+	HolderID    string
+	Instance    string
+	TtlMs       int64
+	Fingerprint *string
+	MaxAttempts int32
+}
+
+// RecordJobFailure records the failure of a RunTx attempt after its transaction rolled back: a
+// claim outside a transaction, finished at once as failed, in one autocommit statement. No row
+// (pgx.ErrNoRows) when the key could not be claimed (another delivery claimed it meanwhile,
+// and its outcome is the one that counts).
+func (q *Queries) RecordJobFailure(ctx context.Context, arg RecordJobFailureParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, recordJobFailure,
+		arg.Scope,
+		arg.JobKey,
+		arg.Error,
+		arg.WindowMs,
+		arg.HolderID,
+		arg.Instance,
+		arg.TtlMs,
+		arg.Fingerprint,
+		arg.MaxAttempts,
+	)
+	var finished_at time.Time
+	err := row.Scan(&finished_at)
+	return finished_at, err
 }
 
 const renewJob = `-- name: RenewJob :one

@@ -51,12 +51,16 @@ func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc)
 }
 
 // answer maps a claim's answer to a Result, and to the error of a delivery that may not run.
-func (req request) answer(a db.PglockJobAnswer) (Result, error) {
+func (req request) answer(a db.ClaimJobRow) (Result, error) {
 	res := Result{
 		Attempts: int(deref(a.Attempts)), Token: deref(a.FencingToken),
 		StartedAt: deref(a.StartedAt), FinishedAt: deref(a.FinishedAt), Saved: json.RawMessage(a.Result),
 	}
-	switch a.Outcome {
+	outcome := a.Outcome
+	if outcome == "done" && a.Fingerprint != nil && req.fingerprint != nil && *a.Fingerprint != *req.fingerprint {
+		outcome = "mismatch" // answered by ClaimJob's read, which does not compare fingerprints
+	}
+	switch outcome {
 	case "claimed":
 		res.Outcome = Ran
 	case "done":

@@ -41,8 +41,8 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), db.Translate(err))
 	}
 	// The connection goes back to the pool idle, or is closed: pgxpool closes one still in a
-	// transaction. The transaction is ended by statements pipelined with others, not by tx's
-	// methods, which would cost a round trip each.
+	// transaction. A transaction that commits ends with the COMMIT pipelined after the
+	// announcement, not through tx.Commit, which would cost a round trip of its own.
 	defer conn.Release()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -50,7 +50,9 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	}
 	rollback := func() { tx.Rollback(context.WithoutCancel(ctx)) }
 
-	a, err := db.New(db.Translating(db.Around(tx, nil, []string{savepoint}))).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
+	// The claim writes the outcome, succeeded: committing the transaction commits it with fn's
+	// writes, and rolling it back leaves the key to the next delivery.
+	a, err := db.New(db.Translating(tx)).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
 	if err != nil {
 		rollback()
 		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
@@ -61,8 +63,10 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		return res, deref(a.LockKey), err
 	}
 
-	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(ctx, tx) }, func(error) { rollback() })
-	before := []string(nil)
+	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(ctx, tx) }, func(panicked error) {
+		rollback()
+		d.recordFailure(ctx, req, panicked)
+	})
 	switch conn.Conn().PgConn().TxStatus() {
 	case 'I':
 		return res, 0, errors.Join(fnErr, fmt.Errorf("%w: fn ended the transaction of %s itself; whatever it committed counts as done",
@@ -71,30 +75,41 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		if fnErr == nil {
 			fnErr = errors.New("fn returned no error but left the transaction aborted")
 		}
-		before = []string{rollbackFn}
-	default:
-		if fnErr != nil {
-			before = []string{rollbackFn}
-		}
 	}
+	if fnErr != nil {
+		rollback()
+		return res, 0, errors.Join(fnErr, d.recordFailure(ctx, req, fnErr))
+	}
+
 	// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
 	commitCtx, cancel := ctx, context.CancelFunc(func() {})
 	if d.cfg.TxIdleTimeout > 0 {
 		commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
 	}
 	defer cancel()
-	finish := db.New(db.Translating(db.Around(tx, before, []string{"COMMIT"})))
-	finishedAt, err := finish.FinishJob(commitCtx, finishParams(req, res.Token, nil, fnErr))
+	err = db.New(db.Translating(db.Around(tx, nil, []string{"COMMIT"}))).AnnounceJob(commitCtx,
+		db.AnnounceJobParams{Scope: req.scope, JobKey: req.key})
 	if err != nil {
 		rollback()
-		if fnErr == nil {
-			// The commit may have happened with the connection lost on the way back: the next
-			// delivery finds out.
-			return res, 0, fmt.Errorf("jobs: commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
-				req.label(), err)
-		}
-		return res, 0, errors.Join(fnErr, fmt.Errorf("jobs: record the failure of %s: %w", req.label(), err))
+		// The commit may have happened with the connection lost on the way back: the next
+		// delivery finds out.
+		return res, 0, fmt.Errorf("jobs: commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
+			req.label(), err)
 	}
-	res.FinishedAt = finishedAt
-	return res, 0, fnErr
+	return res, 0, nil
+}
+
+// recordFailure records a RunTx attempt's failure after its transaction rolled back, so that
+// it counts towards MaxAttempts and shows its error; unless another delivery claimed the key
+// meanwhile. An error says the failure was not recorded.
+func (d *Deduper) recordFailure(ctx context.Context, req request, fnErr error) error {
+	p := finishParams(req, 0, nil, fnErr)
+	_, err := d.queries.RecordJobFailure(context.WithoutCancel(ctx), db.RecordJobFailureParams{
+		Scope: req.scope, JobKey: req.key, Error: *p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
+		Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
+	})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("jobs: record the failure of %s: %w", req.label(), err)
+	}
+	return nil
 }

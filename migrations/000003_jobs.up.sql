@@ -76,11 +76,21 @@ CREATE TYPE pglock_job_answer AS (
 );
 
 -- The advisory lock key of a job (one bigint): pglock_advisory_key of the key in the namespace
--- 'pglock.jobs/' || scope. Advisory names in namespaces starting 'pglock.jobs/' are reserved.
+-- 'pglock.jobs/' || scope, whose formula this repeats. Advisory names in namespaces starting
+-- 'pglock.jobs/' are reserved. The helpers a claim calls are PL/pgSQL: called from PL/pgSQL, a
+-- SQL function that cannot be inlined has its body planned again in every transaction.
 CREATE FUNCTION pglock_job_lock_key(p_scope varchar, p_key text)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN pglock_advisory_key(p_key, 'pglock.jobs/'::pg_catalog.text OPERATOR(pg_catalog.||) p_scope);
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    RETURN ('x'::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.encode(pg_catalog.sha256(
+               pg_catalog.convert_to('pglock.jobs/'::pg_catalog.text OPERATOR(pg_catalog.||) p_scope, 'UTF8'::pg_catalog.name)
+               OPERATOR(pg_catalog.||) '\x00'::pg_catalog.bytea
+               OPERATOR(pg_catalog.||) pg_catalog.convert_to(p_key, 'UTF8'::pg_catalog.name)
+           ), 'hex'::pg_catalog.text), 1, 16))::pg_catalog."bit"(64)::pg_catalog.int8;
+END;
+$$;
 
 -- SQLSTATE 22023, COLUMN naming the argument, unless scope and key can name a job.
 CREATE FUNCTION pglock_job_check_key(p_scope varchar, p_key text)
@@ -109,11 +119,11 @@ $$;
 --             the record, fencing_token is the attempt's own.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
--- transaction (p_transactional true), the row is written there as 'succeeded' without a
--- finish time, so that whatever commits the transaction commits the outcome with the effects,
--- and a rollback leaves the key to the next delivery; the caller calls pglock_job_finish in the
--- same transaction after the effects, to record the time (and the failure, after rolling the
--- effects back to a savepoint). The claim's advisory lock then lasts until the transaction ends, and
+-- transaction (p_transactional true), the row is written there as 'succeeded', finished at the
+-- claim's time, so that whatever commits the transaction commits the outcome with the effects,
+-- and a rollback leaves the key to the next delivery: the caller calls pglock_job_announce just
+-- before COMMIT, and after a rollback records a failure with a claim outside a transaction and
+-- pglock_job_finish. The claim's advisory lock then lasts until the transaction ends, and
 -- with p_idle_timeout_ms > 0 the transaction's idle_in_transaction_session_timeout is at most
 -- that (never loosened), so that a caller that vanishes mid-transaction holds the key no
 -- longer. p_window_ms is the retention of the record from now (and from its outcome, which
@@ -183,15 +193,16 @@ BEGIN
 
         v_now := clock_timestamp();
         INSERT INTO pglock_jobs AS j (scope, job_key, status, holder_id, instance, attempts, fencing_token,
-                                      lease_expires_at, started_at, retain_until, created_at, fingerprint)
+                                      lease_expires_at, started_at, finished_at, retain_until, created_at, fingerprint)
         VALUES (p_scope, p_key, CASE WHEN p_transactional THEN 'succeeded' ELSE 'running' END,
                 p_holder_id, coalesce(p_instance, ''), 1, nextval('pglock_jobs_fencing_token_seq'),
                 CASE WHEN p_transactional THEN NULL ELSE v_now + p_ttl_ms * interval '1 millisecond' END,
-                v_now, v_now + p_window_ms * interval '1 millisecond', v_now, p_fingerprint)
+                v_now, CASE WHEN p_transactional THEN v_now END,
+                v_now + p_window_ms * interval '1 millisecond', v_now, p_fingerprint)
         ON CONFLICT (scope, job_key) DO UPDATE
            SET status = excluded.status, holder_id = excluded.holder_id, instance = excluded.instance,
                fencing_token = excluded.fencing_token, lease_expires_at = excluded.lease_expires_at,
-               started_at = excluded.started_at, finished_at = NULL,
+               started_at = excluded.started_at, finished_at = excluded.finished_at,
                -- A record past its retention is gone: this is a first delivery again.
                attempts = CASE WHEN j.retain_until > v_now THEN j.attempts + 1 ELSE 1 END,
                created_at = CASE WHEN j.retain_until > v_now THEN j.created_at ELSE v_now END,
@@ -207,9 +218,9 @@ BEGIN
         RETURNING * INTO v_job;
         IF FOUND THEN
             IF p_transactional AND p_idle_timeout_ms > 0 THEN
-                -- pg_settings gives it in milliseconds, 0 for none.
-                SELECT s.setting::bigint INTO v_setting FROM pg_catalog.pg_settings s
-                 WHERE s.name = 'idle_in_transaction_session_timeout';
+                -- In milliseconds, 0 for none. current_setting shows it with a unit interval
+                -- input reads ('30s', '1min'); pg_settings would cost listing every setting.
+                v_setting := (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint;
                 IF v_setting = 0 OR v_setting > p_idle_timeout_ms THEN
                     PERFORM set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
                 END IF;
@@ -225,10 +236,14 @@ $$;
 
 CREATE FUNCTION pglock_job_answer_of(p_outcome text, p_job pglock_jobs, p_lock_key bigint)
 RETURNS pglock_job_answer
-LANGUAGE sql IMMUTABLE
-RETURN ROW(p_outcome, p_job.status, p_job.holder_id, p_job.instance, p_job.attempts, p_job.fencing_token,
-           p_job.lease_expires_at, p_job.started_at, p_job.finished_at, p_job.last_error, p_job.result,
-           p_job.fingerprint, p_job.retain_until, p_job.created_at, p_lock_key)::pglock_job_answer;
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RETURN ROW(p_outcome, p_job.status, p_job.holder_id, p_job.instance, p_job.attempts, p_job.fencing_token,
+               p_job.lease_expires_at, p_job.started_at, p_job.finished_at, p_job.last_error, p_job.result,
+               p_job.fingerprint, p_job.retain_until, p_job.created_at, p_lock_key)::pglock_job_answer;
+END;
+$$;
 
 -- Renews the lease of the attempt with p_fencing_token for p_ttl_ms from now; returns the new
 -- expiry, or NULL (changing nothing) when the attempt no longer holds an unexpired lease.
@@ -253,13 +268,13 @@ BEGIN
 END;
 $$;
 
--- Records the outcome of the attempt with p_fencing_token: succeeded with p_result, or failed
--- with p_error; the record is then kept p_window_ms from now. Returns when it finished, or NULL,
--- changing nothing, when the record is no longer that attempt's (taken over, or forgotten) or
--- it finished already: a runner whose lease was lost cannot mark done what another now runs.
--- An attempt whose lease expired untaken may still finish: nobody else ran it. (A claim inside
--- a transaction is 'succeeded' before it finishes; see pglock_job_claim.) Waiters are told when
--- the outcome commits.
+-- Records the outcome of the attempt with p_fencing_token, claimed outside a transaction:
+-- succeeded with p_result, or failed with p_error; the record is then kept p_window_ms from now.
+-- Returns when it finished (again, for the same outcome: a retry after a lost answer is no
+-- error), or NULL, changing nothing, when the record is no longer that attempt's (taken over,
+-- or forgotten): a runner whose lease was lost cannot mark done what another now runs. An
+-- attempt whose lease expired untaken may still finish: nobody else ran it. Waiters are told
+-- when the outcome commits.
 CREATE FUNCTION pglock_job_finish(p_scope varchar, p_key text, p_fencing_token bigint, p_succeeded boolean,
                                   p_result jsonb, p_error text, p_window_ms bigint)
 RETURNS timestamptz
@@ -283,14 +298,30 @@ BEGIN
            last_error = CASE WHEN p_succeeded THEN j.last_error ELSE coalesce(p_error, '') END,
            retain_until = v_now + p_window_ms * interval '1 millisecond'
      WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
-       AND (j.status = 'running' OR (j.status = 'succeeded' AND j.finished_at IS NULL));
+       AND j.status = 'running';
     IF NOT FOUND THEN
-        RETURN NULL;
+        SELECT j.finished_at INTO v_now FROM pglock_jobs j
+         WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+           AND j.status = CASE WHEN p_succeeded THEN 'succeeded' ELSE 'failed' END;
+        RETURN v_now;
     END IF;
+    PERFORM pglock_job_announce(p_scope, p_key);
+    RETURN v_now;
+END;
+$$;
+
+-- Announces the outcome of (p_scope, p_key) on the channel pglock_jobs, when the transaction
+-- commits, if the key has waiters; otherwise does nothing, for a notification serializes
+-- commits. A claim inside a transaction calls it just before COMMIT.
+CREATE FUNCTION pglock_job_announce(p_scope varchar, p_key text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
     IF EXISTS (SELECT FROM pglock_job_waiters w WHERE w.scope = p_scope AND w.job_key = p_key) THEN
         PERFORM pg_notify('pglock_jobs', pglock_job_lock_key(p_scope, p_key)::text);
     END IF;
-    RETURN v_now;
 END;
 $$;
 
@@ -341,8 +372,8 @@ BEGIN
     PERFORM pglock_job_check_key(p_scope, p_key);
     PERFORM pg_advisory_xact_lock(pglock_job_lock_key(p_scope, p_key));
     DELETE FROM pglock_jobs j WHERE j.scope = p_scope AND j.job_key = p_key RETURNING j.status INTO v_status;
-    IF v_status IS NOT NULL AND EXISTS (SELECT FROM pglock_job_waiters w WHERE w.scope = p_scope AND w.job_key = p_key) THEN
-        PERFORM pg_notify('pglock_jobs', pglock_job_lock_key(p_scope, p_key)::text);
+    IF v_status IS NOT NULL THEN
+        PERFORM pglock_job_announce(p_scope, p_key);
     END IF;
     RETURN v_status;
 END;
@@ -382,6 +413,7 @@ REVOKE ALL ON FUNCTION pglock_job_answer_of(text, pglock_jobs, bigint) FROM PUBL
 REVOKE ALL ON FUNCTION pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_renew(varchar, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_job_announce(varchar, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_await(varchar, text, varchar, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_unawait(varchar, text, varchar) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_forget(varchar, text) FROM PUBLIC;

@@ -1,13 +1,24 @@
 -- Job deduplication (package jobs). sqlc cannot see the columns of what a function returns, so
 -- they are named and cast here.
 
--- ClaimJob: a duplicate of a key that succeeded is answered from a read of its row (no
--- transaction id, no WAL flush).
+-- ClaimJob answers a duplicate of a key that succeeded from a plain read of its row, the cost of
+-- a primary-key lookup (no function call, no transaction id, no WAL flush): the first branch of
+-- the UNION ALL, and LIMIT 1 stops there when it finds the row. Only otherwise does the second
+-- branch run, calling pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN
+-- tells sqlc that the branch's columns may be NULL, as the claim's may.)
 -- name: ClaimJob :one
+(SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
+        j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
+        j.retain_until, j.created_at, NULL::bigint AS lock_key
+   FROM (SELECT 1) AS one
+   LEFT JOIN pglock_jobs j ON j.scope = @scope AND j.job_key = @job_key
+  WHERE j.status = 'succeeded' AND j.retain_until > clock_timestamp())
+UNION ALL
 SELECT a.*
   FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, @transactional,
                         sqlc.narg('ttl_ms')::bigint, sqlc.narg('fingerprint')::text,
-                        @window_ms, @max_attempts, @idle_timeout_ms) AS a;
+                        @window_ms, @max_attempts, @idle_timeout_ms) AS a
+LIMIT 1;
 
 -- RenewJob returns no row (pgx.ErrNoRows) when the attempt no longer holds its lease.
 -- name: RenewJob :one
@@ -21,6 +32,20 @@ SELECT f.finished_at::timestamptz AS finished_at
   FROM pglock_job_finish(@scope, @job_key, @fencing_token, @succeeded,
                          sqlc.narg('result')::jsonb, sqlc.narg('error')::text, @window_ms) AS f(finished_at)
  WHERE f.finished_at IS NOT NULL;
+
+-- AnnounceJob goes just before the COMMIT of a RunTx transaction (pipelined with it).
+-- name: AnnounceJob :exec
+SELECT pglock_job_announce(@scope, @job_key);
+
+-- RecordJobFailure records the failure of a RunTx attempt after its transaction rolled back: a
+-- claim outside a transaction, finished at once as failed, in one autocommit statement. No row
+-- (pgx.ErrNoRows) when the key could not be claimed (another delivery claimed it meanwhile,
+-- and its outcome is the one that counts).
+-- name: RecordJobFailure :one
+SELECT pglock_job_finish(@scope, @job_key, c.fencing_token, false, NULL, @error, @window_ms)::timestamptz AS finished_at
+  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
+                        @window_ms, @max_attempts, 0) AS c
+ WHERE c.outcome = 'claimed';
 
 -- name: AwaitJob :one
 SELECT pglock_job_await(@scope, @job_key, @waiter_id, @ttl_ms)::bigint AS lock_key;

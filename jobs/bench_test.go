@@ -1,0 +1,134 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/internal/benchkit"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/jobs"
+)
+
+func benchDeduper(b *testing.B, pool *pgxpool.Pool) *jobs.Deduper {
+	b.Helper()
+	d, err := jobs.New(pool, &jobs.Config{AppName: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkRunTx: 4 workers on separate pools, each delivering distinct keys through RunTx
+// whose fn does one INSERT, against the same INSERT in a raw transaction (BEGIN, INSERT,
+// COMMIT), in alternating halves of one run. Goal: throughput ratio ≥ 0.8.
+func BenchmarkRunTx(b *testing.B) {
+	const workers = 4
+	d := testdb.New(b, nil)
+	ctx := context.Background()
+	if _, err := d.Pool.Exec(ctx, `CREATE TABLE effects (key text NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	pools := make([]*pgxpool.Pool, workers)
+	for i := range pools {
+		pools[i] = d.NewPool(b, nil)
+	}
+	half := max(b.N, 2000) / 2
+	b.ResetTimer()
+
+	keys := 0
+	runTx := func(worker int) (func() (time.Duration, error), func()) {
+		dd := benchDeduper(b, pools[worker])
+		n := 0
+		keys++
+		prefix := fmt.Sprintf("w%d-%d-", worker, keys)
+		return func() (time.Duration, error) {
+			n++
+			key := prefix + fmt.Sprint(n)
+			_, err := dd.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, key)
+				return err
+			})
+			return 0, err
+		}, func() {}
+	}
+	raw := func(worker int) (func() (time.Duration, error), func()) {
+		n := 0
+		return func() (time.Duration, error) {
+			n++
+			return 0, pgx.BeginFunc(ctx, pools[worker], func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, fmt.Sprintf("raw-%d-%d", worker, n))
+				return err
+			})
+		}, func() {}
+	}
+	var jobsRun, rawRun benchkit.Contention
+	for range 2 {
+		jobsRun = jobsRun.Add(benchkit.Contend(workers, half, runTx))
+		rawRun = rawRun.Add(benchkit.Contend(workers, half, raw))
+	}
+	for _, c := range []benchkit.Contention{jobsRun, rawRun} {
+		if c.Err != nil {
+			b.Fatal(c.Err)
+		}
+	}
+	b.ReportMetric(jobsRun.PerSecond, "runtx-per-s")
+	b.ReportMetric(rawRun.PerSecond, "raw-tx-per-s")
+	b.ReportMetric(jobsRun.PerSecond/rawRun.PerSecond, "runtx/raw-tx-throughput")
+}
+
+// BenchmarkDuplicateOfDoneKey: a delivery of a key that succeeded, against a primary-key read
+// of its record, the floor. Goal: ratio ≤ 1.2.
+func BenchmarkDuplicateOfDoneKey(b *testing.B) {
+	d := testdb.New(b, nil)
+	dd := benchDeduper(b, d.Pool)
+	ctx := context.Background()
+	if _, err := dd.Run(ctx, "done", nil, func(context.Context) error { return nil }); err != nil {
+		b.Fatal(err)
+	}
+	benchkit.Compare(b,
+		benchkit.Case{Name: "pk-read", Run: func() error {
+			_, err := d.Pool.Exec(ctx, `SELECT status, result FROM pglock_jobs WHERE scope = $1 AND job_key = $2`, "", "done")
+			return err
+		}},
+		benchkit.Case{Name: "jobs", Run: func() error {
+			res, err := dd.Run(ctx, "done", nil, func(context.Context) error { return fmt.Errorf("ran") })
+			if err == nil && res.Outcome != jobs.AlreadyDone {
+				err = fmt.Errorf("outcome %v", res.Outcome)
+			}
+			return err
+		}},
+	)
+}
+
+// BenchmarkRun: Run with an empty fn on a new key (a durable claim, then a durable outcome),
+// against a raw durable INSERT and UPDATE of a row like it. Goal: ratio ≤ 1.1.
+func BenchmarkRun(b *testing.B) {
+	d := testdb.New(b, nil)
+	dd := benchDeduper(b, d.Pool)
+	ctx := context.Background()
+	if _, err := d.Pool.Exec(ctx, `CREATE TABLE raw_jobs (key text PRIMARY KEY, status text NOT NULL,
+		started_at timestamptz NOT NULL, finished_at timestamptz)`); err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	benchkit.Compare(b,
+		benchkit.Case{Name: "raw-insert-update", Run: func() error {
+			n++
+			key := fmt.Sprint("raw-", n)
+			if _, err := d.Pool.Exec(ctx, `INSERT INTO raw_jobs VALUES ($1, 'running', clock_timestamp())`, key); err != nil {
+				return err
+			}
+			_, err := d.Pool.Exec(ctx, `UPDATE raw_jobs SET status = 'succeeded', finished_at = clock_timestamp() WHERE key = $1`, key)
+			return err
+		}},
+		benchkit.Case{Name: "jobs", Run: func() error {
+			_, err := dd.Run(ctx, fmt.Sprint("job-", n), nil, func(context.Context) error { return nil })
+			return err
+		}},
+	)
+}
