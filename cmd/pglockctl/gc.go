@@ -8,12 +8,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/jobs"
 )
 
 func (a *app) gcCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "gc",
-		Short: "Delete expired lock rows and waiter places",
+		Short: "Delete expired lock rows, waiter places and job records",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
@@ -21,10 +22,16 @@ func (a *app) gcCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if a.output == "json" {
-					return writeJSON(a.stdout, map[string]int64{"expired_locks": counts.ExpiredLocks, "expired_waiters": counts.ExpiredWaiters})
+				expiredJobs, err := jobs.Collect(ctx, pool)
+				if err != nil {
+					return err
 				}
-				_, err = fmt.Fprintf(a.stdout, "deleted %d expired locks and %d expired waiter places\n", counts.ExpiredLocks, counts.ExpiredWaiters)
+				if a.output == "json" {
+					return writeJSON(a.stdout, map[string]int64{"expired_locks": counts.ExpiredLocks,
+						"expired_waiters": counts.ExpiredWaiters, "expired_jobs": int64(expiredJobs)})
+				}
+				_, err = fmt.Fprintf(a.stdout, "deleted %d expired locks, %d expired waiter places and %d expired job records\n",
+					counts.ExpiredLocks, counts.ExpiredWaiters, expiredJobs)
 				return err
 			})
 		},

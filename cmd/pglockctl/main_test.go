@@ -363,11 +363,14 @@ func TestGCDeletesExpiredRows(t *testing.T) {
 	ctx := context.Background()
 	_, err := d.Pool.Exec(ctx, "UPDATE distributed_lock_waiters SET expires_at = clock_timestamp() - interval '1 second'")
 	require.NoError(t, err)
+	seedJobs(t, d)
+	_, err = d.Pool.Exec(ctx, "UPDATE pglock_jobs SET retain_until = clock_timestamp() - interval '1 second' WHERE job_key LIKE 'order-%'")
+	require.NoError(t, err)
 	out, stderr, code := pglockctl(t, ctx, d.URL(), "-o", "json", "gc")
 	require.Equal(t, exitOK, code, stderr)
-	require.JSONEq(t, `{"expired_locks": 1, "expired_waiters": 1}`, out)
+	require.JSONEq(t, `{"expired_locks": 1, "expired_waiters": 1, "expired_jobs": 2}`, out)
 	out, _, _ = pglockctl(t, ctx, d.URL(), "gc")
-	require.Equal(t, "deleted 0 expired locks and 0 expired waiter places\n", out)
+	require.Equal(t, "deleted 0 expired locks, 0 expired waiter places and 0 expired job records\n", out)
 }
 
 // Without --database-url, DATABASE_URL is used, and without it the libpq PG* variables.
