@@ -1,0 +1,71 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/jobs"
+)
+
+// The grants docs/sql.md lists are all a Deduper needs: it claims, runs, renews, fails, waits,
+// forgets and collects as a role that cannot write the tables.
+func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	newEffects(t, d.Pool)
+	role := d.NewRole(t, "pglock_app")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s;
+		GRANT SELECT ON pglock_jobs TO %[1]s;
+		GRANT INSERT, SELECT ON effects TO %[1]s;
+		GRANT EXECUTE ON FUNCTION
+			pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint),
+			pglock_job_renew(varchar, text, bigint, bigint),
+			pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint),
+			pglock_job_announce(varchar, text),
+			pglock_job_await(varchar, text, varchar, bigint), pglock_job_unawait(varchar, text, varchar),
+			pglock_job_forget(varchar, text), pglock_job_collect(integer) TO %[1]s;`, role))
+	require.NoError(t, err)
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, "SET ROLE "+role)
+			return err
+		}
+	})
+	dd := newDeduper(t, pool, nil)
+
+	_, err = dd.RunTx(ctx, "tx", nil, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('tx')`)
+		return err
+	})
+	require.NoError(t, err)
+	_, err = dd.RunTx(ctx, "tx-failed", nil, func(context.Context, pgx.Tx) error { return errors.New("x") })
+	require.ErrorContains(t, err, "x")
+	rec, err := dd.Status(ctx, "tx-failed")
+	require.NoError(t, err)
+	require.Equal(t, jobs.Failed, rec.Status)
+
+	running := make(chan struct{})
+	finish := make(chan struct{})
+	go dd.Run(ctx, "run", nil, func(context.Context) error { close(running); <-finish; return nil })
+	<-running
+	waited := make(chan jobs.Result, 1)
+	go func() {
+		res, err := dd.Run(ctx, "run", &jobs.Options{Wait: true}, func(context.Context) error { return nil })
+		require.NoError(t, err)
+		waited <- res
+	}()
+	close(finish)
+	require.Equal(t, jobs.AlreadyDone, testdb.Receive(t, waited).Outcome)
+
+	require.NoError(t, dd.Forget(ctx, "run"))
+	_, err = dd.Collect(ctx)
+	require.NoError(t, err)
+}
