@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock/internal/benchkit"
@@ -175,4 +176,31 @@ func BenchmarkCancelWait(b *testing.B) {
 	slices.Sort(latencies)
 	b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds())/1e3, "p50-ms")
 	b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1e3, "p99-ms")
+}
+
+// BenchmarkFence: a transaction that fences with Lock.Fence (which also bounds the transaction
+// on the server) and commits, against one that calls the seed's verify_fence, in the same run.
+// Goal: ratio ≤ 1.1.
+func BenchmarkFence(b *testing.B) {
+	l, d := benchLocker(b)
+	ctx := context.Background()
+	lk, err := l.TryAcquire(ctx, "fenced", &tablelock.AcquireOptions{TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lk.Release(ctx)
+	benchkit.Compare(b,
+		benchkit.Case{Name: "verify-fence", Run: func() error {
+			return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+				var held bool
+				if err := tx.QueryRow(ctx, `SELECT verify_fence($1, $2)`, "fenced", lk.Token()).Scan(&held); err != nil || !held {
+					return fmt.Errorf("verify_fence: %v, %v", held, err)
+				}
+				return nil
+			})
+		}},
+		benchkit.Case{Name: "tablelock", Run: func() error {
+			return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return lk.Fence(ctx, tx) })
+		}},
+	)
 }
