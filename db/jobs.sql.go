@@ -10,21 +10,6 @@ import (
 	"time"
 )
 
-const announceJob = `-- name: AnnounceJob :exec
-SELECT pglock_job_announce($1, $2)
-`
-
-type AnnounceJobParams struct {
-	Scope  string
-	JobKey string
-}
-
-// AnnounceJob goes just before the COMMIT of a RunTx transaction (pipelined with it).
-func (q *Queries) AnnounceJob(ctx context.Context, arg AnnounceJobParams) error {
-	_, err := q.db.Exec(ctx, announceJob, arg.Scope, arg.JobKey)
-	return err
-}
-
 const awaitJob = `-- name: AwaitJob :one
 SELECT pglock_job_await($1, $2, $3, $4)::bigint AS lock_key
 `
@@ -173,6 +158,33 @@ func (q *Queries) FinishJob(ctx context.Context, arg FinishJobParams) (time.Time
 		arg.Succeeded,
 		arg.Result,
 		arg.Error,
+		arg.WindowMs,
+	)
+	var finished_at time.Time
+	err := row.Scan(&finished_at)
+	return finished_at, err
+}
+
+const finishJobTx = `-- name: FinishJobTx :one
+SELECT f.finished_at::timestamptz AS finished_at
+  FROM pglock_job_finish_tx($1, $2, $3, $4) AS f(finished_at)
+ WHERE f.finished_at IS NOT NULL
+`
+
+type FinishJobTxParams struct {
+	Scope        string
+	JobKey       string
+	FencingToken int64
+	WindowMs     int64
+}
+
+// FinishJobTx goes just before the COMMIT of a RunTx transaction (pipelined with it); no row
+// (pgx.ErrNoRows) when the transaction holds no such claim.
+func (q *Queries) FinishJobTx(ctx context.Context, arg FinishJobTxParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, finishJobTx,
+		arg.Scope,
+		arg.JobKey,
+		arg.FencingToken,
 		arg.WindowMs,
 	)
 	var finished_at time.Time

@@ -10,8 +10,9 @@ import (
 
 // Around runs each query it is given in one round trip together with the statements before and
 // after it (such as SAVEPOINT, or COMMIT), so that a generated query and the transaction
-// control around it cost one round trip, not three. The statements take no arguments. When one
-// fails, those after it are not run (the server skips them) and its error is returned.
+// control around it cost one round trip, not three. The statements take no arguments. When the
+// server refuses one, it skips those after it, and that error is returned; an error the client
+// sees after sending (a failed Scan, a canceled ctx) leaves those after it run or not.
 func Around(tx pgx.Tx, before, after []string) DBTX {
 	return around{tx: tx, before: before, after: after}
 }

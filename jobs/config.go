@@ -15,14 +15,15 @@ import (
 
 // Limits of what a delivery may ask for.
 const (
-	MaxKeyLen   = 1024                   // bytes of a key
-	MaxScopeLen = 255                    // characters of a scope
-	MaxWindow   = 3650 * 24 * time.Hour  // retention
-	maxErrorLen = 4096                   // bytes of an error saved with a failed attempt
-	waiterTTL   = time.Minute            // a waiter's registration, renewed at every poll
-	collectSize = 1000                   // records deleted per statement by Collect
-	savepoint   = "SAVEPOINT pglock_job" // RunTx's, taken right after its claim
-	rollbackFn  = "ROLLBACK TO SAVEPOINT pglock_job"
+	MaxKeyLen   = 1024                  // bytes of a key
+	MaxScopeLen = 255                   // characters of a scope
+	MaxWindow   = 3650 * 24 * time.Hour // retention
+	maxErrorLen = 4096                  // bytes of an error saved with a failed attempt
+	waiterTTL   = time.Minute           // a waiter's registration, renewed at every poll
+	collectSize = 1000                  // records deleted per statement by Collect
+	// cleanupTimeout bounds what a delivery does after its ctx may have ended: a rollback, a
+	// failure recorded after one.
+	cleanupTimeout = 5 * time.Second
 )
 
 // Config configures a Deduper. A nil *Config, and every zero field, means the default.

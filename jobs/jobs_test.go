@@ -124,7 +124,7 @@ func TestRunTxCommitsTheOutcomeWithTheEffect(t *testing.T) {
 	require.Equal(t, jobs.Ran, res.Outcome)
 	require.Equal(t, 1, res.Attempts)
 	require.NotZero(t, res.Token)
-	require.False(t, res.FinishedAt.Before(res.StartedAt))
+	require.True(t, res.FinishedAt.After(res.StartedAt))
 
 	dup, err := dd.RunTx(ctx, "k", nil, func(context.Context, pgx.Tx) error {
 		t.Error("a duplicate of a key done ran")
@@ -380,10 +380,11 @@ func TestDuplicateOfAKeyRunningElsewhereReturnsAtOnceOrWaitsForItsOutcome(t *tes
 				saved = v
 				waited <- res
 			}()
+			waitForWaiter(t, d.Pool, "k")
 			select {
 			case res := <-waited:
 				t.Fatalf("the waiter returned %v before the first attempt finished", res.Outcome)
-			case <-time.After(100 * time.Millisecond):
+			default:
 			}
 			close(finish)
 			require.NoError(t, testdb.Receive(t, firstDone))
@@ -411,6 +412,7 @@ func TestWaitingDuplicateRunsAKeyWhoseAttemptFailed(t *testing.T) {
 		require.NoError(t, err)
 		waited <- res
 	}()
+	waitForWaiter(t, d.Pool, "k")
 	close(finish)
 	res := testdb.Receive(t, waited)
 	require.Equal(t, jobs.Ran, res.Outcome)

@@ -29,7 +29,7 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 			pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint),
 			pglock_job_renew(varchar, text, bigint, bigint),
 			pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint),
-			pglock_job_announce(varchar, text),
+			pglock_job_finish_tx(varchar, text, bigint, bigint),
 			pglock_job_await(varchar, text, varchar, bigint), pglock_job_unawait(varchar, text, varchar),
 			pglock_job_forget(varchar, text), pglock_job_collect(integer) TO %[1]s;`, role))
 	require.NoError(t, err)
@@ -62,6 +62,7 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		require.NoError(t, err)
 		waited <- res
 	}()
+	waitForWaiter(t, d.Pool, "run")
 	close(finish)
 	require.Equal(t, jobs.AlreadyDone, testdb.Receive(t, waited).Outcome)
 

@@ -71,8 +71,11 @@ func (req request) answer(a db.ClaimJobRow) (Result, error) {
 		return Result{}, fmt.Errorf("%w: %s was first delivered with fingerprint %q, now %q",
 			pglock.ErrFingerprintMismatch, req.label(), deref(a.Fingerprint), deref(req.fingerprint))
 	case "gave_up":
-		return Result{}, fmt.Errorf("%w: %s failed %d times; the last error: %s", pglock.ErrGaveUp, req.label(),
-			deref(a.Attempts), deref(a.LastError))
+		last := "its runner vanished before recording an outcome (its lease expired)"
+		if deref(a.Status) == string(Failed) {
+			last = "the last error: " + deref(a.LastError)
+		}
+		return Result{}, fmt.Errorf("%w: %s was attempted %d times; %s", pglock.ErrGaveUp, req.label(), deref(a.Attempts), last)
 	default:
 		return Result{}, fmt.Errorf("jobs: claim of %s: unknown outcome %q", req.label(), a.Outcome)
 	}
@@ -149,7 +152,12 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	background.Wait()
 	finishedAt, err := d.finish(ctx, req, res.Token, saved, fnErr)
 	res.FinishedAt = finishedAt
-	return res, 0, errors.Join(fnErr, keeper.Err(), err)
+	if fnErr != nil {
+		// Why fn failed may be that its lease was lost.
+		return res, 0, errors.Join(fnErr, keeper.Err(), err)
+	}
+	// An outcome recorded stands, lease lost or not: nobody else ran the key.
+	return res, 0, err
 }
 
 var finishBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
@@ -192,15 +200,21 @@ func finishParams(req request, token int64, saved json.RawMessage, fnErr error) 
 }
 
 // callRecovering calls fn; if fn panics, it calls failed with the panic as an error, then
-// panics again with the same value.
+// panics again with the same value; if fn ends its goroutine (runtime.Goexit, as t.FailNow
+// does), it calls failed and lets the goroutine end.
 func callRecovering[T any](fn func() (T, error), failed func(panicked error)) (T, error) {
 	panicking := true
 	defer func() {
-		if panicking {
-			v := recover()
-			failed(fmt.Errorf("panic: %v", v))
-			panic(v)
+		if !panicking {
+			return
 		}
+		v := recover()
+		if v == nil {
+			failed(errors.New("fn called runtime.Goexit"))
+			return
+		}
+		failed(fmt.Errorf("panic: %v", v))
+		panic(v)
 	}()
 	v, err := fn()
 	panicking = false

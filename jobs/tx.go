@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
@@ -20,8 +21,10 @@ import (
 // the next delivery runs it. fn must neither commit nor roll back the transaction.
 //
 // Round trips: BEGIN, the claim, fn's own, and the outcome with COMMIT. The transaction's idle
-// time is bounded by Config.TxIdleTimeout. A duplicate delivery of a key whose RunTx has not
-// committed yet gets InProgress at once (or, with Options.Wait, waits for its outcome).
+// time is bounded by Config.TxIdleTimeout, and so is the wait for the COMMIT's answer: past it,
+// the outcome is reported unknown. A duplicate delivery of a key whose RunTx has not committed
+// yet gets InProgress at once (or, with Options.Wait, waits for its outcome). An attempt whose
+// connection dies before COMMIT leaves no trace: it does not count towards MaxAttempts.
 func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(ctx context.Context, tx pgx.Tx) error) (Result, error) {
 	if fn == nil {
 		return Result{}, fmt.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
@@ -48,7 +51,13 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	if err != nil {
 		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), db.Translate(err))
 	}
-	rollback := func() { tx.Rollback(context.WithoutCancel(ctx)) }
+	// Bounded: on a connection that stopped answering, a rollback would wait for TCP to give up.
+	// pgx closes a connection whose rollback fails, and the server then rolls back.
+	rollback := func() {
+		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		tx.Rollback(rollbackCtx)
+	}
 
 	// The claim writes the outcome, succeeded: committing the transaction commits it with fn's
 	// writes, and rolling it back leaves the key to the next delivery.
@@ -87,15 +96,24 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
 	}
 	defer cancel()
-	err = db.New(db.Translating(db.Around(tx, nil, []string{"COMMIT"}))).AnnounceJob(commitCtx,
-		db.AnnounceJobParams{Scope: req.scope, JobKey: req.key})
-	if err != nil {
+	finishedAt, err := db.New(db.Translating(db.Around(tx, nil, []string{"COMMIT"}))).FinishJobTx(commitCtx,
+		db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr):
+		// The server refused the statement or the COMMIT (a deferred constraint, a
+		// serialization failure): nothing was committed.
+		rollback()
+		err = fmt.Errorf("jobs: commit %s: %w", req.label(), err)
+		return res, 0, errors.Join(err, d.recordFailure(ctx, req, err))
+	case err != nil:
 		rollback()
 		// The commit may have happened with the connection lost on the way back: the next
 		// delivery finds out.
 		return res, 0, fmt.Errorf("jobs: commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
 			req.label(), err)
 	}
+	res.FinishedAt = finishedAt
 	return res, 0, nil
 }
 
@@ -104,7 +122,9 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 // meanwhile. An error says the failure was not recorded.
 func (d *Deduper) recordFailure(ctx context.Context, req request, fnErr error) error {
 	p := finishParams(req, 0, nil, fnErr)
-	_, err := d.queries.RecordJobFailure(context.WithoutCancel(ctx), db.RecordJobFailureParams{
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, err := d.queries.RecordJobFailure(ctx, db.RecordJobFailureParams{
 		Scope: req.scope, JobKey: req.key, Error: *p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
 		Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
 	})

@@ -7,6 +7,7 @@ DROP FUNCTION pglock_job_collect(integer);
 DROP FUNCTION pglock_job_forget(varchar, text);
 DROP FUNCTION pglock_job_unawait(varchar, text, varchar);
 DROP FUNCTION pglock_job_await(varchar, text, varchar, bigint);
+DROP FUNCTION pglock_job_finish_tx(varchar, text, bigint, bigint);
 DROP FUNCTION pglock_job_announce(varchar, text);
 DROP FUNCTION pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint);
 DROP FUNCTION pglock_job_renew(varchar, text, bigint, bigint);

@@ -112,18 +112,18 @@ $$;
 --   done      it succeeded before, and the record is within its retention: do nothing;
 --   running   another attempt is under way (a live lease, or a claim in a transaction that has
 --             not ended): do nothing, or wait for its outcome (see pglock_job_await);
---   gave_up   it failed p_max_attempts times (0: no limit);
+--   gave_up   it was claimed p_max_attempts times (0: no limit) and the last attempt failed,
+--             or its runner vanished;
 --   mismatch  the record's fingerprint is not p_fingerprint (a NULL on either side matches);
 --   claimed   this delivery runs it: a new record, or one that had failed, whose lease expired
---             (its runner vanished) or whose retention ended. attempts counts the claims of
---             the record, fencing_token is the attempt's own.
+--             (its runner vanished) or whose retention ended (never while a lease on it is
+--             live). attempts counts the claims of the record, fencing_token is the attempt's.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
--- transaction (p_transactional true), the row is written there as 'succeeded', finished at the
--- claim's time, so that whatever commits the transaction commits the outcome with the effects,
--- and a rollback leaves the key to the next delivery: the caller calls pglock_job_announce just
--- before COMMIT, and after a rollback records a failure with a claim outside a transaction and
--- pglock_job_finish. The claim's advisory lock then lasts until the transaction ends, and
+-- transaction (p_transactional true), the row is written there as 'succeeded', so that whatever
+-- commits the transaction commits the outcome with the effects, and a rollback leaves the key to
+-- the next delivery: the caller calls pglock_job_finish_tx just before COMMIT, and after a
+-- rollback records a failure with a claim outside a transaction and pglock_job_finish. The claim's advisory lock then lasts until the transaction ends, and
 -- with p_idle_timeout_ms > 0 the transaction's idle_in_transaction_session_timeout is at most
 -- that (never loosened), so that a caller that vanishes mid-transaction holds the key no
 -- longer. p_window_ms is the retention of the record from now (and from its outcome, which
@@ -170,7 +170,8 @@ BEGIN
     FOR i IN 1..2 LOOP
         v_now := clock_timestamp();
         SELECT * INTO v_job FROM pglock_jobs j WHERE j.scope = p_scope AND j.job_key = p_key;
-        v_found := FOUND AND v_job.retain_until > v_now;
+        -- A record counts within its retention, and always while a lease on it is live.
+        v_found := FOUND AND (v_job.retain_until > v_now OR (v_job.status = 'running' AND v_job.lease_expires_at > v_now));
         IF v_found THEN
             IF p_fingerprint IS NOT NULL AND v_job.fingerprint IS NOT NULL AND v_job.fingerprint <> p_fingerprint THEN
                 RETURN pglock_job_answer_of('mismatch', v_job, v_lock_key);
@@ -178,7 +179,9 @@ BEGIN
                 RETURN pglock_job_answer_of('done', v_job, v_lock_key);
             ELSIF v_job.status = 'running' AND v_job.lease_expires_at > v_now THEN
                 RETURN pglock_job_answer_of('running', v_job, pglock_job_lock_key(p_scope, p_key));
-            ELSIF v_job.status = 'failed' AND p_max_attempts > 0 AND v_job.attempts >= p_max_attempts THEN
+            ELSIF p_max_attempts > 0 AND v_job.attempts >= p_max_attempts THEN
+                -- Failed, or running under a lease that expired: its runner vanished, and a
+                -- crashed attempt counts.
                 RETURN pglock_job_answer_of('gave_up', v_job, v_lock_key);
             END IF;
         END IF;
@@ -197,7 +200,7 @@ BEGIN
         VALUES (p_scope, p_key, CASE WHEN p_transactional THEN 'succeeded' ELSE 'running' END,
                 p_holder_id, coalesce(p_instance, ''), 1, nextval('pglock_jobs_fencing_token_seq'),
                 CASE WHEN p_transactional THEN NULL ELSE v_now + p_ttl_ms * interval '1 millisecond' END,
-                v_now, CASE WHEN p_transactional THEN v_now END,
+                v_now, NULL,
                 v_now + p_window_ms * interval '1 millisecond', v_now, p_fingerprint)
         ON CONFLICT (scope, job_key) DO UPDATE
            SET status = excluded.status, holder_id = excluded.holder_id, instance = excluded.instance,
@@ -211,10 +214,11 @@ BEGIN
                fingerprint = CASE WHEN j.retain_until > v_now THEN coalesce(j.fingerprint, excluded.fingerprint)
                                   ELSE excluded.fingerprint END,
                retain_until = excluded.retain_until
-         WHERE j.retain_until <= v_now
-            OR ((p_fingerprint IS NULL OR j.fingerprint IS NULL OR j.fingerprint = p_fingerprint)
-                AND ((j.status = 'failed' AND (p_max_attempts = 0 OR j.attempts < p_max_attempts))
-                     OR (j.status = 'running' AND j.lease_expires_at <= v_now)))
+         WHERE NOT (j.status = 'running' AND j.lease_expires_at > v_now)
+           AND (j.retain_until <= v_now
+                OR ((p_fingerprint IS NULL OR j.fingerprint IS NULL OR j.fingerprint = p_fingerprint)
+                    AND j.status <> 'succeeded'
+                    AND (p_max_attempts = 0 OR j.attempts < p_max_attempts)))
         RETURNING * INTO v_job;
         IF FOUND THEN
             IF p_transactional AND p_idle_timeout_ms > 0 THEN
@@ -310,9 +314,37 @@ BEGIN
 END;
 $$;
 
+-- Records when the attempt claimed inside the calling transaction with p_fencing_token
+-- finished, and keeps its record p_window_ms from then (not from the claim: fn may have run
+-- longer than the window), and announces the outcome; call it just before COMMIT, which makes
+-- the outcome true. Returns the finish time, or NULL when this transaction holds no such claim.
+CREATE FUNCTION pglock_job_finish_tx(p_scope varchar, p_key text, p_fencing_token bigint, p_window_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
+        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    END IF;
+    UPDATE pglock_jobs j
+       SET finished_at = v_now, retain_until = v_now + p_window_ms * interval '1 millisecond'
+     WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+       AND j.status = 'succeeded' AND j.finished_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pglock_job_announce(p_scope, p_key);
+    RETURN v_now;
+END;
+$$;
+
 -- Announces the outcome of (p_scope, p_key) on the channel pglock_jobs, when the transaction
 -- commits, if the key has waiters; otherwise does nothing, for a notification serializes
--- commits. A claim inside a transaction calls it just before COMMIT.
+-- commits.
 CREATE FUNCTION pglock_job_announce(p_scope varchar, p_key text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -413,6 +445,7 @@ REVOKE ALL ON FUNCTION pglock_job_answer_of(text, pglock_jobs, bigint) FROM PUBL
 REVOKE ALL ON FUNCTION pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_renew(varchar, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_job_finish_tx(varchar, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_announce(varchar, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_await(varchar, text, varchar, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION pglock_job_unawait(varchar, text, varchar) FROM PUBLIC;

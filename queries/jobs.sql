@@ -33,9 +33,12 @@ SELECT f.finished_at::timestamptz AS finished_at
                          sqlc.narg('result')::jsonb, sqlc.narg('error')::text, @window_ms) AS f(finished_at)
  WHERE f.finished_at IS NOT NULL;
 
--- AnnounceJob goes just before the COMMIT of a RunTx transaction (pipelined with it).
--- name: AnnounceJob :exec
-SELECT pglock_job_announce(@scope, @job_key);
+-- FinishJobTx goes just before the COMMIT of a RunTx transaction (pipelined with it); no row
+-- (pgx.ErrNoRows) when the transaction holds no such claim.
+-- name: FinishJobTx :one
+SELECT f.finished_at::timestamptz AS finished_at
+  FROM pglock_job_finish_tx(@scope, @job_key, @fencing_token, @window_ms) AS f(finished_at)
+ WHERE f.finished_at IS NOT NULL;
 
 -- RecordJobFailure records the failure of a RunTx attempt after its transaction rolled back: a
 -- claim outside a transaction, finished at once as failed, in one autocommit statement. No row
