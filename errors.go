@@ -44,6 +44,9 @@ var (
 	// other than the one it was first delivered with.
 	ErrFingerprintMismatch = errors.New("pglock: key seen before with a different fingerprint")
 
+	// ErrNoLeader means an election has no leader now.
+	ErrNoLeader = errors.New("pglock: no leader")
+
 	// ErrUnsafeSchema means pglock will not migrate a schema where another role could make the
 	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
 	// the migrations), or one whose version table someone else made.

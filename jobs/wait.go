@@ -12,10 +12,6 @@ import (
 	"github.com/pglock/pglock/internal/retry"
 )
 
-// channel is where pglock_job_finish and pglock_job_forget announce the outcomes of keys that
-// have waiters, with the key's lock key as payload.
-const channel = "pglock_jobs"
-
 // pollBackoff spaces a waiter's claims when no notification comes: one may be missed (the
 // listener reconnecting, an outcome committed just as the waiter registered), and a runner that
 // vanished sends none; its claim is taken over once it expires.
@@ -55,7 +51,7 @@ func (d *Deduper) startWaiting(lockKey int64) *waiter {
 	if !d.cfg.DisableNotifications {
 		d.subscribeMu.Lock()
 		if d.listeners == 0 {
-			d.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, channel,
+			d.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, db.JobsChannel,
 				notify.Handler{Notify: d.announced, Listening: d.wakeAll})
 		}
 		d.listeners++

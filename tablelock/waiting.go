@@ -261,17 +261,11 @@ func wake(w *waiter) {
 func (l *Locker) subscribe() {
 	listener := l.cfg.ListenerConnConfig
 	l.unsubscribe = []func(){
-		notify.Subscribe(l.pool, listener, l.cfg.Logger, handoffChannel, notify.Handler{Notify: l.handedOff}),
+		notify.Subscribe(l.pool, listener, l.cfg.Logger, db.HandoffChannel, notify.Handler{Notify: l.handedOff}),
 		// Listening: anything released while the listener was not listening.
-		notify.Subscribe(l.pool, listener, l.cfg.Logger, releasedChannel, notify.Handler{Notify: l.released, Listening: l.wakeHeads}),
+		notify.Subscribe(l.pool, listener, l.cfg.Logger, db.ReleasedChannel, notify.Handler{Notify: l.released, Listening: l.wakeHeads}),
 	}
 }
-
-// The channels the SQL contract notifies on.
-const (
-	handoffChannel  = "pglock_handoff"  // JSON naming the new holder (handoffNotice)
-	releasedChannel = "pglock_released" // the name of a lock freed with nobody waiting
-)
 
 // handedOff wakes the new holder a handoff names, if it is one of this Locker's waiters.
 func (l *Locker) handedOff(payload string) {

@@ -1,0 +1,8 @@
+package db
+
+// The channels the SQL contract notifies on.
+const (
+	HandoffChannel  = "pglock_handoff"  // a lock handed to a waiter: JSON with lock_name, holder_id, fencing_token, expires_at
+	ReleasedChannel = "pglock_released" // the name of a lock freed with nobody waiting
+	JobsChannel     = "pglock_jobs"     // the lock key of a job whose outcome has waiters (pglock_job_announce)
+)

@@ -1,0 +1,157 @@
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/notify"
+)
+
+// Leader is an election's leader as the database has it.
+type Leader struct {
+	Election   string
+	Holder     string    // the holder id of the leader's lock
+	Instance   string    // the leader's process, app@host:pid
+	Term       int64     // the lock's fencing token
+	Since      time.Time // when the term began, by the database's clock
+	ExpiresAt  time.Time // when its lease ends unless renewed, by the database's clock
+	Candidates int       // how many candidates wait
+}
+
+// Current returns the leader of election name, or an error matching pglock.ErrNoLeader.
+func Current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, error) {
+	l, _, err := current(ctx, pool, name)
+	return l, err
+}
+
+// current is Current and the database's time of the answer.
+func current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, time.Time, error) {
+	if err := validateName(name); err != nil {
+		return Leader{}, time.Time{}, err
+	}
+	lockName := lockPrefix + name
+	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx, &lockName)
+	if err != nil {
+		return Leader{}, time.Time{}, fmt.Errorf("pglock: leader of %q: %w", name, err)
+	}
+	if len(rows) == 0 || rows[0].HolderID == nil {
+		return Leader{}, time.Time{}, fmt.Errorf("%w: election %q", pglock.ErrNoLeader, name)
+	}
+	return leaderOf(rows[0]), rows[0].Now, nil
+}
+
+// List returns every election with a leader or a waiting candidate, by name; an election
+// without a leader has a zero Term.
+func List(ctx context.Context, pool *pgxpool.Pool) ([]Leader, error) {
+	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: list leaders: %w", err)
+	}
+	leaders := make([]Leader, 0, len(rows))
+	for _, r := range rows {
+		leaders = append(leaders, leaderOf(r))
+	}
+	return leaders, nil
+}
+
+// ForceResign ends the leadership of election name whoever holds it, as an operator does: the
+// leader is told at its next renewal (within a third of its TTL), and the next candidate is
+// elected at once with a higher term. It returns the leader it deposed, or an error matching
+// pglock.ErrNoLeader.
+func ForceResign(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, error) {
+	l, err := Current(ctx, pool, name)
+	if err != nil {
+		return Leader{}, err
+	}
+	released, err := db.New(db.Translating(pool)).ForceReleaseLock(ctx, lockPrefix+name)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Leader{}, fmt.Errorf("%w: election %q (it ended meanwhile)", pglock.ErrNoLeader, name)
+	case err != nil:
+		return Leader{}, fmt.Errorf("pglock: force %q to resign: %w", name, err)
+	}
+	l.Holder, l.Instance, l.Term = released.HolderID, released.Instance, released.FencingToken
+	return l, nil
+}
+
+func leaderOf(r db.ListLeadersRow) Leader {
+	l := Leader{Election: strings.TrimPrefix(r.LockName, lockPrefix), Candidates: int(r.Candidates)}
+	if r.HolderID != nil {
+		l.Holder, l.Instance, l.Term = *r.HolderID, deref(r.Instance), deref(r.FencingToken)
+		l.Since, l.ExpiresAt = deref(r.AcquiredAt), deref(r.ExpiresAt)
+	}
+	return l
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// wakeWatcher has the OnNewLeader watcher read the leader again.
+func (e *Elector) wakeWatcher() {
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+// watch tells fn of each new leader of the election until ctx ends. It reads the leader when
+// woken (this Elector's election, a handoff of the election's lock, a reconnected listener)
+// and at the current lease's expiry, when a crashed leader's successor takes over unannounced;
+// with nobody leading, every third of the TTL.
+func (e *Elector) watch(ctx context.Context, fn func(Leader)) {
+	if !e.cfg.DisableNotifications {
+		unsubscribe := notify.Subscribe(e.pool, e.cfg.ListenerConnConfig, e.cfg.Logger, db.HandoffChannel, notify.Handler{
+			Notify: func(payload string) {
+				var h struct {
+					LockName string `json:"lock_name"`
+				}
+				if json.Unmarshal([]byte(payload), &h) == nil && h.LockName == e.lockName {
+					e.wakeWatcher()
+				}
+			},
+			Listening: e.wakeWatcher,
+		})
+		defer unsubscribe()
+	}
+	var seen int64
+	for {
+		next := e.cfg.TTL / 3
+		l, now, err := current(ctx, e.pool, e.name)
+		switch {
+		case err == nil:
+			if l.Term != seen {
+				seen = l.Term
+				fn(l)
+			}
+			next = max(l.ExpiresAt.Sub(now), 0) + 10*time.Millisecond
+		case errors.Is(err, pglock.ErrNoLeader):
+		case ctx.Err() != nil:
+			return
+		default:
+			e.cfg.Logger.Warn("pglock: could not read the leader", "election", e.name, "error", err)
+		}
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-e.changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}

@@ -1,0 +1,273 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/retry"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// ErrNoLeader is pglock.ErrNoLeader, for errors.Is.
+var ErrNoLeader = pglock.ErrNoLeader
+
+// lockPrefix starts the name of an election's lock.
+const lockPrefix = "pglock.leader/"
+
+// MaxNameLen is the longest election name, in bytes: its lock's name is lockPrefix followed by
+// it.
+const MaxNameLen = pglock.MaxNameLen - len(lockPrefix)
+
+// Config configures an Elector. A nil *Config, and every zero field, means the default.
+type Config struct {
+	// AppName names this process in the instance recorded with its leadership, app@host:pid.
+	// Default: the executable's base name.
+	AppName string
+
+	// TTL is the leader's lease, renewed every third of it. A leader that crashes is replaced
+	// once it expires (plus a poll); a leader cut off from the database stops (its OnElected
+	// context is canceled) a tenth of it before. From tablelock.MinTTL to tablelock.MaxTTL.
+	// Default: 15 s.
+	TTL time.Duration
+
+	// DisableNotifications and ListenerConnConfig are tablelock.Config's: for a pool that
+	// cannot LISTEN (PgBouncer in transaction pooling mode), candidates poll, or listen on a
+	// direct connection. Default: listen as the pool connects.
+	DisableNotifications bool
+	ListenerConnConfig   *pgx.ConnConfig
+
+	// Logger receives the Elector's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Callbacks are what an Elector calls as leadership comes and goes. Each runs on Run's
+// goroutine but OnNewLeader, which runs on a goroutine of its own, one call at a time.
+type Callbacks struct {
+	// OnElected runs while this Elector leads, with the term; ctx is canceled when leadership
+	// ends. Returning resigns. Required.
+	OnElected func(ctx context.Context, term int64)
+	// OnDemoted runs after OnElected has returned, once leadership has ended. Optional.
+	OnDemoted func(term int64)
+	// OnNewLeader is told of each new leader the Elector sees, itself included: at once when a
+	// candidate is handed leadership, and by the old lease's expiry when a leader crashed.
+	// Optional.
+	OnNewLeader func(Leader)
+}
+
+// Elector campaigns in one election. Its methods are safe for concurrent use; Run runs once at
+// a time.
+type Elector struct {
+	pool     *pgxpool.Pool
+	name     string
+	lockName string
+	cfg      Config
+
+	mu      sync.Mutex
+	running bool
+	lock    *tablelock.Lock         // while leading
+	end     context.CancelCauseFunc // ends the current leadership
+	changed chan struct{}           // wakes the OnNewLeader watcher
+}
+
+// New returns an Elector for the election name (1 to MaxNameLen bytes of UTF-8 without NUL)
+// that takes its connections from pool. A nil cfg means the defaults.
+func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.TTL == 0 {
+		c.TTL = 15 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	// tablelock checks the rest: make one now, so that a mistake is found here.
+	l, err := newLocker(pool, c)
+	if err != nil {
+		return nil, err
+	}
+	l.Close(context.Background())
+	return &Elector{pool: pool, name: name, lockName: lockPrefix + name, cfg: c, changed: make(chan struct{}, 1)}, nil
+}
+
+func validateName(name string) error {
+	if err := pglock.ValidateName(name); err != nil {
+		return fmt.Errorf("election name: %w", err)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: election name of %d bytes, the limit is %d", pglock.ErrInvalidName, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+func newLocker(pool *pgxpool.Pool, c Config) (*tablelock.Locker, error) {
+	return tablelock.New(pool, &tablelock.Config{
+		AppName: c.AppName, DefaultTTL: c.TTL, DisableNotifications: c.DisableNotifications,
+		ListenerConnConfig: c.ListenerConnConfig, Logger: c.Logger,
+	})
+}
+
+// campaignBackoff spaces campaigns that fail (the database unreachable).
+var campaignBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// Run campaigns until ctx is done, calling cb as leadership comes and goes, and returns nil
+// then (leadership, if held, is handed on first). Errors are bad input, and a second Run at
+// once; a database that cannot be reached is retried with backoff, and logged.
+func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
+	if cb.OnElected == nil {
+		return fmt.Errorf("%w: nil OnElected", pglock.ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	if e.running {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: Run of election %q is already running", pglock.ErrInvalidArgument, e.name)
+	}
+	e.running = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
+	}()
+
+	locker, err := newLocker(e.pool, e.cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
+		defer cancel()
+		locker.Close(closeCtx)
+	}()
+	if cb.OnNewLeader != nil {
+		watchCtx, stopWatching := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			e.watch(watchCtx, cb.OnNewLeader)
+		}()
+		defer func() { stopWatching(); <-watched }()
+	}
+	for failures := 0; ctx.Err() == nil; {
+		lk, err := locker.Acquire(ctx, e.lockName, &tablelock.AcquireOptions{Metadata: map[string]any{"election": e.name}})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			e.cfg.Logger.Warn("pglock: campaign failed; retrying", "election", e.name, "failures", failures, "error", err)
+			campaignBackoff.Sleep(ctx, clock.Real, failures)
+			continue
+		}
+		failures = 0
+		e.lead(ctx, lk, cb)
+	}
+	return nil
+}
+
+// lead runs one term: OnElected until leadership ends, the release as soon as it ends, then
+// OnDemoted.
+func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) {
+	term := lk.Token()
+	electedCtx, end := context.WithCancelCause(ctx)
+	e.mu.Lock()
+	e.lock, e.end = lk, end
+	e.mu.Unlock()
+	e.wakeWatcher()
+
+	// Leadership ends when the lock is lost, Resign or ctx ends it, or OnElected returns; the
+	// lock is released then, not when OnElected returns, so that the next candidate need not
+	// wait for a leader that is slow to stop.
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		select {
+		case <-lk.Lost():
+			end(lk.Err())
+		case <-electedCtx.Done():
+		}
+		e.mu.Lock()
+		e.lock, e.end = nil, nil
+		e.mu.Unlock()
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
+		defer cancel()
+		err := lk.Release(releaseCtx)
+		if err != nil && !errors.Is(err, pglock.ErrLockLost) && !errors.Is(err, pglock.ErrNotHeld) { // lost, or released by Resign
+			e.cfg.Logger.Warn("pglock: release of leadership failed; it ends with its lease", "election", e.name, "term", term, "error", err)
+		}
+	}()
+	defer func() {
+		end(fmt.Errorf("%w: OnElected of election %q returned", errResigned, e.name))
+		<-released
+		if cb.OnDemoted != nil {
+			cb.OnDemoted(term)
+		}
+	}()
+	cb.OnElected(electedCtx, term)
+}
+
+// errResigned is the cause of an OnElected context canceled by a resignation.
+var errResigned = errors.New("pglock: leadership resigned")
+
+// Resign ends this Elector's leadership, if it leads: OnElected's context is canceled, and the
+// lock is released, handing leadership to the next candidate, before it returns (within ctx).
+// Run campaigns again afterwards, behind the candidates already waiting.
+func (e *Elector) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	lk, end := e.lock, e.end
+	e.lock, e.end = nil, nil
+	e.mu.Unlock()
+	if lk == nil {
+		return nil
+	}
+	end(fmt.Errorf("%w: Resign was called for election %q", errResigned, e.name))
+	if err := lk.Release(ctx); err != nil && !errors.Is(err, pglock.ErrNotHeld) {
+		return fmt.Errorf("pglock: resign from election %q: %w", e.name, err)
+	}
+	return nil
+}
+
+// IsLeader reports whether this Elector leads now, as far as it knows: a lease lost a moment
+// ago may not have been noticed yet. Fence is the check to trust.
+func (e *Elector) IsLeader() bool { return e.Term() != 0 }
+
+// Term returns the term this Elector leads in, or 0 when it does not lead.
+func (e *Elector) Term() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lock == nil || e.lock.Err() != nil {
+		return 0
+	}
+	return e.lock.Token()
+}
+
+// Fence verifies, inside tx, that this Elector still leads with its term, and keeps it so
+// until tx ends (no successor can be elected before), bounding tx on the server as
+// tablelock.Lock.Fence does. Write after Fence, and commit at once. It returns an error
+// matching pglock.ErrNotHeld when the Elector does not lead, and pglock.ErrLockLost when it
+// has just lost leadership (which ends it).
+func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
+	e.mu.Lock()
+	lk := e.lock
+	e.mu.Unlock()
+	if lk == nil {
+		return fmt.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
+	}
+	return lk.Fence(ctx, tx)
+}
