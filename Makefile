@@ -26,9 +26,12 @@ generate: $(SQLC)
 check-generated: $(SQLC)
 	@$(SQLC) diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
 
-## bench: every benchmark once, each comparing pglock with its baseline in the same run.
+## bench: every benchmark once, each comparing pglock with its baseline in the same run. A
+## failover waits out a lease (2 s), so it runs 5 times.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3000x ./...
+	$(GO) test -run '^$$' -bench . -benchtime 3000x $$($(GO) list ./... | grep -v '/leader$$')
+	$(GO) test -run '^$$' -bench ResignHandoff -benchtime 300x ./leader/
+	$(GO) test -run '^$$' -bench CrashFailover -benchtime 5x ./leader/
 
 tools: $(SQLC) $(STATICCHECK)
 
