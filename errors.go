@@ -47,6 +47,9 @@ var (
 	// ErrNoLeader means an election has no leader now.
 	ErrNoLeader = errors.New("pglock: no leader")
 
+	// ErrRateLimited means an event did not fit its rate limit in the time there was.
+	ErrRateLimited = errors.New("pglock: rate limited")
+
 	// ErrUnsafeSchema means pglock will not migrate a schema where another role could make the
 	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
 	// the migrations), or one whose version table someone else made.

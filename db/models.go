@@ -85,6 +85,24 @@ type PglockJobWaiter struct {
 	ExpiresAt time.Time
 }
 
+type PglockRateLimit struct {
+	Durable bool
+	RateKey string
+	Tat     time.Time
+}
+
+type PglockRateLimitsDurable struct {
+	Durable bool
+	RateKey string
+	Tat     time.Time
+}
+
+type PglockRateLimitsUnlogged struct {
+	Durable bool
+	RateKey string
+	Tat     time.Time
+}
+
 type PglockSchemaMigration struct {
 	Version int64
 	Dirty   bool

@@ -1,0 +1,38 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/ratelimit"
+)
+
+// At most 2 calls a second to a partner's API, across the whole fleet, with bursts of 3.
+func Example() {
+	d, done := testdb.Example()
+	defer done()
+	limiter, err := ratelimit.New(d.Pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit := ratelimit.Limit{Rate: 2, Per: time.Second, Burst: 3}
+	for call := 1; call <= 4; call++ {
+		res, err := limiter.Allow(context.Background(), "partner-api", limit)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if res.Allowed {
+			fmt.Printf("call %d: allowed, %d more now\n", call, res.Remaining)
+		} else {
+			fmt.Printf("call %d: wait about %s\n", call, res.RetryAfter.Round(100*time.Millisecond))
+		}
+	}
+	// Output:
+	// call 1: allowed, 2 more now
+	// call 2: allowed, 1 more now
+	// call 3: allowed, 0 more now
+	// call 4: wait about 500ms
+}
