@@ -11,29 +11,39 @@ import (
 
 const takeRate = `-- name: TakeRate :one
 
-SELECT t.allowed::boolean AS allowed, t.wait_us::bigint AS wait_us, t.remaining::integer AS remaining
-  FROM pglock_rate_take($1, $2, $3, $4, $5, $6) AS t
+SELECT t.allowed::boolean AS allowed, t.wait_us::bigint AS wait_us, t.remaining::integer AS remaining,
+       set_config('synchronous_commit',
+                  CASE WHEN $1::boolean THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true) AS synchronous_commit
+  FROM pglock_rate_take($2, $3, $4, $5, $6, $7) AS t
 `
 
 type TakeRateParams struct {
-	Durable    bool
-	RateKey    string
-	IntervalUs int64
-	Burst      int32
-	Cost       int32
-	MaxWaitUs  int64
+	Synchronous bool
+	Durable     bool
+	RateKey     string
+	IntervalUs  int64
+	Burst       int32
+	Cost        int32
+	MaxWaitUs   int64
 }
 
 type TakeRateRow struct {
-	Allowed   bool
-	WaitUs    int64
-	Remaining int32
+	Allowed           bool
+	WaitUs            int64
+	Remaining         int32
+	SynchronousCommit string
 }
 
 // Rate limits (package ratelimit). sqlc cannot see the columns of what a function returns, so
 // they are named and cast here.
+// TakeRate commits asynchronously unless @synchronous (set here, in the caller's transaction,
+// not in the function: the contract leaves the choice to each caller). A decision lost in a
+// crash costs at most the last few hundred milliseconds of a limit (wal_writer_delay, three
+// times over), which a rate limit can spare; waiting for the flush costs every decision.
 func (q *Queries) TakeRate(ctx context.Context, arg TakeRateParams) (TakeRateRow, error) {
 	row := q.db.QueryRow(ctx, takeRate,
+		arg.Synchronous,
 		arg.Durable,
 		arg.RateKey,
 		arg.IntervalUs,
@@ -42,6 +52,11 @@ func (q *Queries) TakeRate(ctx context.Context, arg TakeRateParams) (TakeRateRow
 		arg.MaxWaitUs,
 	)
 	var i TakeRateRow
-	err := row.Scan(&i.Allowed, &i.WaitUs, &i.Remaining)
+	err := row.Scan(
+		&i.Allowed,
+		&i.WaitUs,
+		&i.Remaining,
+		&i.SynchronousCommit,
+	)
 	return i, err
 }

@@ -8,7 +8,8 @@
 // slot and sleeps until it. Keys need no cleanup: a key whose limit has recovered is as a new
 // one, and the table deletes such keys on its own.
 //
-// Limits are durable by default (they survive a crash, and each decision waits for the WAL
-// flush). Config.Unlogged keeps them in an unlogged table instead: faster, and after a
-// PostgreSQL crash every limit starts afresh. docs/ratelimit.md compares the two.
+// Limits live in a logged table, and each decision commits without waiting for the WAL flush:
+// a PostgreSQL crash forgets at most the last few hundred milliseconds of decisions.
+// Config.SynchronousCommit waits for the flush; Config.Unlogged keeps the limits in an unlogged
+// table, the fastest, reset by a crash. docs/ratelimit.md compares the three.
 package ratelimit

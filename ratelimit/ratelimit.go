@@ -36,19 +36,26 @@ func (l Limit) interval() (int64, error) {
 	return us, nil
 }
 
-// Config configures a Limiter. A nil *Config means the defaults.
+// Config configures a Limiter. A nil *Config means the defaults: limits in a logged table,
+// each decision committed without waiting for the WAL flush, so that a PostgreSQL crash can
+// forget only the last few hundred milliseconds of decisions.
 type Config struct {
-	// Unlogged keeps the limits in an unlogged table: a decision commits without waiting for
-	// the WAL flush, and a PostgreSQL crash resets every limit (as if each key were new).
-	// Default: false, durable limits.
+	// Unlogged keeps the limits in an unlogged table: no WAL at all, and a PostgreSQL crash (or
+	// a failover to a replica) resets every limit, as if each key were new. Default: false.
 	Unlogged bool
+
+	// SynchronousCommit makes each decision wait for the WAL flush (and synchronous replicas),
+	// as PostgreSQL's synchronous_commit setting has it: no decision is forgotten in a crash.
+	// Ignored with Unlogged. Default: false.
+	SynchronousCommit bool
 }
 
 // Limiter decides rate limits for one process. It is safe for concurrent use and holds no
 // connection between calls.
 type Limiter struct {
-	queries *db.Queries
-	durable bool
+	queries     *db.Queries
+	durable     bool
+	synchronous bool
 }
 
 // New returns a Limiter that takes its connections from pool. A nil cfg means the defaults.
@@ -56,7 +63,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Limiter, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	return &Limiter{queries: db.New(db.Translating(pool)), durable: cfg == nil || !cfg.Unlogged}, nil
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	return &Limiter{queries: db.New(db.Translating(pool)), durable: !c.Unlogged, synchronous: c.SynchronousCommit}, nil
 }
 
 // Result is a decision.
@@ -122,6 +133,7 @@ func (l *Limiter) take(ctx context.Context, key string, limit Limit, maxWaitUs i
 	}
 	r, err := l.queries.TakeRate(ctx, db.TakeRateParams{
 		Durable: l.durable, RateKey: key, IntervalUs: interval, Burst: int32(limit.Burst), Cost: 1, MaxWaitUs: maxWaitUs,
+		Synchronous: l.synchronous,
 	})
 	if err != nil {
 		return db.TakeRateRow{}, fmt.Errorf("pglock: rate limit of %q: %w", key, err)

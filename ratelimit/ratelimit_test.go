@@ -186,3 +186,56 @@ func TestLimiterWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		require.True(t, res.Allowed)
 	}
 }
+
+// 4 instances hammer one key for 5 s at R = 50/s, B = 10: the allowed count is the burst plus
+// 50 a second, to within 2 %; and a denied call's RetryAfter, honoured, lets it through.
+func TestHammeredKeyAllowsTheRateAndTheBurst(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	limit := ratelimit.Limit{Rate: 50, Per: time.Second, Burst: 10}
+	const run = 5 * time.Second
+	var allowed atomic.Int64
+	var honoured atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 4 {
+		l, err := ratelimit.New(d.NewPool(t, nil), nil)
+		require.NoError(t, err)
+		for range 2 {
+			wg.Go(func() {
+				ctx := context.Background()
+				for time.Since(start) < run {
+					res, err := l.Allow(ctx, "hammered", limit)
+					require.NoError(t, err)
+					if res.Allowed {
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start) // the last calls began before run was over
+	want := 10 + 50*elapsed.Seconds()
+	got := float64(allowed.Load())
+	t.Logf("allowed %v in %s; expected %.0f", got, elapsed.Round(time.Millisecond), want)
+	require.InDelta(t, want, got, 0.02*want)
+
+	// Spend what is left now, then honour the wait a denial gives.
+	l, err := ratelimit.New(d.Pool, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for {
+		res, err := l.Allow(ctx, "honoured", limit)
+		require.NoError(t, err)
+		if !res.Allowed {
+			time.Sleep(res.RetryAfter)
+			res, err = l.Allow(ctx, "honoured", limit)
+			require.NoError(t, err)
+			require.True(t, res.Allowed, "a denied call's wait, honoured, then succeeds")
+			honoured.Add(1)
+			break
+		}
+	}
+	require.Equal(t, int64(1), honoured.Load())
+}
