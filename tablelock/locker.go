@@ -360,3 +360,32 @@ func lockedError(name, holder, instance string, metadata json.RawMessage, expire
 	_ = json.Unmarshal(metadata, &e.Metadata) // the database only stores JSON objects
 	return e
 }
+
+// Generic returns l as a pglock.Locker, for code that takes locks through that interface (and
+// is tested with package memlock): each acquisition uses opts.
+func (l *Locker) Generic(opts *AcquireOptions) pglock.Locker { return generic{l, opts} }
+
+type generic struct {
+	l    *Locker
+	opts *AcquireOptions
+}
+
+func (g generic) TryAcquire(ctx context.Context, name string) (pglock.Lock, error) {
+	return asLock(g.l.TryAcquire(ctx, name, g.opts))
+}
+
+func (g generic) Acquire(ctx context.Context, name string) (pglock.Lock, error) {
+	return asLock(g.l.Acquire(ctx, name, g.opts))
+}
+
+func (g generic) WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error {
+	return g.l.WithLock(ctx, name, g.opts, fn)
+}
+
+// asLock keeps a nil *Lock from becoming a non-nil pglock.Lock.
+func asLock(lk *Lock, err error) (pglock.Lock, error) {
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}

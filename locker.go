@@ -1,0 +1,30 @@
+package pglock
+
+import "context"
+
+// Locker is what code that takes named locks depends on, so that its tests can give it an
+// in-memory Locker (package memlock) where production gives it a table lock Locker
+// (tablelock.Locker.Generic). Both pass one conformance suite: tokens increase, waiters are
+// served in order, a lost lock says so, WithLock releases what it took.
+type Locker interface {
+	// TryAcquire takes the lock if it is free, or returns an error matching ErrLocked.
+	TryAcquire(ctx context.Context, name string) (Lock, error)
+	// Acquire waits until it holds the lock, in the order of arrival, or ctx is done.
+	Acquire(ctx context.Context, name string) (Lock, error)
+	// WithLock runs fn holding the lock; fn's ctx is canceled, with cause ErrLockLost, if the
+	// lock is lost meanwhile. The lock is released when fn returns.
+	WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error
+}
+
+// Lock is a held lock.
+type Lock interface {
+	Name() string
+	// Token is larger than that of every earlier holder of the name.
+	Token() int64
+	// Lost is closed once the lock is lost (never for one released normally); Err then says
+	// why, matching ErrLockLost.
+	Lost() <-chan struct{}
+	Err() error
+	// Release gives the lock up; a second Release returns an error matching ErrNotHeld.
+	Release(ctx context.Context) error
+}

@@ -1,0 +1,46 @@
+package tablelock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/locktest"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// The suite memlock passes too: code written against pglock.Locker behaves alike on both.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	var dbs sync.Map // each subtest's database
+	db := func(t *testing.T) *testdb.DB {
+		d, ok := dbs.Load(t)
+		require.True(t, ok, "New first")
+		return d.(*testdb.DB)
+	}
+	opts := &tablelock.AcquireOptions{TTL: time.Second} // a force release is noticed within 333 ms
+	locktest.Run(t, locktest.Subject{
+		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
+			d := testdb.New(t, nil)
+			dbs.Store(t, d)
+			a := newLocker(t, d.NewPool(t, nil), nil)
+			b := newLocker(t, d.NewPool(t, nil), nil)
+			return a.Generic(opts), b.Generic(opts)
+		},
+		ForceRelease: func(t *testing.T, name string) {
+			_, err := db(t).Pool.Exec(context.Background(), `SELECT force_release_lock($1)`, name)
+			require.NoError(t, err)
+		},
+		Waiting: func(t *testing.T, name string) int {
+			var n int
+			require.NoError(t, db(t).Pool.QueryRow(context.Background(),
+				`SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = $1 AND expires_at > clock_timestamp()`, name).Scan(&n))
+			return n
+		},
+	})
+}
