@@ -63,7 +63,7 @@ func TestPartitionLosesTheLockBeforeItExpiresOnADrivenClock(t *testing.T) {
 	heal := l.Partition()
 	defer heal()
 	renewedAt := lk.(*memlock.Lock).ExpiresAt().Add(-3 * time.Second)
-	clk.Advance(renewedAt.Add(2700 * time.Millisecond).Sub(clk.Now()) - time.Millisecond)
+	clk.Advance(renewedAt.Add(2700*time.Millisecond).Sub(clk.Now()) - time.Millisecond)
 	require.NoError(t, lk.Err(), "not yet: 1 ms before the deadline")
 	clk.Advance(time.Millisecond)
 	testdb.Receive(t, lk.Lost())
