@@ -11,6 +11,58 @@ import (
 	"time"
 )
 
+const attemptSemaphore = `-- name: AttemptSemaphore :one
+SELECT a.acquired::boolean                               AS acquired,
+       coalesce(a.fencing_token, 0)::bigint              AS fencing_token,
+       coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       a.holders::integer                                AS holders,
+       set_config('synchronous_commit',
+                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                                  AS synchronous_commit
+  FROM pglock_semaphore_attempt($1, $2, $3, $4, $5, $6, $7) AS a
+`
+
+type AttemptSemaphoreParams struct {
+	Semaphore string
+	HolderID  string
+	Permits   int32
+	TtlMs     int64
+	Metadata  json.RawMessage
+	Instance  string
+	Wait      bool
+}
+
+type AttemptSemaphoreRow struct {
+	Acquired          bool
+	FencingToken      int64
+	ExpiresAt         time.Time
+	Holders           int32
+	SynchronousCommit string
+}
+
+// AttemptSemaphore is a semaphore's try (wait false) or poll (wait true): see
+// pglock_semaphore_attempt. As PollLock, only an acquisition waits for the WAL flush.
+func (q *Queries) AttemptSemaphore(ctx context.Context, arg AttemptSemaphoreParams) (AttemptSemaphoreRow, error) {
+	row := q.db.QueryRow(ctx, attemptSemaphore,
+		arg.Semaphore,
+		arg.HolderID,
+		arg.Permits,
+		arg.TtlMs,
+		arg.Metadata,
+		arg.Instance,
+		arg.Wait,
+	)
+	var i AttemptSemaphoreRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.FencingToken,
+		&i.ExpiresAt,
+		&i.Holders,
+		&i.SynchronousCommit,
+	)
+	return i, err
+}
+
 const extendLock = `-- name: ExtendLock :one
 SELECT e.expires_at::timestamptz AS expires_at
   FROM extend_lock_ms($1, $2, $3) AS e(expires_at)

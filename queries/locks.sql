@@ -65,3 +65,15 @@ SELECT r.released::boolean   AS released,
 SELECT f.expires_at::timestamptz AS expires_at
   FROM pglock_fence(@lock_name, @fencing_token, @grace_ms) AS f(expires_at)
  WHERE f.expires_at IS NOT NULL;
+
+-- AttemptSemaphore is a semaphore's try (wait false) or poll (wait true): see
+-- pglock_semaphore_attempt. As PollLock, only an acquisition waits for the WAL flush.
+-- name: AttemptSemaphore :one
+SELECT a.acquired::boolean                               AS acquired,
+       coalesce(a.fencing_token, 0)::bigint              AS fencing_token,
+       coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       a.holders::integer                                AS holders,
+       set_config('synchronous_commit',
+                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                                  AS synchronous_commit
+  FROM pglock_semaphore_attempt(@semaphore, @holder_id, @permits, @ttl_ms, @metadata, @instance, @wait) AS a;

@@ -20,6 +20,11 @@
 // waking the local waiter a lock went to, the others to keep their place. With notifications
 // disabled (PgBouncer in transaction pooling mode) polls are all there is.
 //
+// AcquireSemaphore and TryAcquireSemaphore take one of N places of a counting semaphore: each
+// place is a Lock like the others (a lease, a token, Lost, Fence), and waiters are served in
+// order (docs/semaphore.md). Generic gives a Locker as the interface pglock.Locker, which
+// package memlock implements in memory for unit tests.
+//
 // For writes that must not come from a holder whose lock was lost, Lock.Fence verifies inside
 // the caller's transaction that the lock is still held with its token, and keeps it so until
 // commit; docs/fencing.md shows the pattern for stores that keep the last token they accepted.

@@ -284,8 +284,12 @@ func (l *Locker) handedOff(payload string) {
 	}
 }
 
-// released wakes the first local waiter of a lock freed with nobody waiting.
+// released wakes the first local waiter of a lock freed with nobody waiting, or of the
+// semaphore a released place belonged to.
 func (l *Locker) released(name string) {
+	if queue, ok := semaphoreQueue(name); ok {
+		name = queue
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if queue := l.queues[name]; len(queue) > 0 {

@@ -1,0 +1,160 @@
+package tablelock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/retry"
+)
+
+// semaphorePrefix starts the names of a semaphore's queue ("pglock.semaphore/<name>") and of
+// its holders' rows ("pglock.semaphore/<name>/<holder>").
+const semaphorePrefix = "pglock.semaphore/"
+
+// TryAcquireSemaphore takes one of permits places of the semaphore name, in one round trip,
+// if fewer than permits are held and nobody waits ahead; otherwise it returns an error
+// matching pglock.ErrLocked. A place is a *Lock like any other: renewed, lost, fenced and
+// released as a table lock is, with a token from the same sequence. Its Name is its row's,
+// "pglock.semaphore/<name>/<holder>", as pglockctl list shows it. Changing permits for a name
+// applies to later acquisitions; holders keep their places.
+func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (*Lock, error) {
+	req, err := l.semaphoreRequest(name, permits, opts)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	row, err := l.attemptSemaphore(ctx, name, permits, req, false)
+	if err != nil {
+		if ctx.Err() != nil || retry.Transient(err) {
+			l.leaveSemaphore(name, req) // it may have taken a place unseen
+		}
+		return nil, fmt.Errorf("pglock: acquire semaphore %q: %w", name, err)
+	}
+	if !row.Acquired {
+		return nil, fmt.Errorf("%w: semaphore %q has %d of %d places taken", pglock.ErrLocked, name, row.Holders, permits)
+	}
+	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
+}
+
+// AcquireSemaphore waits until it holds one of permits places of the semaphore name, ctx is
+// done, opts.WaitTimeout has passed, or the Locker is closed, as Acquire does: waiters are
+// served in the order they queued, across all processes, woken when a place is released.
+func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (*Lock, error) {
+	req, err := l.semaphoreRequest(name, permits, opts)
+	if err != nil {
+		return nil, err
+	}
+	var timeout time.Duration
+	if opts != nil {
+		timeout = opts.WaitTimeout
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errWaitTimeout)
+		defer cancel()
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
+	defer stop()
+	// Registered under the queue's name: a released place wakes the first local waiter.
+	queue := req
+	queue.name = semaphorePrefix + name
+	w, err := l.register(queue)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	// Polls rewrite the queue place, which lives a TTL: never further apart than a third of it.
+	backoff := retry.Backoff{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
+	for polls := 1; ; polls++ {
+		pollStart := time.Now()
+		row, err := l.attemptSemaphore(ctx, name, permits, req, true)
+		switch {
+		case err == nil && row.Acquired:
+			defer l.unregister(w)
+			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
+		case err == nil:
+		case ctx.Err() != nil:
+			l.abandonSemaphore(w, name, req)
+			return nil, l.waitError(ctx, queue, start, timeout, nil)
+		case !retry.Transient(err):
+			l.abandonSemaphore(w, name, req)
+			return nil, fmt.Errorf("pglock: acquire semaphore %q: %w", name, err)
+		}
+		timer := time.NewTimer(backoff.Delay(polls))
+		select {
+		case <-w.wake:
+			polls = 0
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			l.abandonSemaphore(w, name, req)
+			return nil, l.waitError(ctx, queue, start, timeout, nil)
+		}
+		timer.Stop()
+	}
+}
+
+// semaphoreRequest checks an acquisition of a place of semaphore name: req.name is the row
+// the place will be.
+func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions) (request, error) {
+	if err := pglock.ValidateName(name); err != nil {
+		return request{}, fmt.Errorf("semaphore name: %w", err)
+	}
+	if permits < 1 || permits > 1<<31-1 {
+		return request{}, fmt.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, permits, 1<<31-1)
+	}
+	req, err := l.newRequest(semaphorePrefix+"x", opts) // for its holder id and checks
+	if err != nil {
+		return request{}, err
+	}
+	req.name = semaphorePrefix + name + "/" + req.holder
+	if len(req.name) > pglock.MaxNameLen {
+		return request{}, fmt.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
+			pglock.ErrInvalidName, len(name), semaphorePrefix, pglock.MaxNameLen)
+	}
+	return req, nil
+}
+
+func (l *Locker) attemptSemaphore(ctx context.Context, name string, permits int, req request, wait bool) (db.AttemptSemaphoreRow, error) {
+	return l.queries.AttemptSemaphore(ctx, db.AttemptSemaphoreParams{
+		Semaphore: name, HolderID: req.holder, Permits: int32(permits), TtlMs: req.timing.TTL.Milliseconds(),
+		Metadata: req.encoded, Instance: req.instance, Wait: wait,
+	})
+}
+
+// leaveSemaphore gives up, in the background, the place in name's queue and the place held if
+// an attempt took one unseen.
+func (l *Locker) leaveSemaphore(name string, req request) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.leave(semaphorePrefix+name, req.holder, req.timing.TTL)
+	l.leave(req.name, req.holder, req.timing.TTL)
+}
+
+// abandonSemaphore ends w's wait: leaving is counted in l.waits while w's own count holds.
+func (l *Locker) abandonSemaphore(w *waiter, name string, req request) {
+	l.leave(semaphorePrefix+name, req.holder, req.timing.TTL)
+	l.leave(req.name, req.holder, req.timing.TTL)
+	l.unregister(w)
+}
+
+// semaphoreQueue is the queue of the semaphore whose place rowName is, if it is one.
+func semaphoreQueue(rowName string) (string, bool) {
+	if !strings.HasPrefix(rowName, semaphorePrefix) {
+		return "", false
+	}
+	i := strings.LastIndexByte(rowName, '/')
+	if i < len(semaphorePrefix) {
+		return "", false
+	}
+	return rowName[:i], true
+}
