@@ -10,6 +10,41 @@ import (
 	"time"
 )
 
+const getLeader = `-- name: GetLeader :one
+SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at,
+       (SELECT count(*) FROM distributed_lock_waiters w
+         WHERE w.lock_name = $1 AND w.expires_at > clock_timestamp())::bigint AS candidates,
+       clock_timestamp()::timestamptz AS now
+  FROM distributed_locks l
+ WHERE l.lock_name = $1 AND l.expires_at > clock_timestamp()
+`
+
+type GetLeaderRow struct {
+	HolderID     string
+	Instance     string
+	FencingToken int64
+	AcquiredAt   time.Time
+	ExpiresAt    time.Time
+	Candidates   int64
+	Now          time.Time
+}
+
+// GetLeader reads one election's leader and candidates: a primary-key read and a count.
+func (q *Queries) GetLeader(ctx context.Context, lockName string) (GetLeaderRow, error) {
+	row := q.db.QueryRow(ctx, getLeader, lockName)
+	var i GetLeaderRow
+	err := row.Scan(
+		&i.HolderID,
+		&i.Instance,
+		&i.FencingToken,
+		&i.AcquiredAt,
+		&i.ExpiresAt,
+		&i.Candidates,
+		&i.Now,
+	)
+	return i, err
+}
+
 const listLeaders = `-- name: ListLeaders :many
 
 SELECT n.lock_name::varchar                AS lock_name,

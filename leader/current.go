@@ -16,7 +16,8 @@ import (
 	"github.com/pglock/pglock/internal/notify"
 )
 
-// Leader is an election's leader as the database has it.
+// Leader is an election's leader as the database has it. (ForceResign's leaves Since and
+// Candidates zero.)
 type Leader struct {
 	Election   string
 	Holder     string    // the holder id of the leader's lock
@@ -35,23 +36,35 @@ func Current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, erro
 
 // current is Current and the database's time of the answer.
 func current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, time.Time, error) {
-	if err := validateName(name); err != nil {
+	if err := checkArgs(pool, name); err != nil {
 		return Leader{}, time.Time{}, err
 	}
-	lockName := lockPrefix + name
-	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx, &lockName)
-	if err != nil {
+	r, err := db.New(db.Translating(pool)).GetLeader(ctx, lockPrefix+name)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Leader{}, time.Time{}, fmt.Errorf("%w: election %q", pglock.ErrNoLeader, name)
+	case err != nil:
 		return Leader{}, time.Time{}, fmt.Errorf("pglock: leader of %q: %w", name, err)
 	}
-	if len(rows) == 0 || rows[0].HolderID == nil {
-		return Leader{}, time.Time{}, fmt.Errorf("%w: election %q", pglock.ErrNoLeader, name)
+	return Leader{
+		Election: name, Holder: r.HolderID, Instance: r.Instance, Term: r.FencingToken,
+		Since: r.AcquiredAt, ExpiresAt: r.ExpiresAt, Candidates: int(r.Candidates),
+	}, r.Now, nil
+}
+
+func checkArgs(pool *pgxpool.Pool, name string) error {
+	if pool == nil {
+		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	return leaderOf(rows[0]), rows[0].Now, nil
+	return validateName(name)
 }
 
 // List returns every election with a leader or a waiting candidate, by name; an election
 // without a leader has a zero Term.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]Leader, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
 	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list leaders: %w", err)
@@ -65,22 +78,22 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]Leader, error) {
 
 // ForceResign ends the leadership of election name whoever holds it, as an operator does: the
 // leader is told at its next renewal (within a third of its TTL), and the next candidate is
-// elected at once with a higher term. It returns the leader it deposed, or an error matching
+// elected at once with a higher term. It returns the leader it deposed (whoever led when it
+// ran: not necessarily the one an earlier Current saw), or an error matching
 // pglock.ErrNoLeader.
 func ForceResign(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, error) {
-	l, err := Current(ctx, pool, name)
-	if err != nil {
+	if err := checkArgs(pool, name); err != nil {
 		return Leader{}, err
 	}
 	released, err := db.New(db.Translating(pool)).ForceReleaseLock(ctx, lockPrefix+name)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Leader{}, fmt.Errorf("%w: election %q (it ended meanwhile)", pglock.ErrNoLeader, name)
+		return Leader{}, fmt.Errorf("%w: election %q", pglock.ErrNoLeader, name)
 	case err != nil:
 		return Leader{}, fmt.Errorf("pglock: force %q to resign: %w", name, err)
 	}
-	l.Holder, l.Instance, l.Term = released.HolderID, released.Instance, released.FencingToken
-	return l, nil
+	return Leader{Election: name, Holder: released.HolderID, Instance: released.Instance,
+		Term: released.FencingToken, ExpiresAt: released.ExpiresAt}, nil
 }
 
 func leaderOf(r db.ListLeadersRow) Leader {

@@ -71,11 +71,12 @@ type Elector struct {
 	lockName string
 	cfg      Config
 
-	mu      sync.Mutex
-	running bool
-	lock    *tablelock.Lock         // while leading
-	end     context.CancelCauseFunc // ends the current leadership
-	changed chan struct{}           // wakes the OnNewLeader watcher
+	mu       sync.Mutex
+	running  bool
+	lock     *tablelock.Lock         // while leading
+	end      context.CancelCauseFunc // ends the current leadership
+	released chan struct{}           // closed once the current term's lock is released
+	changed  chan struct{}           // wakes the OnNewLeader watcher
 }
 
 // New returns an Elector for the election name (1 to MaxNameLen bytes of UTF-8 without NUL)
@@ -93,6 +94,9 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 	}
 	if c.TTL == 0 {
 		c.TTL = 15 * time.Second
+	}
+	if c.TTL < tablelock.MinTTL || c.TTL > tablelock.MaxTTL {
+		return nil, fmt.Errorf("%w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -117,18 +121,26 @@ func validateName(name string) error {
 }
 
 func newLocker(pool *pgxpool.Pool, c Config) (*tablelock.Locker, error) {
-	return tablelock.New(pool, &tablelock.Config{
+	cfg := &tablelock.Config{
 		AppName: c.AppName, DefaultTTL: c.TTL, DisableNotifications: c.DisableNotifications,
 		ListenerConnConfig: c.ListenerConnConfig, Logger: c.Logger,
-	})
+	}
+	if !c.DisableNotifications {
+		// A release notifies the next candidate, and a candidate polls at its leader's expiry
+		// anyway: between those, only to keep its place in the queue alive.
+		cfg.MaxPollInterval = c.TTL / 3
+	}
+	return tablelock.New(pool, cfg)
 }
 
-// campaignBackoff spaces campaigns that fail (the database unreachable).
+// campaignBackoff spaces campaigns that fail (the database unreachable), and those after terms
+// OnElected ended at once of itself (one that returns straight away would otherwise spin).
 var campaignBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // Run campaigns until ctx is done, calling cb as leadership comes and goes, and returns nil
-// then (leadership, if held, is handed on first). Errors are bad input, and a second Run at
-// once; a database that cannot be reached is retried with backoff, and logged.
+// then (leadership, if held, is handed on first). A database that cannot be reached is retried
+// with backoff, and logged. Run returns an error for bad input, a second Run at once, and a
+// failure retrying cannot mend (a database not migrated, a privilege missing).
 func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 	if cb.OnElected == nil {
 		return fmt.Errorf("%w: nil OnElected", pglock.ErrInvalidArgument)
@@ -164,37 +176,45 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 		}()
 		defer func() { stopWatching(); <-watched }()
 	}
-	for failures := 0; ctx.Err() == nil; {
+	for failures, shortTerms := 0, 0; ctx.Err() == nil; {
 		lk, err := locker.Acquire(ctx, e.lockName, &tablelock.AcquireOptions{Metadata: map[string]any{"election": e.name}})
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil && !retry.Transient(err):
+			return fmt.Errorf("pglock: campaign in election %q: %w", e.name, err)
+		case err != nil:
 			failures++
 			e.cfg.Logger.Warn("pglock: campaign failed; retrying", "election", e.name, "failures", failures, "error", err)
 			campaignBackoff.Sleep(ctx, clock.Real, failures)
 			continue
 		}
 		failures = 0
-		e.lead(ctx, lk, cb)
+		began := time.Now()
+		if returned := e.lead(ctx, lk, cb); !returned || time.Since(began) >= e.cfg.TTL/3 {
+			shortTerms = 0
+			continue
+		}
+		shortTerms++
+		campaignBackoff.Sleep(ctx, clock.Real, shortTerms)
 	}
 	return nil
 }
 
 // lead runs one term: OnElected until leadership ends, the release as soon as it ends, then
-// OnDemoted.
-func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) {
+// OnDemoted. It reports whether OnElected returned of itself, with its leadership intact.
+func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) (returned bool) {
 	term := lk.Token()
 	electedCtx, end := context.WithCancelCause(ctx)
+	released := make(chan struct{})
 	e.mu.Lock()
-	e.lock, e.end = lk, end
+	e.lock, e.end, e.released = lk, end, released
 	e.mu.Unlock()
 	e.wakeWatcher()
 
 	// Leadership ends when the lock is lost, Resign or ctx ends it, or OnElected returns; the
 	// lock is released then, not when OnElected returns, so that the next candidate need not
 	// wait for a leader that is slow to stop.
-	released := make(chan struct{})
 	go func() {
 		defer close(released)
 		select {
@@ -203,44 +223,53 @@ func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) {
 		case <-electedCtx.Done():
 		}
 		e.mu.Lock()
-		e.lock, e.end = nil, nil
+		e.lock, e.end, e.released = nil, nil, nil
 		e.mu.Unlock()
-		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL)
+		// Bounded by a heartbeat: past it (a connection gone silent) the release goes on in the
+		// background, and OnDemoted need not wait for it.
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TTL/3)
 		defer cancel()
 		err := lk.Release(releaseCtx)
-		if err != nil && !errors.Is(err, pglock.ErrLockLost) && !errors.Is(err, pglock.ErrNotHeld) { // lost, or released by Resign
+		if err != nil && !errors.Is(err, pglock.ErrLockLost) { // a lost lock was signalled already
 			e.cfg.Logger.Warn("pglock: release of leadership failed; it ends with its lease", "election", e.name, "term", term, "error", err)
 		}
 	}()
+	elected := false
 	defer func() {
 		end(fmt.Errorf("%w: OnElected of election %q returned", errResigned, e.name))
 		<-released
-		if cb.OnDemoted != nil {
+		if elected && cb.OnDemoted != nil {
 			cb.OnDemoted(term)
 		}
 	}()
+	if ctx.Err() != nil {
+		return false // elected as Run was told to stop: hand it on at once, unannounced
+	}
+	elected = true
 	cb.OnElected(electedCtx, term)
+	return electedCtx.Err() == nil
 }
 
 // errResigned is the cause of an OnElected context canceled by a resignation.
 var errResigned = errors.New("pglock: leadership resigned")
 
 // Resign ends this Elector's leadership, if it leads: OnElected's context is canceled, and the
-// lock is released, handing leadership to the next candidate, before it returns (within ctx).
-// Run campaigns again afterwards, behind the candidates already waiting.
+// lock is released, handing leadership to the next candidate, before it returns (unless ctx
+// ends first). Run campaigns again afterwards, behind the candidates already waiting.
 func (e *Elector) Resign(ctx context.Context) error {
 	e.mu.Lock()
-	lk, end := e.lock, e.end
-	e.lock, e.end = nil, nil
+	end, released := e.end, e.released
 	e.mu.Unlock()
-	if lk == nil {
+	if end == nil {
 		return nil
 	}
 	end(fmt.Errorf("%w: Resign was called for election %q", errResigned, e.name))
-	if err := lk.Release(ctx); err != nil && !errors.Is(err, pglock.ErrNotHeld) {
-		return fmt.Errorf("pglock: resign from election %q: %w", e.name, err)
+	select {
+	case <-released: // by the term's one releaser
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pglock: resign from election %q: %w", e.name, context.Cause(ctx))
 	}
-	return nil
 }
 
 // IsLeader reports whether this Elector leads now, as far as it knows: a lease lost a moment
@@ -257,11 +286,12 @@ func (e *Elector) Term() int64 {
 	return e.lock.Token()
 }
 
-// Fence verifies, inside tx, that this Elector still leads with its term, and keeps it so
-// until tx ends (no successor can be elected before), bounding tx on the server as
+// Fence verifies, inside tx, that this Elector still leads with its current term, and keeps it
+// so until tx ends (no successor can be elected before), bounding tx on the server as
 // tablelock.Lock.Fence does. Write after Fence, and commit at once. It returns an error
 // matching pglock.ErrNotHeld when the Elector does not lead, and pglock.ErrLockLost when it
-// has just lost leadership (which ends it).
+// has just lost leadership (which ends it). Work begun in an earlier term that may outlive it
+// should compare that term with Term as well: an Elector elected again fences for its new term.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	e.mu.Lock()
 	lk := e.lock

@@ -16,6 +16,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/leader"
+	"github.com/pglock/pglock/tablelock"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -363,6 +364,12 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	}
 	_, err := leader.New(nil, "x", nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	_, err = leader.Current(ctx, nil, "x")
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	_, err = leader.List(ctx, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	_, err = leader.ForceResign(ctx, nil, "x")
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	_, err = leader.New(d.Pool, "x", &leader.Config{TTL: time.Millisecond})
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	e := newElector(t, d.Pool, "x", nil)
@@ -403,4 +410,70 @@ func TestForceResignDeposesTheLeaderWithinAHeartbeat(t *testing.T) {
 	require.Greater(t, testdb.Receive(t, elected), first, "the next term is higher")
 	_, err = leader.ForceResign(ctx, d.Pool, "nobody")
 	require.ErrorIs(t, err, leader.ErrNoLeader)
+}
+
+// A fenced transaction keeps its term: no successor is elected before it commits, and the
+// database refuses the old term afterwards.
+func TestFenceHoldsTheTermUntilCommitAndTheDatabaseRefusesItAfter(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newLog(t, d.Pool)
+	ctx := context.Background()
+	pool := d.NewPool(t, nil)
+	old := newElector(t, pool, "x", &leader.Config{TTL: 3 * time.Second})
+	elected := make(chan int64, 1)
+	campaign(t, old, leader.Callbacks{OnElected: func(ctx context.Context, term int64) { elected <- term; <-ctx.Done() }})
+	oldTerm := testdb.Receive(t, elected)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, old.Fence(ctx, tx))
+	deposed := make(chan error, 1)
+	go func() {
+		_, err := leader.ForceResign(ctx, d.Pool, "x")
+		deposed <- err
+	}()
+	select {
+	case err := <-deposed:
+		t.Fatalf("the leader was deposed while a fenced transaction was open: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO leader_log (term) VALUES ($1)`, oldTerm)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx), "the write inside the term lands")
+	require.NoError(t, testdb.Receive(t, deposed))
+
+	successor := newElector(t, d.NewPool(t, nil), "x", nil)
+	newTerm := make(chan int64, 1)
+	campaign(t, successor, leader.Callbacks{OnElected: func(ctx context.Context, term int64) { newTerm <- term; <-ctx.Done() }})
+	require.Greater(t, testdb.Receive(t, newTerm), oldTerm)
+	err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		return tablelock.VerifyFence(ctx, tx, "pglock.leader/x", oldTerm) // the term, checked by the database
+	})
+	require.ErrorIs(t, err, pglock.ErrLockLost, "the old term is refused in the database")
+}
+
+func TestRunEndsOnAFailureRetryingCannotMend(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	e := newElector(t, d.Pool, "x", nil)
+	err := e.Run(context.Background(), leader.Callbacks{OnElected: func(context.Context, int64) {}})
+	require.ErrorIs(t, err, pglock.ErrNotMigrated)
+}
+
+func TestOnElectedReturningAtOnceDoesNotSpin(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	var mu sync.Mutex
+	terms := 0
+	stop := campaign(t, newElector(t, d.Pool, "x", nil), leader.Callbacks{OnElected: func(context.Context, int64) {
+		mu.Lock()
+		terms++
+		mu.Unlock()
+	}})
+	time.Sleep(time.Second)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	require.LessOrEqual(t, terms, 10, "terms that end at once are spaced out, not repeated in a loop")
 }

@@ -17,3 +17,12 @@ SELECT n.lock_name::varchar                AS lock_name,
   LEFT JOIN distributed_locks l ON l.lock_name = n.lock_name AND l.expires_at > clock_timestamp()
  WHERE sqlc.narg('lock_name')::varchar IS NULL OR n.lock_name = sqlc.narg('lock_name')
  ORDER BY n.lock_name;
+
+-- GetLeader reads one election's leader and candidates: a primary-key read and a count.
+-- name: GetLeader :one
+SELECT l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at,
+       (SELECT count(*) FROM distributed_lock_waiters w
+         WHERE w.lock_name = @lock_name AND w.expires_at > clock_timestamp())::bigint AS candidates,
+       clock_timestamp()::timestamptz AS now
+  FROM distributed_locks l
+ WHERE l.lock_name = @lock_name AND l.expires_at > clock_timestamp();

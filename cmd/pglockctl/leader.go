@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/db"
 	"github.com/pglock/pglock/leader"
 )
@@ -49,8 +50,11 @@ func (a *app) leaderCommand() *cobra.Command {
 			"next renewal (within a third of its TTL), when its OnElected context is canceled.",
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
+			name := arguments[0]
+			if err := pglock.ValidateName(name); err != nil || len(name) > leader.MaxNameLen {
+				return usagef("%q is not an election's name (1 to %d bytes of UTF-8 without NUL)", name, leader.MaxNameLen)
+			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				name := arguments[0]
 				l, err := leader.Current(ctx, pool, name)
 				if err != nil {
 					return err

@@ -10,13 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/leader"
 )
 
 // elect runs a candidate in election name until the test ends; terms receives each term it
-// is elected in.
-func elect(t *testing.T, pool *pgxpool.Pool, name string, terms chan<- int64) {
+// is elected in, and ended why each ended.
+func elect(t *testing.T, pool *pgxpool.Pool, name string, terms chan<- int64, ended chan<- error) {
 	t.Helper()
 	e, err := leader.New(pool, name, &leader.Config{AppName: "ctl-test", TTL: 3 * time.Second})
 	require.NoError(t, err)
@@ -27,6 +28,10 @@ func elect(t *testing.T, pool *pgxpool.Pool, name string, terms chan<- int64) {
 		e.Run(ctx, leader.Callbacks{OnElected: func(ctx context.Context, term int64) {
 			terms <- term
 			<-ctx.Done()
+			select {
+			case ended <- context.Cause(ctx):
+			default:
+			}
 		}})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -37,9 +42,10 @@ func TestLeaderListAndResign(t *testing.T) {
 	d := testdb.New(t, nil)
 	ctx := context.Background()
 	terms := make(chan int64, 4)
-	elect(t, d.NewPool(t, nil), "reconciler", terms)
+	ended := make(chan error, 1)
+	elect(t, d.NewPool(t, nil), "reconciler", terms, ended)
 	first := testdb.Receive(t, terms)
-	elect(t, d.NewPool(t, nil), "reconciler", terms)
+	elect(t, d.NewPool(t, nil), "reconciler", terms, make(chan error))
 	require.Eventually(t, func() bool {
 		l, err := leader.Current(ctx, d.Pool, "reconciler")
 		return err == nil && l.Candidates == 1
@@ -74,10 +80,13 @@ func TestLeaderListAndResign(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, out, "deposed the leader of \"reconciler\"")
 	require.Greater(t, testdb.Receive(t, terms), first, "the next term is higher")
+	require.ErrorIs(t, testdb.Receive(t, ended), pglock.ErrLockLost, "the deposed leader is told")
 
 	_, stderr, code = pglockctl(t, ctx, d.URL(), "leader", "resign", "nobody", "--force")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, stderr, "no leader")
+	_, _, code = pglockctl(t, ctx, d.URL(), "leader", "resign", "", "--force")
+	require.Equal(t, exitUsage, code, "a name no election may have")
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
