@@ -52,15 +52,8 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	if opts != nil {
 		timeout = opts.WaitTimeout
 	}
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errWaitTimeout)
-		defer cancel()
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
-	defer stop()
+	ctx, done := l.waitContext(ctx, timeout)
+	defer done()
 	// Registered under the queue's name: a released place wakes the first local waiter.
 	queue := req
 	queue.name = semaphorePrefix + name

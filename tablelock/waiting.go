@@ -38,16 +38,8 @@ var errWaitTimeout = errors.New("wait timeout")
 // by the polls; the lease of a lock handed over by a release counts from the start of the
 // last poll that wrote that place, since the handoff can only have come after it.
 func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (*Lock, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errWaitTimeout)
-		defer cancel()
-	}
-	// Close cancels the wait, and a poll under way, whatever the caller's ctx.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
-	defer stop()
+	ctx, done := l.waitContext(ctx, timeout)
+	defer done()
 	w, err := l.register(req)
 	if err != nil {
 		return nil, err
@@ -122,6 +114,19 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			}
 		}
 	}
+}
+
+// waitContext is the context of a wait: it ends at timeout (when positive, with cause
+// errWaitTimeout), and when Close begins (with cause pglock.ErrClosed), whatever the caller's
+// ctx, canceling a poll under way too. Call done when the wait is over.
+func (l *Locker) waitContext(ctx context.Context, timeout time.Duration) (_ context.Context, done func()) {
+	cancelTimeout := context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, timeout, errWaitTimeout)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.closing, func() { cancel(pglock.ErrClosed) })
+	return ctx, func() { stop(); cancel(nil); cancelTimeout() }
 }
 
 // wakeLocalHolder wakes holder if it is one of this Locker's waiters: a poll of another waiter
