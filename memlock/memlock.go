@@ -85,6 +85,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (pglock.Lock, error) 
 	if err := pglock.ValidateName(name); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pglock: acquire %q: %w", name, context.Cause(ctx))
+	}
 	l.mu.Lock()
 	if l.held[name] == nil && len(l.queues[name]) == 0 {
 		defer l.mu.Unlock()

@@ -79,7 +79,8 @@ BEGIN
         SELECT r.tat INTO v_tat FROM pglock_rate_limits r WHERE r.durable = p_durable AND r.rate_key = p_rate_key;
         v_new_tat := greatest(v_tat, v_now) + p_cost * v_interval;
     END IF;
-    v_wait := greatest(v_new_tat - v_capacity - v_now, interval '0');
+    -- A refusal says at least 1 µs: its decision was taken a moment before v_now.
+    v_wait := greatest(v_new_tat - v_capacity - v_now, CASE WHEN allowed THEN interval '0' ELSE interval '1 microsecond' END);
     wait_us := ceil(extract(epoch FROM v_wait) * 1000000)::bigint;
     remaining := greatest(0, floor(extract(epoch FROM (v_now + v_capacity - greatest(v_tat, v_now))) * 1000000 / p_interval_us))::integer;
 

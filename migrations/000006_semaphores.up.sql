@@ -18,7 +18,9 @@ CREATE INDEX distributed_locks_semaphore_idx ON distributed_locks (lock_name var
 -- are held and no live waiter queued ahead of the caller would be left out; with p_wait, a
 -- caller that cannot have one takes (or keeps) a place in the queue. Changing p_permits
 -- applies from the next attempt on; holders keep their places. Attempts on one name are
--- serialized by a transaction-level advisory lock, held for the statement. Returns acquired
+-- serialized by a transaction-level advisory lock, held for the statement; expired places are
+-- deleted first, waiting for a renewal or a fenced transaction that holds one. Names have no
+-- '/'. Only READ COMMITTED transactions may call it (SQLSTATE 0A000 otherwise). Returns acquired
 -- (and then lock_name, the holder's row, its fencing_token and expires_at), queued (this call
 -- wrote the caller's place), and holders, the live holders counted. SQLSTATE 22023 with COLUMN
 -- for a name whose holder rows' names would be over 255 characters, permits under 1, or a TTL
@@ -38,9 +40,9 @@ DECLARE
     v_seq    bigint;
     v_ahead  integer;
 BEGIN
-    IF p_name IS NULL OR p_name = '' OR p_holder_id IS NULL OR p_holder_id = ''
+    IF p_name IS NULL OR p_name = '' OR strpos(p_name, '/') > 0 OR p_holder_id IS NULL OR p_holder_id = ''
        OR length('pglock.semaphore/' || p_name || '/' || p_holder_id) > 255 THEN
-        RAISE EXCEPTION 'p_name: a semaphore''s holder rows are named ''pglock.semaphore/<name>/<holder>'', at most 255 characters'
+        RAISE EXCEPTION 'p_name: a semaphore''s name has no ''/'', and its holder rows are named ''pglock.semaphore/<name>/<holder>'', at most 255 characters'
             USING ERRCODE = '22023', COLUMN = 'p_name';
     ELSIF p_permits IS NULL OR p_permits < 1 THEN
         RAISE EXCEPTION 'p_permits: must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_permits';
@@ -48,12 +50,24 @@ BEGIN
         RAISE EXCEPTION 'p_ttl_ms: must be from 100 to 86400000 milliseconds, got %', coalesce(p_ttl_ms::text, 'null')
             USING ERRCODE = '22023', COLUMN = 'p_ttl_ms';
     END IF;
+    -- A snapshot older than the advisory lock would miss holders admitted meanwhile.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pglock_semaphore_attempt runs only in READ COMMITTED transactions, not %',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000';
+    END IF;
     v_queue := 'pglock.semaphore/' || p_name;
     v_prefix := v_queue || '/';
     PERFORM pg_advisory_xact_lock(pglock_advisory_key(p_name, 'pglock.semaphore'));
     v_now := clock_timestamp();
     acquired := false;
     queued := false;
+
+    -- Expired places go first. Deleting waits for what holds their rows: a renewal under way
+    -- (checked again once it commits: a place renewed in time is kept) and a fenced
+    -- transaction (FOR SHARE), so that no place is given while a holder could still act.
+    DELETE FROM distributed_locks l
+     WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
+       AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at <= v_now;
 
     SELECT count(*) INTO holders FROM distributed_locks l
      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0' -- the index's

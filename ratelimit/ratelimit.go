@@ -19,7 +19,8 @@ type Limit struct {
 	Burst int           // at least 1
 }
 
-// interval is the time one event uses up, in whole microseconds.
+// interval is the time one event uses up, in whole microseconds, rounded up: the limit is
+// never exceeded, at the cost of a rate at most 1 µs per event below it.
 func (l Limit) interval() (int64, error) {
 	switch {
 	case l.Rate < 1:
@@ -29,8 +30,8 @@ func (l Limit) interval() (int64, error) {
 	case l.Burst < 1 || l.Burst > math.MaxInt32:
 		return 0, fmt.Errorf("%w: Limit.Burst %d must be from 1 to %d", pglock.ErrInvalidArgument, l.Burst, math.MaxInt32)
 	}
-	us := l.Per.Microseconds() / int64(l.Rate)
-	if us < 1 {
+	us := (l.Per.Microseconds() + int64(l.Rate) - 1) / int64(l.Rate)
+	if l.Per.Microseconds() < int64(l.Rate) {
 		return 0, fmt.Errorf("%w: Limit of %d per %s: events closer than 1 µs", pglock.ErrInvalidArgument, l.Rate, l.Per)
 	}
 	return us, nil

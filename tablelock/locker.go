@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,6 +268,9 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	}
 	if err := pglock.ValidateName(name); err != nil {
 		return request{}, err
+	}
+	if strings.HasPrefix(name, semaphorePrefix) {
+		return request{}, fmt.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, semaphorePrefix)
 	}
 	ttl := opts.TTL
 	if ttl == 0 {

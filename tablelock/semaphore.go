@@ -96,13 +96,13 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 // semaphoreRequest checks an acquisition of a place of semaphore name: req.name is the row
 // the place will be.
 func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions) (request, error) {
-	if err := pglock.ValidateName(name); err != nil {
-		return request{}, fmt.Errorf("semaphore name: %w", err)
+	if strings.Contains(name, "/") {
+		return request{}, fmt.Errorf("%w: semaphore name %q has a '/'", pglock.ErrInvalidName, name)
 	}
 	if permits < 1 || permits > 1<<31-1 {
 		return request{}, fmt.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, permits, 1<<31-1)
 	}
-	req, err := l.newRequest(semaphorePrefix+"x", opts) // for its holder id and checks
+	req, err := l.newRequest(name, opts) // checks the name, the options, and mints the holder id
 	if err != nil {
 		return request{}, err
 	}

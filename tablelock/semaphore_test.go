@@ -167,3 +167,68 @@ func TestSemaphoreBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM distributed_locks) + (SELECT count(*) FROM distributed_lock_waiters)`).Scan(&rows))
 	require.Zero(t, rows)
 }
+
+// A holder whose lease ran out inside a fenced transaction that is still working keeps its
+// place until that transaction ends: no newcomer is admitted while it could still write. (An
+// idle one is ended by the server at the lease's end plus the margin: Fence bounds it.)
+func TestSemaphoreAdmitsNobodyWhileAnExpiredHolderIsFenced(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	l := newLocker(t, d.Pool, nil)
+	ctx := context.Background()
+	old, err := l.TryAcquireSemaphore(ctx, "s", 1, &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	tx, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Rollback(context.Background()) }) // before the Locker closes
+	require.NoError(t, old.Fence(ctx, tx))
+	work := func(n int) { // statements shorter than the fence's bounds keep the transaction alive
+		for range n {
+			_, err := tx.Exec(ctx, `SELECT pg_sleep(0.05)`)
+			require.NoError(t, err)
+		}
+	}
+	work(8) // 400 ms: the lease has expired
+	admitted := make(chan error, 1)
+	go func() {
+		lk, err := l.TryAcquireSemaphore(ctx, "s", 1, nil)
+		if err == nil {
+			lk.Release(ctx)
+		}
+		admitted <- err
+	}()
+	work(4)
+	select {
+	case err := <-admitted:
+		t.Fatalf("a newcomer got past a fenced holder: %v", err)
+	default:
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, testdb.Receive(t, admitted), "admitted once the fenced transaction ended")
+}
+
+func TestSemaphoreNamesAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	l := newLocker(t, d.Pool, nil)
+	ctx := context.Background()
+	_, err := l.TryAcquireSemaphore(ctx, "api/eu", 1, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidName, "a '/' would make one semaphore's places another's")
+	_, err = l.TryAcquire(ctx, "pglock.semaphore/api/someone", nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidName, "a lock may not pose as a semaphore's place")
+	_, err = l.Acquire(ctx, "pglock.semaphore/api", nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidName, "nor join a semaphore's queue")
+}
+
+// Under REPEATABLE READ the count could miss holders admitted while the attempt waited for the
+// name: the attempt refuses to run rather than admit too many.
+func TestSemaphoreRefusesToCountOnAStaleSnapshot(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	})
+	l := newLocker(t, pool, nil)
+	_, err := l.TryAcquireSemaphore(context.Background(), "s", 1, nil)
+	require.ErrorContains(t, err, "READ COMMITTED")
+}
