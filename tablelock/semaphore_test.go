@@ -84,18 +84,19 @@ func TestSemaphoreServesWaitersInArrivalOrder(t *testing.T) {
 	}
 	_, err := l.TryAcquireSemaphore(ctx, "s", 2, nil)
 	require.ErrorIs(t, err, pglock.ErrLocked)
-	served := make(chan int, 3)
-	var wg sync.WaitGroup
+	// Each waiter keeps its place once served, so that one place frees at a time.
+	served := make(chan *tablelock.Lock, 3)
+	order := make(chan int, 3)
 	for i := range 3 {
-		wg.Go(func() {
+		go func() {
 			lk, err := l.AcquireSemaphore(ctx, "s", 2, nil)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			served <- i
-			lk.Release(ctx)
-		})
+			order <- i
+			served <- lk
+		}()
 		require.Eventually(t, func() bool {
 			var n int
 			d.Pool.QueryRow(ctx, `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/s'`).Scan(&n)
@@ -104,16 +105,16 @@ func TestSemaphoreServesWaitersInArrivalOrder(t *testing.T) {
 	}
 	_, err = l.TryAcquireSemaphore(ctx, "s", 3, nil)
 	require.ErrorIs(t, err, pglock.ErrLocked, "a try does not jump the queue, even with room")
-	require.NoError(t, held[0].Release(ctx))
-	require.Equal(t, 0, testdb.Receive(t, served))
-	require.NoError(t, held[1].Release(ctx))
-	wg.Wait()
-	close(served)
-	var rest []int
-	for i := range served {
-		rest = append(rest, i)
+	for _, free := range held {
+		require.NoError(t, free.Release(ctx))
+		held = append(held, testdb.Receive(t, served))
 	}
-	require.Equal(t, []int{1, 2}, rest)
+	require.NoError(t, held[2].Release(ctx)) // the first waiter's place
+	held = append(held, testdb.Receive(t, served))
+	require.Equal(t, []int{0, 1, 2}, []int{<-order, <-order, <-order})
+	for _, lk := range held[3:] { // the other two waiters' places
+		require.NoError(t, lk.Release(ctx))
+	}
 }
 
 func TestChangingPermitsAppliesToNewAcquisitions(t *testing.T) {
