@@ -179,6 +179,28 @@ func (l *Locker) Partition() (heal func()) {
 	}
 }
 
+// Close ends every lock still held, as tablelock.Locker.Close does: each is declared lost (its
+// Err matches pglock.ErrLockLost and pglock.ErrClosed) and freed, and its heartbeats stop.
+// Waiters get the freed locks as usual; a test calls Close when it is done with the Locker.
+func (l *Locker) Close() {
+	l.mu.Lock()
+	held := make([]*Lock, 0, len(l.held))
+	for _, lk := range l.held {
+		held = append(held, lk)
+	}
+	l.mu.Unlock()
+	for _, lk := range held {
+		lk.keeper.Lose(fmt.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		if lk.keeper.Stop() {
+			l.mu.Lock()
+			if lk.isHeld() {
+				l.free(lk)
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
 // take makes name's lock held by a new holder and starts keeping it. Called with l.mu held.
 func (l *Locker) take(name string) *Lock {
 	l.tokens++

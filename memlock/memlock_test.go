@@ -91,3 +91,23 @@ func TestBadInput(t *testing.T) {
 	_, err = l.Acquire(context.Background(), "")
 	require.ErrorIs(t, err, pglock.ErrInvalidName)
 }
+
+func TestCloseEndsTheLocksStillHeld(t *testing.T) {
+	t.Parallel()
+	l, err := memlock.New(nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, err := l.Acquire(ctx, "a")
+	require.NoError(t, err)
+	b, err := l.Acquire(ctx, "b")
+	require.NoError(t, err)
+	l.Close()
+	for _, lk := range []pglock.Lock{a, b} {
+		testdb.Receive(t, lk.Lost())
+		require.ErrorIs(t, lk.Err(), pglock.ErrClosed)
+		require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+	}
+	again, err := l.TryAcquire(ctx, "a")
+	require.NoError(t, err, "freed")
+	require.NoError(t, again.Release(ctx))
+}
