@@ -58,7 +58,6 @@ SELECT n.lock_name::varchar                AS lock_name,
         SELECT w.lock_name FROM distributed_lock_waiters w
          WHERE w.lock_name LIKE 'pglock.leader/%' AND w.expires_at > clock_timestamp()) AS n
   LEFT JOIN distributed_locks l ON l.lock_name = n.lock_name AND l.expires_at > clock_timestamp()
- WHERE $1::varchar IS NULL OR n.lock_name = $1
  ORDER BY n.lock_name
 `
 
@@ -75,10 +74,10 @@ type ListLeadersRow struct {
 
 // Leader elections (package leader): an election's leader is the holder of the table lock named
 // 'pglock.leader/' || election; its term is the lock's fencing token.
-// ListLeaders lists the elections with a live leader or a waiting candidate, or with
-// @lock_name only that one; candidates counts the live places in the lock's queue.
-func (q *Queries) ListLeaders(ctx context.Context, lockName *string) ([]ListLeadersRow, error) {
-	rows, err := q.db.Query(ctx, listLeaders, lockName)
+// ListLeaders lists the elections with a live leader or a waiting candidate; candidates counts
+// the live places in the lock's queue.
+func (q *Queries) ListLeaders(ctx context.Context) ([]ListLeadersRow, error) {
+	rows, err := q.db.Query(ctx, listLeaders)
 	if err != nil {
 		return nil, err
 	}

@@ -130,15 +130,8 @@ func (d *Deduper) newRequest(key string, opts *Options) (request, error) {
 	invalid := func(format string, args ...any) (request, error) {
 		return request{}, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
-	switch {
-	case key == "":
-		return invalid("empty job key")
-	case len(key) > MaxKeyLen:
-		return invalid("job key of %d bytes, the limit is %d, starting %.40q", len(key), MaxKeyLen, key)
-	case !utf8.ValidString(key):
-		return invalid("job key is not valid UTF-8: %.40q", key)
-	case strings.IndexByte(key, 0) >= 0:
-		return invalid("job key contains a NUL byte: %.40q", key)
+	if err := checkKey(key); err != nil {
+		return request{}, err
 	}
 	scope := opts.Scope
 	if scope == "" {
@@ -176,6 +169,24 @@ func (d *Deduper) newRequest(key string, opts *Options) (request, error) {
 		scope: scope, key: key, fingerprint: fingerprint, window: window,
 		maxAttempts: int32(opts.MaxAttempts), timing: timing, wait: opts.Wait,
 	}, nil
+}
+
+// checkKey refuses what cannot be a job key, with an error matching pglock.ErrInvalidArgument.
+func checkKey(key string) error {
+	var problem string
+	switch {
+	case key == "":
+		problem = "empty job key"
+	case len(key) > MaxKeyLen:
+		problem = fmt.Sprintf("job key of %d bytes, the limit is %d, starting %.40q", len(key), MaxKeyLen, key)
+	case !utf8.ValidString(key):
+		problem = fmt.Sprintf("job key is not valid UTF-8: %.40q", key)
+	case strings.IndexByte(key, 0) >= 0:
+		problem = fmt.Sprintf("job key contains a NUL byte: %.40q", key)
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, problem)
 }
 
 func checkScope(scope string) error {

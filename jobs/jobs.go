@@ -175,7 +175,7 @@ func Do[T any](ctx context.Context, d *Deduper, key string, opts *Options, fn fu
 
 // Status returns key's record in Config.Scope, or an error matching pglock.ErrNotFound.
 func (d *Deduper) Status(ctx context.Context, key string) (Record, error) {
-	if _, err := d.newRequest(key, nil); err != nil {
+	if err := checkKey(key); err != nil {
 		return Record{}, err
 	}
 	row, err := d.queries.GetJob(ctx, db.GetJobParams{Scope: d.cfg.Scope, JobKey: key})
@@ -192,7 +192,7 @@ func (d *Deduper) Status(ctx context.Context, key string) (Record, error) {
 // waiting for a RunTx attempt under way to end); a Run attempt under way loses its lease. It
 // returns an error matching pglock.ErrNotFound when there was no record.
 func (d *Deduper) Forget(ctx context.Context, key string) error {
-	if _, err := d.newRequest(key, nil); err != nil {
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	_, err := d.queries.ForgetJob(ctx, db.ForgetJobParams{Scope: d.cfg.Scope, JobKey: key})
@@ -231,17 +231,9 @@ func Collect(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 func recordOf(j db.PglockJob) Record {
 	return Record{
 		Scope: j.Scope, Key: j.JobKey, Status: Status(j.Status), Holder: j.HolderID, Instance: j.Instance,
-		Attempts: int(j.Attempts), Token: j.FencingToken, LeaseExpiresAt: deref(j.LeaseExpiresAt),
-		StartedAt: j.StartedAt, FinishedAt: deref(j.FinishedAt), LastError: deref(j.LastError),
-		Saved: json.RawMessage(j.Result), Fingerprint: deref(j.Fingerprint), RetainUntil: j.RetainUntil,
+		Attempts: int(j.Attempts), Token: j.FencingToken, LeaseExpiresAt: db.Deref(j.LeaseExpiresAt),
+		StartedAt: j.StartedAt, FinishedAt: db.Deref(j.FinishedAt), LastError: db.Deref(j.LastError),
+		Saved: json.RawMessage(j.Result), Fingerprint: db.Deref(j.Fingerprint), RetainUntil: j.RetainUntil,
 		CreatedAt: j.CreatedAt,
 	}
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }

@@ -53,8 +53,8 @@ func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc)
 // answer maps a claim's answer to a Result, and to the error of a delivery that may not run.
 func (req request) answer(a db.ClaimJobRow) (Result, error) {
 	res := Result{
-		Attempts: int(deref(a.Attempts)), Token: deref(a.FencingToken),
-		StartedAt: deref(a.StartedAt), FinishedAt: deref(a.FinishedAt), Saved: json.RawMessage(a.Result),
+		Attempts: int(db.Deref(a.Attempts)), Token: db.Deref(a.FencingToken),
+		StartedAt: db.Deref(a.StartedAt), FinishedAt: db.Deref(a.FinishedAt), Saved: json.RawMessage(a.Result),
 	}
 	outcome := a.Outcome
 	if outcome == "done" && a.Fingerprint != nil && req.fingerprint != nil && *a.Fingerprint != *req.fingerprint {
@@ -69,13 +69,13 @@ func (req request) answer(a db.ClaimJobRow) (Result, error) {
 		res.Outcome = InProgress
 	case "mismatch":
 		return Result{}, fmt.Errorf("%w: %s was first delivered with fingerprint %q, now %q",
-			pglock.ErrFingerprintMismatch, req.label(), deref(a.Fingerprint), deref(req.fingerprint))
+			pglock.ErrFingerprintMismatch, req.label(), db.Deref(a.Fingerprint), db.Deref(req.fingerprint))
 	case "gave_up":
 		last := "its runner vanished before recording an outcome (its lease expired)"
-		if deref(a.Status) == string(Failed) {
-			last = "the last error: " + deref(a.LastError)
+		if db.Deref(a.Status) == string(Failed) {
+			last = "the last error: " + db.Deref(a.LastError)
 		}
-		return Result{}, fmt.Errorf("%w: %s was attempted %d times; %s", pglock.ErrGaveUp, req.label(), deref(a.Attempts), last)
+		return Result{}, fmt.Errorf("%w: %s was attempted %d times; %s", pglock.ErrGaveUp, req.label(), db.Deref(a.Attempts), last)
 	default:
 		return Result{}, fmt.Errorf("jobs: claim of %s: unknown outcome %q", req.label(), a.Outcome)
 	}
@@ -110,9 +110,9 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 		}
 		res, err := req.answer(a)
 		if err != nil || res.Outcome != Ran {
-			return res, deref(a.LockKey), err
+			return res, db.Deref(a.LockKey), err
 		}
-		return d.runLeased(ctx, req, res, start, deref(a.LeaseExpiresAt), fn)
+		return d.runLeased(ctx, req, res, start, db.Deref(a.LeaseExpiresAt), fn)
 	})
 }
 
@@ -140,16 +140,17 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	})
 	keeper.Start()
 	fnCtx, stop := keeper.Guard(ctx)
-	saved, fnErr := callRecovering(func() (json.RawMessage, error) { return fn(fnCtx) }, func(panicked error) {
+	// Stopped before the outcome is written: a renewal after it would find the attempt gone.
+	stopKeeping := func() {
 		stop()
 		keeper.Stop()
 		background.Wait()
+	}
+	saved, fnErr := callRecovering(func() (json.RawMessage, error) { return fn(fnCtx) }, func(panicked error) {
+		stopKeeping()
 		d.finish(ctx, req, res.Token, nil, panicked)
 	})
-	stop()
-	// Stopped before the outcome is written: a renewal after it would find the attempt gone.
-	keeper.Stop()
-	background.Wait()
+	stopKeeping()
 	finishedAt, err := d.finish(ctx, req, res.Token, saved, fnErr)
 	res.FinishedAt = finishedAt
 	if fnErr != nil {

@@ -69,7 +69,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	res, err = req.answer(a)
 	if err != nil || res.Outcome != Ran {
 		rollback() // nothing was written: no WAL to flush
-		return res, deref(a.LockKey), err
+		return res, db.Deref(a.LockKey), err
 	}
 
 	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(ctx, tx) }, func(panicked error) {

@@ -73,7 +73,7 @@ func BenchmarkResignHandoff(b *testing.B) {
 	}
 	defer func() { cancel(); <-done; <-done; <-done }()
 	current := <-elected
-	waitForCandidatesB(b, d.Pool, 2)
+	waitForCandidates(b, d.Pool, "bench", 2)
 
 	first, err := tablelock.New(d.NewPool(b, nil), &tablelock.Config{AppName: "bench"})
 	if err != nil {
@@ -93,7 +93,7 @@ func BenchmarkResignHandoff(b *testing.B) {
 		}
 		current = <-elected
 		elections = append(elections, time.Since(start))
-		waitForCandidatesB(b, d.Pool, 2) // the resigned one queued again
+		waitForCandidates(b, d.Pool, "bench", 2) // the resigned one queued again
 
 		held, err := first.Acquire(context.Background(), "floor", nil)
 		if err != nil {
@@ -116,15 +116,6 @@ func BenchmarkResignHandoff(b *testing.B) {
 	slices.Sort(elections)
 	slices.Sort(handoffs)
 	b.ReportMetric(float64(elections[len(elections)/2])/float64(handoffs[len(handoffs)/2]), "leader/tablelock-p50")
-}
-
-func waitForCandidatesB(b *testing.B, pool *pgxpool.Pool, n int) {
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if l, err := leader.Current(context.Background(), pool, "bench"); err == nil && l.Candidates >= n {
-			return
-		}
-	}
-	b.Fatalf("%d candidates never waited", n)
 }
 
 func waitForWaiterB(b *testing.B, pool *pgxpool.Pool, name string) {
@@ -171,14 +162,7 @@ func BenchmarkCrashFailover(b *testing.B) {
 				<-ctx.Done()
 			}})
 		}()
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-			if l, err := leader.Current(context.Background(), d.Pool, election); err == nil && l.Candidates >= 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatal("the candidate never waited")
-			}
-		}
+		waitForCandidates(b, d.Pool, election, 1)
 		killed := time.Now()
 		child.Process.Signal(syscall.SIGKILL)
 		child.Wait()

@@ -65,7 +65,7 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]Leader, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx, nil)
+	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pglock: list leaders: %w", err)
 	}
@@ -99,18 +99,10 @@ func ForceResign(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, 
 func leaderOf(r db.ListLeadersRow) Leader {
 	l := Leader{Election: strings.TrimPrefix(r.LockName, lockPrefix), Candidates: int(r.Candidates)}
 	if r.HolderID != nil {
-		l.Holder, l.Instance, l.Term = *r.HolderID, deref(r.Instance), deref(r.FencingToken)
-		l.Since, l.ExpiresAt = deref(r.AcquiredAt), deref(r.ExpiresAt)
+		l.Holder, l.Instance, l.Term = *r.HolderID, db.Deref(r.Instance), db.Deref(r.FencingToken)
+		l.Since, l.ExpiresAt = db.Deref(r.AcquiredAt), db.Deref(r.ExpiresAt)
 	}
 	return l
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // wakeWatcher has the OnNewLeader watcher read the leader again.

@@ -163,7 +163,7 @@ func TestPartitionedLeaderIsDemotedBeforeItsLeaseExpiresAndItsFenceFails(t *test
 }
 
 // waitForCandidates returns once n candidates wait in election name.
-func waitForCandidates(t *testing.T, pool *pgxpool.Pool, name string, n int) {
+func waitForCandidates(t testing.TB, pool *pgxpool.Pool, name string, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		l, err := leader.Current(context.Background(), pool, name)

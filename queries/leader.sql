@@ -1,8 +1,8 @@
 -- Leader elections (package leader): an election's leader is the holder of the table lock named
 -- 'pglock.leader/' || election; its term is the lock's fencing token.
 
--- ListLeaders lists the elections with a live leader or a waiting candidate, or with
--- @lock_name only that one; candidates counts the live places in the lock's queue.
+-- ListLeaders lists the elections with a live leader or a waiting candidate; candidates counts
+-- the live places in the lock's queue.
 -- name: ListLeaders :many
 SELECT n.lock_name::varchar                AS lock_name,
        l.holder_id, l.instance, l.fencing_token, l.acquired_at, l.expires_at,
@@ -15,7 +15,6 @@ SELECT n.lock_name::varchar                AS lock_name,
         SELECT w.lock_name FROM distributed_lock_waiters w
          WHERE w.lock_name LIKE 'pglock.leader/%' AND w.expires_at > clock_timestamp()) AS n
   LEFT JOIN distributed_locks l ON l.lock_name = n.lock_name AND l.expires_at > clock_timestamp()
- WHERE sqlc.narg('lock_name')::varchar IS NULL OR n.lock_name = sqlc.narg('lock_name')
  ORDER BY n.lock_name;
 
 -- GetLeader reads one election's leader and candidates: a primary-key read and a count.

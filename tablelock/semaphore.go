@@ -129,15 +129,19 @@ func (l *Locker) leaveSemaphore(name string, req request) {
 	if l.closed {
 		return
 	}
-	l.leave(semaphorePrefix+name, req.holder, req.timing.TTL)
-	l.leave(req.name, req.holder, req.timing.TTL)
+	l.leaveBoth(name, req)
 }
 
 // abandonSemaphore ends w's wait: leaving is counted in l.waits while w's own count holds.
 func (l *Locker) abandonSemaphore(w *waiter, name string, req request) {
+	l.leaveBoth(name, req)
+	l.unregister(w)
+}
+
+// leaveBoth leaves name's queue and the place req may hold (see leave for when it may run).
+func (l *Locker) leaveBoth(name string, req request) {
 	l.leave(semaphorePrefix+name, req.holder, req.timing.TTL)
 	l.leave(req.name, req.holder, req.timing.TTL)
-	l.unregister(w)
 }
 
 // semaphoreQueue is the queue of the semaphore whose place rowName is, if it is one.

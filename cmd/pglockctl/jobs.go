@@ -170,7 +170,7 @@ func (a *app) printJobs(rows []db.ListJobsRow) error {
 		lines = append(lines, []string{
 			orDash(j.Scope), j.JobKey, j.Status, strconv.Itoa(int(j.Attempts)), strconv.FormatInt(j.FencingToken, 10),
 			orDash(j.Instance), timestamp(j.StartedAt, r.Now), finished, timestamp(j.RetainUntil, r.Now),
-			orDash(oneLine(deref(j.LastError), 60)),
+			orDash(oneLine(db.Deref(j.LastError), 60)),
 		})
 	}
 	return table(a.stdout, []string{"SCOPE", "KEY", "STATUS", "ATTEMPTS", "TOKEN", "INSTANCE", "STARTED", "FINISHED", "KEPT UNTIL", "LAST ERROR"}, lines)
@@ -193,7 +193,7 @@ func (a *app) printJob(row db.GetJobRow) error {
 		{"holder", j.HolderID}, {"instance", orDash(j.Instance)},
 		{"lease expires", at(j.LeaseExpiresAt)}, {"started", at(&j.StartedAt)}, {"finished", at(j.FinishedAt)},
 		{"kept until", at(&j.RetainUntil)}, {"first claimed", at(&j.CreatedAt)},
-		{"fingerprint", orDash(deref(j.Fingerprint))}, {"last error", orDash(deref(j.LastError))},
+		{"fingerprint", orDash(db.Deref(j.Fingerprint))}, {"last error", orDash(db.Deref(j.LastError))},
 		{"result", orDash(string(j.Result))},
 	})
 }
@@ -228,12 +228,4 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
