@@ -50,6 +50,13 @@ var (
 	// ErrRateLimited means an event did not fit its rate limit in the time there was.
 	ErrRateLimited = errors.New("pglock: rate limited")
 
+	// ErrInvalidSpec means a cron spec that cannot be parsed or never fires.
+	ErrInvalidSpec = errors.New("pglock: invalid cron spec")
+
+	// ErrReplaced means a cron run was canceled because a newer run of its schedule replaced
+	// it (the Replace overlap policy): the cause of the run's context.
+	ErrReplaced = errors.New("pglock: replaced by a newer run")
+
 	// ErrUnsafeSchema means pglock will not migrate a schema where another role could make the
 	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
 	// the migrations), or one whose version table someone else made.

@@ -42,6 +42,57 @@ type DistributedLockWaiter struct {
 	ExpiresAt  time.Time
 }
 
+type PglockCronClaimed struct {
+	Outcome        string
+	Schedule       string
+	ID             *int64
+	ScheduledTime  *time.Time
+	Kind           *string
+	Attempt        *int32
+	FencingToken   *int64
+	LeaseExpiresAt *time.Time
+	AccountedUntil *time.Time
+	DbNow          time.Time
+}
+
+type PglockCronRun struct {
+	ID             int64
+	Schedule       string
+	ScheduledTime  time.Time
+	Kind           string
+	Status         string
+	Attempt        int32
+	MissedUntil    *time.Time
+	MissedCount    *int64
+	RequestedBy    *string
+	Instance       *string
+	FencingToken   *int64
+	LeaseExpiresAt *time.Time
+	CreatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	Error          *string
+}
+
+type PglockCronSchedule struct {
+	Name            string
+	Spec            string
+	TimeZone        string
+	Overlap         string
+	CatchUp         string
+	CatchUpWindowMs int64
+	KeepForMs       int64
+	KeepRuns        int32
+	AccountedUntil  time.Time
+	Paused          bool
+	PauseNote       *string
+	PausedBy        *string
+	PausedAt        *time.Time
+	LastInstance    string
+	LastSeenAt      time.Time
+	CreatedAt       time.Time
+}
+
 type PglockJob struct {
 	Scope          string
 	JobKey         string

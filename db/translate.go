@@ -32,6 +32,8 @@ func Translate(err error) error {
 	// An argument its type refuses: JSON that is not jsonb's, NUL in jsonb, text not UTF-8.
 	case pgerrcode.InvalidTextRepresentation, pgerrcode.UntranslatableCharacter, pgerrcode.CharacterNotInRepertoire:
 		return fmt.Errorf("%w: %w", pglock.ErrInvalidArgument, err)
+	case pgerrcode.NoDataFound: // a contract function found no such object (COLUMN names the argument)
+		return fmt.Errorf("%w: %w", pglock.ErrNotFound, err)
 	case pgerrcode.LockNotAvailable: // lock_timeout ran out
 		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 	case pgerrcode.InsufficientPrivilege:

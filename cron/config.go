@@ -1,0 +1,213 @@
+package cron
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/lease"
+)
+
+// Config configures a Scheduler. A nil *Config, and every zero field, means the default.
+type Config struct {
+	// AppName names this process in the instance recorded with each run, app@host:pid.
+	// Default: the executable's base name.
+	AppName string
+
+	// PollInterval is the longest the scheduler goes without claiming, even with no tick due:
+	// a claim records runs abandoned by vanished instances and starts pending runs (manual,
+	// backfilled, buffered) whose notification was lost. It is shortened to the heartbeat of
+	// the shortest run lease, so that an abandoned run is recorded within its TTL plus a
+	// heartbeat. Default: 2 s.
+	PollInterval time.Duration
+
+	// DisableNotifications makes the scheduler rely on polling alone, for a pool that cannot
+	// LISTEN when ListenerConnConfig cannot reach PostgreSQL directly either. Default: false.
+	DisableNotifications bool
+
+	// ListenerConnConfig, when set, is where the listener connects instead of where the pool
+	// does (see tablelock.Config.ListenerConnConfig). Default: as the pool connects.
+	ListenerConnConfig *pgx.ConnConfig
+
+	// Logger receives the scheduler's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Overlap says what happens to a tick that comes while a run of its schedule is running
+// (on any instance).
+type Overlap string
+
+const (
+	OverlapSkip      Overlap = "skip"       // the tick is recorded skipped (the default)
+	OverlapBufferOne Overlap = "buffer_one" // the tick runs once the running run ends; at most one waits
+	OverlapAllow     Overlap = "allow"      // the tick runs at once, beside the running one
+	OverlapReplace   Overlap = "replace"    // the running run is canceled (ErrReplaced) and the tick runs
+)
+
+// CatchUp says what happens to ticks missed while no instance ran the schedule.
+type CatchUp string
+
+const (
+	CatchUpSkip   CatchUp = "skip"   // every missed tick is recorded missed (the default)
+	CatchUpLatest CatchUp = "latest" // the latest missed tick in the window runs once; the others are recorded missed
+	CatchUpAll    CatchUp = "all"    // each missed tick in the window runs, oldest first (at most MaxCatchUp)
+)
+
+// Limits.
+const (
+	MaxCatchUp   = 100              // missed ticks a CatchUpAll schedule runs at once; older ones are recorded missed
+	OnTimeLimit  = time.Minute      // a tick found later than this after its time is missed
+	maxErrorLen  = 4096             // bytes of an error recorded with a run
+	seenEvery    = 30 * time.Second // how often an instance records that it still has its schedules
+	collectEvery = time.Minute      // how often an instance applies run retention
+	offsetEvery  = 30 * time.Second // how often the database clock offset is measured again
+)
+
+// Options configure one schedule. A nil *Options means the defaults.
+type Options struct {
+	// Location is where a spec without a CRON_TZ= or TZ= prefix is read. Every instance must
+	// read it the same way, so the default is UTC, not the host's zone.
+	Location *time.Location
+
+	// Overlap is the overlap policy. Default: OverlapSkip.
+	Overlap Overlap
+
+	// CatchUp is the catch-up policy. Default: CatchUpSkip.
+	CatchUp CatchUp
+
+	// CatchUpWindow is how old a missed tick may be and still run under CatchUpLatest or
+	// CatchUpAll. Default: 24 h.
+	CatchUpWindow time.Duration
+
+	// Timeout bounds a run: its context ends then (context.DeadlineExceeded) and the run is
+	// recorded failed if fn returns an error. Default: 0, no bound.
+	Timeout time.Duration
+
+	// TTL is a run's lease, renewed every third of it. A run whose lease cannot be renewed has
+	// its context canceled (pglock.ErrLockLost) a tenth of it before the lease could expire on
+	// the database; a run whose instance vanished is recorded abandoned within the TTL plus a
+	// heartbeat. From 100 ms to 24 h. Default: 30 s.
+	TTL time.Duration
+
+	// Retention is how long run history is kept. Default: 7 days.
+	Retention time.Duration
+
+	// MaxRuns is how many runs of history are kept at most. Default: 1,000.
+	MaxRuns int
+}
+
+// settings are a schedule's Options, checked and with defaults.
+type settings struct {
+	overlap   Overlap
+	catchUp   CatchUp
+	window    time.Duration
+	timeout   time.Duration
+	timing    lease.Timing
+	retention time.Duration
+	maxRuns   int
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	switch {
+	case cfg.PollInterval == 0:
+		cfg.PollInterval = 2 * time.Second
+	case cfg.PollInterval < 10*time.Millisecond:
+		return Config{}, fmt.Errorf("%w: Config.PollInterval (%s) must be at least 10ms", pglock.ErrInvalidArgument, cfg.PollInterval)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}
+
+func (o *Options) settings() (settings, *time.Location, error) {
+	if o == nil {
+		o = &Options{}
+	}
+	invalid := func(format string, args ...any) (settings, *time.Location, error) {
+		return settings{}, nil, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	s := settings{overlap: o.Overlap, catchUp: o.CatchUp, window: o.CatchUpWindow, timeout: o.Timeout,
+		retention: o.Retention, maxRuns: o.MaxRuns}
+	loc := o.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	if loc == time.Local {
+		return invalid("Options.Location: time.Local differs from host to host; name the zone (time.LoadLocation)")
+	}
+	switch s.overlap {
+	case "":
+		s.overlap = OverlapSkip
+	case OverlapSkip, OverlapBufferOne, OverlapAllow, OverlapReplace:
+	default:
+		return invalid("Options.Overlap %q is not one of the Overlap constants", s.overlap)
+	}
+	switch s.catchUp {
+	case "":
+		s.catchUp = CatchUpSkip
+	case CatchUpSkip, CatchUpLatest, CatchUpAll:
+	default:
+		return invalid("Options.CatchUp %q is not one of the CatchUp constants", s.catchUp)
+	}
+	for _, d := range []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"CatchUpWindow", &s.window, 24 * time.Hour},
+		{"Retention", &s.retention, 7 * 24 * time.Hour},
+	} {
+		switch {
+		case *d.value == 0:
+			*d.value = d.def
+		case *d.value < time.Millisecond:
+			return invalid("Options.%s (%s) must be at least 1ms", d.name, *d.value)
+		}
+	}
+	if s.timeout < 0 {
+		return invalid("Options.Timeout (%s) must not be negative", s.timeout)
+	}
+	switch {
+	case s.maxRuns == 0:
+		s.maxRuns = 1000
+	case s.maxRuns < 0 || s.maxRuns > 1<<31-1:
+		return invalid("Options.MaxRuns (%d) must be positive", s.maxRuns)
+	}
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = 30 * time.Second
+	}
+	timing, err := lease.NewTiming(ttl, 0, 0)
+	if err != nil {
+		return settings{}, nil, fmt.Errorf("Options.TTL: %w", err)
+	}
+	s.timing = timing
+	return s, loc, nil
+}
+
+// RunKind says why a run started.
+type RunKind string
+
+const (
+	KindScheduled RunKind = "scheduled" // its tick came (or, buffered, its turn after the previous run)
+	KindCatchUp   RunKind = "catch_up"  // a tick missed while no instance ran the schedule
+	KindManual    RunKind = "manual"    // triggered by hand (Trigger, pglockctl cron trigger)
+	KindBackfill  RunKind = "backfill"  // a past tick queued by Backfill
+)
+
+// Run is what fn learns about the run it makes.
+type Run struct {
+	Schedule      string
+	ScheduledTime time.Time // the tick, by the database's clock (for a manual run: when it was asked for)
+	Kind          RunKind   // KindManual: triggered by hand
+	Attempt       int       // runs of this tick started so far, this one included
+	Token         int64     // fencing token: larger than every earlier run's, of any schedule
+}

@@ -1,0 +1,246 @@
+package cron
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/retry"
+)
+
+// offsetEstimate is the database clock minus the host's, from the sample with the shortest
+// round trip.
+type offsetEstimate struct {
+	offset, uncertainty time.Duration
+	at                  time.Time
+}
+
+const offsetSamples = 5
+
+// measureOffset reads clock_timestamp() a few times and keeps the reading with the shortest
+// round trip, taking the database's reading to be from the middle of it.
+func (s *Scheduler) measureOffset(ctx context.Context) error {
+	best := offsetEstimate{uncertainty: -1}
+	for range offsetSamples {
+		sent := s.clock.Now()
+		dbNow, err := s.queries.DatabaseNow(ctx)
+		if err != nil {
+			return fmt.Errorf("cron: read the database clock: %w", err)
+		}
+		received := s.clock.Now()
+		half := received.Sub(sent) / 2
+		if best.uncertainty < 0 || half < best.uncertainty {
+			best = offsetEstimate{offset: dbNow.Sub(sent.Add(half)), uncertainty: half, at: received}
+		}
+	}
+	s.mu.Lock()
+	s.offset = best
+	s.mu.Unlock()
+	if best.offset > time.Second || best.offset < -time.Second {
+		s.cfg.Logger.Warn("pglock: cron: this host's clock differs from the database's; scheduling follows the database",
+			"offset", best.offset, "uncertainty", best.uncertainty)
+	}
+	return nil
+}
+
+// dbNow estimates the database's clock now.
+func (s *Scheduler) dbNow() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clock.Now().Add(s.offset.offset)
+}
+
+// loop claims due ticks, and pending runs, until ctx ends.
+func (s *Scheduler) loop(ctx context.Context) {
+	defer close(s.loopDone)
+	var lastSeen, lastCollect, lastOffset time.Time
+	lastOffset = s.clock.Now()
+	failures := 0
+	for {
+		now := s.clock.Now()
+		err := s.housekeep(ctx, now, &lastSeen, &lastCollect, &lastOffset)
+		var wait time.Duration
+		if err == nil {
+			wait, err = s.claim(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failures++
+			s.cfg.Logger.Warn("pglock: cron: claim failed; retrying", "failures", failures, "error", err)
+			wait = claimBackoff.Delay(failures)
+		default:
+			failures = 0
+		}
+		if wait > 0 && !s.sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+var claimBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: 2 * time.Second}
+
+// housekeep registers schedules added since, and, when their time comes, records that this
+// instance still has its schedules, applies retention and measures the clock offset again.
+func (s *Scheduler) housekeep(ctx context.Context, now time.Time, lastSeen, lastCollect, lastOffset *time.Time) error {
+	entries := s.snapshot()
+	for _, e := range entries {
+		if !e.registered {
+			if err := s.register(ctx, e); err != nil {
+				return err
+			}
+		}
+	}
+	if now.Sub(*lastSeen) >= seenEvery && len(entries) > 0 {
+		names := make([]string, len(entries))
+		for i, e := range entries {
+			names[i] = e.name
+		}
+		gone, err := s.queries.SeenCronSchedules(ctx, db.SeenCronSchedulesParams{Names: names, Instance: s.instance})
+		if err != nil {
+			return fmt.Errorf("cron: record schedules seen: %w", err)
+		}
+		s.forget(entries, gone)
+		*lastSeen = now
+	}
+	if now.Sub(*lastCollect) >= collectEvery {
+		if _, err := s.queries.CollectCronRuns(ctx); err != nil {
+			return fmt.Errorf("cron: apply run retention: %w", err)
+		}
+		*lastCollect = now
+	}
+	if now.Sub(*lastOffset) >= offsetEvery {
+		if err := s.measureOffset(ctx); err != nil {
+			return err
+		}
+		*lastOffset = now
+	}
+	return nil
+}
+
+// forget marks the named entries unregistered: an operator deleted their schedules.
+func (s *Scheduler) forget(entries []*entry, names []string) {
+	for _, name := range names {
+		for _, e := range entries {
+			if e.name == name {
+				e.registered = false
+			}
+		}
+	}
+}
+
+// claim sends one claim for every registered schedule: its due ticks, as its plan says, and
+// its pending runs. It starts the runs claimed and returns how long to wait before the next
+// claim (0: at once).
+func (s *Scheduler) claim(ctx context.Context) (time.Duration, error) {
+	entries := s.snapshot()
+	now := s.dbNow()
+	p := db.ClaimCronTicksParams{Instance: s.instance}
+	byName := make(map[string]*entry, len(entries))
+	untils := make(map[string]time.Time, len(entries))
+	for _, e := range entries {
+		if !e.registered {
+			continue
+		}
+		byName[e.name] = e
+		ticks, until := plan(e.sched, e.set, e.watermark, now)
+		untils[e.name] = until
+		p.Names = append(p.Names, e.name)
+		p.Seen = append(p.Seen, e.watermark)
+		p.Until = append(p.Until, until)
+		p.TtlMs = append(p.TtlMs, e.set.timing.TTL.Milliseconds())
+		for _, t := range ticks {
+			p.TickNames = append(p.TickNames, e.name)
+			p.TickTimes = append(p.TickTimes, t.at)
+			p.TickKinds = append(p.TickKinds, t.kind)
+			until := t.missedUntil
+			if until.IsZero() {
+				until = t.at
+			}
+			p.MissedUntil = append(p.MissedUntil, until)
+			p.MissedCounts = append(p.MissedCounts, t.missedCount)
+		}
+	}
+	if len(p.Names) == 0 {
+		return s.nextWait(entries), nil
+	}
+	sent := s.clock.Now()
+	claimed, err := s.queries.ClaimCronTicks(ctx, p)
+	if err != nil {
+		return 0, fmt.Errorf("cron: claim: %w", err)
+	}
+	again := time.Duration(-1)
+	for _, c := range claimed {
+		e := byName[c.Schedule]
+		switch c.Outcome {
+		case "run":
+			s.startRun(e, c, sent)
+			continue
+		case "stale":
+			e.watermark = db.Deref(c.AccountedUntil)
+			again = 0
+		case "early":
+			// This host's estimate of the database clock was ahead: wait until the tick is due
+			// by the database's clock, and measure again.
+			if err := s.measureOffset(ctx); err != nil {
+				return 0, err
+			}
+			if d := untils[c.Schedule].Sub(c.DbNow); again < 0 || d < again {
+				again = max(d, time.Millisecond)
+			}
+		case "unknown":
+			e.registered = false
+			again = 0
+		default:
+			return 0, fmt.Errorf("cron: claim answered %q for %q", c.Outcome, c.Schedule)
+		}
+		delete(untils, c.Schedule)
+	}
+	for name, until := range untils {
+		byName[name].watermark = until
+	}
+	if again >= 0 {
+		return again, nil
+	}
+	return s.nextWait(entries), nil
+}
+
+// nextWait is how long the loop sleeps: until the earliest next tick of its schedules, by the
+// database's clock, or the poll interval, whichever is sooner.
+func (s *Scheduler) nextWait(entries []*entry) time.Duration {
+	poll := s.cfg.PollInterval
+	now := s.dbNow()
+	wait := poll
+	for _, e := range entries {
+		if hb := e.set.timing.Heartbeat; hb > 0 && hb < poll {
+			wait = min(wait, hb)
+		}
+		if !e.registered {
+			return 0
+		}
+		if next := e.sched.next(e.watermark); !next.IsZero() {
+			wait = min(wait, next.Sub(now))
+		}
+	}
+	// Wake a little after the tick rather than before: the database refuses early claims.
+	s.mu.Lock()
+	wait += s.offset.uncertainty
+	s.mu.Unlock()
+	return max(wait, 0)
+}
+
+// sleep waits for d, a wake-up or the end of ctx; false if ctx ended.
+func (s *Scheduler) sleep(ctx context.Context, d time.Duration) bool {
+	timer := make(chan struct{})
+	t := s.clock.AfterFunc(d, func() { close(timer) })
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.wake:
+	case <-timer:
+	}
+	return true
+}

@@ -1,0 +1,147 @@
+package cron
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/retry"
+)
+
+// startRun runs a claimed run in its own goroutine; sent is when the claim was sent, on the
+// host's clock: the lease began after it.
+func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
+	id, token := db.Deref(c.ID), db.Deref(c.FencingToken)
+	run := Run{
+		Schedule: e.name, ScheduledTime: db.Deref(c.ScheduledTime), Kind: RunKind(db.Deref(c.Kind)),
+		Attempt: int(db.Deref(c.Attempt)), Token: token,
+	}
+	s.mu.Lock()
+	ctx, cancel := context.WithCancelCause(s.runsCtx)
+	s.active[id] = cancel
+	s.runs.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.runs.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.active, id)
+			s.mu.Unlock()
+			cancel(nil)
+		}()
+		s.execute(ctx, e, run, id, sent, db.Deref(c.LeaseExpiresAt))
+	}()
+}
+
+// execute runs fn under the run's lease, then records how it ended.
+func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, sent, expiresAt time.Time) {
+	label := fmt.Sprintf("cron run %d of %q (tick %s)", id, run.Schedule, run.ScheduledTime.Format(time.RFC3339))
+	var background lease.Group
+	keeper := lease.New(lease.Config{
+		Name: label, Timing: e.set.timing, Start: sent, ExpiresAt: expiresAt,
+		Ctx: context.Background(), Clock: s.clock, Tracker: &background,
+		Renew: func(rctx context.Context, ttl time.Duration) (time.Time, bool, error) {
+			expiresAt, err := s.queries.RenewCronRun(rctx, db.RenewCronRunParams{ID: id, FencingToken: run.Token, TtlMs: ttl.Milliseconds()})
+			if errors.Is(err, pgx.ErrNoRows) {
+				s.explainLoss(rctx, id)
+				return time.Time{}, false, nil
+			}
+			return expiresAt, err == nil, err
+		},
+		OnLost: func(err error) {
+			s.cfg.Logger.Error("pglock: cron run lost its lease", "schedule", run.Schedule, "run", id, "error", err)
+		},
+		OnRenewFailed: func(err error, failures int) {
+			s.cfg.Logger.Warn("pglock: cron run lease renewal failed; retrying", "schedule", run.Schedule, "run", id,
+				"failures", failures, "error", err)
+		},
+	})
+	keeper.Start()
+	fnCtx, stopGuard := keeper.Guard(ctx)
+	if e.set.timeout > 0 {
+		var cancel context.CancelFunc
+		fnCtx, cancel = context.WithTimeoutCause(fnCtx, e.set.timeout,
+			fmt.Errorf("cron: %s ran past its timeout of %s: %w", label, e.set.timeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+	fnErr := callRecovering(fnCtx, e.fn, run)
+	stopGuard()
+	keeper.Stop()
+	background.Wait()
+
+	status := "ran"
+	switch {
+	case fnErr == nil:
+	case errors.Is(context.Cause(ctx), pglock.ErrClosed):
+		status = "canceled"
+		fnErr = errors.Join(fnErr, context.Cause(ctx))
+	default:
+		status = "failed"
+		if lost := keeper.Err(); lost != nil {
+			fnErr = errors.Join(fnErr, lost)
+		}
+	}
+	pending, err := s.finish(e, id, run.Token, status, fnErr)
+	switch {
+	case err != nil:
+		s.cfg.Logger.Error("pglock: cron run outcome not recorded", "schedule", run.Schedule, "run", id, "status", status, "error", err)
+	case pending:
+		s.wakeUp()
+	}
+}
+
+// explainLoss tells a run why its row is no longer running: if a newer run replaced it, its
+// context is canceled with that cause (pglock.ErrReplaced) before the lease is declared lost.
+func (s *Scheduler) explainLoss(ctx context.Context, id int64) {
+	r, err := s.queries.GetCronRun(ctx, id)
+	if err == nil && r.Status == "canceled" {
+		s.cancelRun(id, db.Deref(r.Error))
+	}
+}
+
+var finishBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
+
+// finish records how a run ended, retrying what a failing connection interrupts for as long as
+// a lease lasts. pending says the schedule has pending runs to start.
+func (s *Scheduler) finish(e *entry, id, token int64, status string, fnErr error) (pending bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.set.timing.TTL)
+	defer cancel()
+	p := db.FinishCronRunParams{ID: id, FencingToken: token, Status: status}
+	if fnErr != nil {
+		msg := strings.ReplaceAll(strings.ToValidUTF8(fnErr.Error(), "?"), "\x00", "?")
+		if len(msg) > maxErrorLen {
+			msg = strings.ToValidUTF8(msg[:maxErrorLen], "")
+		}
+		p.Error = &msg
+	}
+	for attempt := 1; ; attempt++ {
+		pending, err := s.queries.FinishCronRun(ctx, p)
+		switch {
+		case err == nil:
+			return pending, nil
+		case errors.Is(err, pgx.ErrNoRows):
+			return false, fmt.Errorf("%w: run %d was no longer running (abandoned or replaced); that record stands", pglock.ErrLockLost, id)
+		case !retry.Transient(err) || !finishBackoff.Sleep(ctx, s.clock, attempt):
+			return false, fmt.Errorf("cron: record the outcome of run %d: %w", id, err)
+		}
+	}
+}
+
+// callRecovering calls fn, turning a panic into an error with its value and stack: a job that
+// panics fails its run, and the scheduler goes on.
+func callRecovering(ctx context.Context, fn Func, run Run) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+		}
+	}()
+	return fn(ctx, run)
+}

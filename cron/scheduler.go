@@ -1,0 +1,293 @@
+package cron
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/ident"
+	"github.com/pglock/pglock/internal/notify"
+)
+
+// Func is a schedule's job. Its ctx ends when the run must stop: its lease was lost
+// (pglock.ErrLockLost), a newer run replaced it (pglock.ErrReplaced), its timeout passed, or
+// Stop gave up waiting (pglock.ErrClosed); context.Cause says which.
+type Func func(ctx context.Context, run Run) error
+
+// Scheduler runs this instance's schedules. Its methods are safe for concurrent use.
+type Scheduler struct {
+	pool     *pgxpool.Pool
+	queries  *db.Queries
+	cfg      Config
+	instance string
+	clock    clock.Clock // the host's clock, a seam for tests
+
+	mu       sync.Mutex
+	entries  map[string]*entry
+	started  bool
+	stopped  bool
+	active   map[int64]context.CancelCauseFunc // running runs, by id
+	offset   offsetEstimate
+	wake     chan struct{}
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+	runsCtx  context.Context // every run's ctx derives from it
+	endRuns  context.CancelCauseFunc
+	runs     sync.WaitGroup
+	unlisten func()
+}
+
+// entry is one added schedule. Its fields after fn are the loop's alone.
+type entry struct {
+	name, spec, zone string
+	sched            schedule
+	set              settings
+	fn               Func
+
+	registered bool
+	watermark  time.Time // every tick up to it is accounted for, as last read
+}
+
+// New returns a Scheduler that takes its connections from pool. A nil cfg means the defaults.
+func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	instance, err := ident.Instance(c.AppName)
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{
+		pool: pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,
+		entries: map[string]*entry{}, active: map[int64]context.CancelCauseFunc{}, wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// Add adds a schedule: name (1 to 255 bytes of UTF-8 without NUL, unique in this Scheduler
+// and, across instances, naming the same job), spec (robfig/cron syntax: five fields, or six
+// with seconds first; descriptors such as @hourly and @every 10s; an optional CRON_TZ= or TZ=
+// prefix), and the job. A nil opts means the defaults. Bad input gets an error matching
+// pglock.ErrInvalidName, pglock.ErrInvalidSpec, pglock.ErrInvalidTTL or
+// pglock.ErrInvalidArgument, and nothing is written. The schedule is registered in the database
+// at Start, or at once (in the background) once started.
+func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
+	if err := pglock.ValidateName(name); err != nil {
+		return fmt.Errorf("cron: schedule name: %w", err)
+	}
+	if fn == nil {
+		return fmt.Errorf("%w: cron: nil fn for schedule %q", pglock.ErrInvalidArgument, name)
+	}
+	set, loc, err := opts.settings()
+	if err != nil {
+		return fmt.Errorf("cron: schedule %q: %w", name, err)
+	}
+	sched, zone, err := parseSpec(spec, loc)
+	if err != nil {
+		return fmt.Errorf("cron: schedule %q: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return fmt.Errorf("%w: cron: the scheduler was stopped", pglock.ErrClosed)
+	}
+	if _, dup := s.entries[name]; dup {
+		return fmt.Errorf("%w: cron: schedule %q was already added", pglock.ErrInvalidArgument, name)
+	}
+	s.entries[name] = &entry{name: name, spec: spec, zone: zone, sched: sched, set: set, fn: fn}
+	s.wakeUp()
+	return nil
+}
+
+// Remove stops this instance from firing the schedule; a run under way goes on. The schedule
+// stays in the database (other instances may still have it; one that none has is shown as
+// orphaned). It returns an error matching pglock.ErrNotFound if it was not added.
+func (s *Scheduler) Remove(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.entries[name]; !ok {
+		return fmt.Errorf("%w: cron: schedule %q was not added", pglock.ErrNotFound, name)
+	}
+	delete(s.entries, name)
+	return nil
+}
+
+// Start registers the schedules added so far, measures the database clock's offset, and
+// returns once scheduling runs in the background, until Stop.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.stopped:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: cron: the scheduler was stopped", pglock.ErrClosed)
+	case s.started:
+		s.mu.Unlock()
+		return fmt.Errorf("%w: cron: the scheduler was already started", pglock.ErrInvalidArgument)
+	}
+	s.started = true
+	s.mu.Unlock()
+	if err := s.measureOffset(ctx); err != nil {
+		s.abandonStart()
+		return err
+	}
+	for _, e := range s.snapshot() {
+		if err := s.register(ctx, e); err != nil {
+			s.abandonStart()
+			return err
+		}
+	}
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.runsCtx, s.endRuns = context.WithCancelCause(context.Background())
+	s.stopLoop, s.loopDone = stopLoop, make(chan struct{})
+	if !s.cfg.DisableNotifications {
+		s.unlisten = notify.Subscribe(s.pool, s.cfg.ListenerConnConfig, s.cfg.Logger, db.CronChannel, notify.Handler{
+			Notify: s.notified, Listening: s.wakeUp,
+		})
+	}
+	s.mu.Unlock()
+	go s.loop(loopCtx)
+	return nil
+}
+
+// abandonStart lets Start be called again after it failed.
+func (s *Scheduler) abandonStart() {
+	s.mu.Lock()
+	s.started = false
+	s.mu.Unlock()
+}
+
+// Stop stops firing, waits for running runs until ctx ends, then cancels them (the cause
+// matches pglock.ErrClosed) and waits for them to return; each is recorded as it ended (a
+// canceled one as canceled). The error is ctx's if runs had to be canceled.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	started := s.loopDone != nil
+	s.mu.Unlock()
+	if !started {
+		return nil
+	}
+	s.stopLoop()
+	<-s.loopDone
+	if s.unlisten != nil {
+		s.unlisten()
+	}
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.endRuns(nil)
+		return nil
+	case <-ctx.Done():
+		s.endRuns(fmt.Errorf("%w: cron: the scheduler stopped", pglock.ErrClosed))
+		<-done
+		return fmt.Errorf("cron: stop: running runs were canceled: %w", ctx.Err())
+	}
+}
+
+// Stats is what a Scheduler reports about itself.
+type Stats struct {
+	// ClockOffset is the database's clock minus this host's, as last measured: the scheduler
+	// fires on database time, so a host whose clock is off neither fires early nor late, but
+	// operators should know.
+	ClockOffset time.Duration
+	// ClockUncertainty bounds the error of ClockOffset (half the measurement's round trip).
+	ClockUncertainty time.Duration
+	// OffsetMeasuredAt is when the offset was last measured, on this host's clock.
+	OffsetMeasuredAt time.Time
+	Schedules        int // added and not removed
+	Running          int // runs under way in this instance
+}
+
+// Stats reports the clock offset and what runs.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		ClockOffset: s.offset.offset, ClockUncertainty: s.offset.uncertainty, OffsetMeasuredAt: s.offset.at,
+		Schedules: len(s.entries), Running: len(s.active),
+	}
+}
+
+// snapshot returns the entries now added.
+func (s *Scheduler) snapshot() []*entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := make([]*entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		list = append(list, e)
+	}
+	return list
+}
+
+func (s *Scheduler) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// notified handles a notification on the cron channel: a run to cancel, or a change to claim.
+func (s *Scheduler) notified(payload string) {
+	var n struct {
+		Op       string `json:"op"`
+		Schedule string `json:"schedule"`
+		Run      int64  `json:"run"`
+	}
+	if err := json.Unmarshal([]byte(payload), &n); err != nil {
+		s.cfg.Logger.Warn("pglock: cron: unreadable notification", "payload", payload, "error", err)
+		return
+	}
+	if n.Op == "cancel" {
+		s.cancelRun(n.Run, "")
+		return
+	}
+	s.mu.Lock()
+	_, mine := s.entries[n.Schedule]
+	s.mu.Unlock()
+	if mine {
+		s.wakeUp()
+	}
+}
+
+// cancelRun cancels a run of this instance that a newer run replaced.
+func (s *Scheduler) cancelRun(id int64, why string) {
+	s.mu.Lock()
+	cancel := s.active[id]
+	s.mu.Unlock()
+	if cancel != nil {
+		if why == "" {
+			why = "a newer run of its schedule replaced it"
+		}
+		cancel(fmt.Errorf("%w: %s", pglock.ErrReplaced, why))
+	}
+}
+
+// register records the schedule in the database and reads its watermark.
+func (s *Scheduler) register(ctx context.Context, e *entry) error {
+	until, err := s.queries.RegisterCronSchedule(ctx, db.RegisterCronScheduleParams{
+		Name: e.name, Spec: e.spec, TimeZone: e.zone, Overlap: string(e.set.overlap), CatchUp: string(e.set.catchUp),
+		CatchUpWindowMs: e.set.window.Milliseconds(), KeepForMs: e.set.retention.Milliseconds(),
+		KeepRuns: int32(e.set.maxRuns), Instance: s.instance,
+	})
+	if err != nil {
+		return fmt.Errorf("cron: register schedule %q: %w", e.name, err)
+	}
+	e.registered, e.watermark = true, until
+	return nil
+}

@@ -1,0 +1,158 @@
+package cron
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	robfig "github.com/robfig/cron/v3"
+
+	"github.com/pglock/pglock"
+)
+
+// schedule is a parsed spec: every instance that parses the same spec in the same location
+// computes the same ticks.
+type schedule interface {
+	// next returns the first tick strictly after t, or the zero time if there is none within
+	// five years.
+	next(t time.Time) time.Time
+}
+
+var parser = robfig.NewParser(robfig.SecondOptional | robfig.Minute | robfig.Hour | robfig.Dom |
+	robfig.Month | robfig.Dow | robfig.Descriptor)
+
+// parseSpec parses spec as robfig/cron's parser does (five fields or six with seconds first,
+// descriptors, a CRON_TZ= or TZ= prefix), reading it in loc unless it names its own zone.
+// Errors match pglock.ErrInvalidSpec and say what is wrong.
+func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, err error) {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w %q: %s", pglock.ErrInvalidSpec, spec, fmt.Sprintf(format, args...))
+	}
+	trimmed := strings.TrimSpace(spec)
+	if trimmed == "" {
+		return nil, "", invalid("empty")
+	}
+	if strings.HasPrefix(trimmed, "CRON_TZ=") || strings.HasPrefix(trimmed, "TZ=") {
+		// The parser slices the zone out up to the first space, and panics without one.
+		prefix, rest, found := strings.Cut(trimmed, " ")
+		if !found || strings.TrimSpace(rest) == "" {
+			return nil, "", invalid("a %s prefix must be followed by a space and the schedule", prefix)
+		}
+		name := prefix[strings.Index(prefix, "=")+1:]
+		if name == "" || name == "Local" {
+			return nil, "", invalid("name a time zone (Local differs from host to host)")
+		}
+		if loc, err = time.LoadLocation(name); err != nil {
+			return nil, "", invalid("unknown time zone %q", name)
+		}
+	}
+	if every, ok := strings.CutPrefix(trimmed, "@every"); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(every))
+		if err != nil {
+			return nil, "", invalid("@every needs a duration, such as @every 10s")
+		}
+		if d < time.Second || d%time.Second != 0 {
+			return nil, "", invalid("@every needs a whole number of seconds, at least 1s (got %s)", d)
+		}
+		return everySchedule(d), "UTC", nil
+	}
+	parsed, err := parseRecovering(trimmed)
+	if err != nil {
+		return nil, "", invalid("%v", err)
+	}
+	spec6, ok := parsed.(*robfig.SpecSchedule)
+	if !ok {
+		return nil, "", invalid("unsupported schedule type %T", parsed)
+	}
+	s := specSchedule{loc: loc, realTime: spec6.Hour&allHours == allHours}
+	s.wall = *spec6
+	s.wall.Location = time.UTC
+	if s.realTime {
+		s.wall.Location = loc
+	}
+	if s.next(time.Now()).IsZero() {
+		return nil, "", invalid("it never fires (no matching time in the next five years)")
+	}
+	return s, loc.String(), nil
+}
+
+func parseRecovering(spec string) (s robfig.Schedule, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	return parser.Parse(spec)
+}
+
+// everySchedule is @every d, aligned to the Unix epoch: every instance computes the same ticks,
+// whenever it started.
+type everySchedule time.Duration
+
+func (e everySchedule) next(t time.Time) time.Time {
+	d := time.Duration(e)
+	since := t.Sub(time.Unix(0, 0)) // overflows only past the year 2262
+	return time.Unix(0, 0).Add((since/d + 1) * d).UTC()
+}
+
+const allHours = 1<<24 - 1
+
+// specSchedule is a field schedule. One that fires in every hour runs on real time, as
+// robfig/cron computes it in its zone (through a daylight-saving change it keeps its rhythm).
+// One with fixed hours runs on the wall clock, as ISC cron does: its ticks are found on a
+// clock without daylight saving (wall, whose fields are read as UTC), then placed in the zone;
+// a tick in a spring-forward gap runs at the transition, and a tick in a repeated fall-back
+// hour runs once, at its first occurrence.
+type specSchedule struct {
+	wall     robfig.SpecSchedule
+	loc      *time.Location
+	realTime bool
+}
+
+func (s specSchedule) next(t time.Time) time.Time {
+	if s.realTime {
+		n := s.wall.Next(t)
+		if n.IsZero() {
+			return n
+		}
+		return n.UTC()
+	}
+	w := wallOf(t.In(s.loc))
+	for {
+		w = s.wall.Next(w)
+		if w.IsZero() {
+			return w
+		}
+		if at := placeWall(w, s.loc); at.After(t) {
+			return at.UTC()
+		}
+		// A wall time already passed: the second occurrence of a repeated hour.
+	}
+}
+
+// placeWall returns the instant of wall time w (fields read as UTC) in loc: the earlier of two
+// in a repeated hour, the transition for one in a gap.
+func placeWall(w time.Time, loc *time.Location) time.Time {
+	at := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), 0, loc)
+	start, end := at.ZoneBounds()
+	if wallOf(at).Equal(w) {
+		// time.Date may pick either occurrence of a repeated wall time: take the earlier.
+		_, before := start.Add(-time.Nanosecond).Zone()
+		if _, after := at.Zone(); !start.IsZero() && before > after {
+			if earlier := at.Add(-time.Duration(before-after) * time.Second); wallOf(earlier).Equal(w) {
+				return earlier
+			}
+		}
+		return at
+	}
+	// w does not exist: it is in a gap, which ends at the transition next to at.
+	if end.IsZero() || at.Sub(start) <= end.Sub(at) {
+		return start
+	}
+	return end
+}
+
+// wallOf returns the wall time of at in its zone, its fields read as UTC.
+func wallOf(at time.Time) time.Time {
+	return time.Date(at.Year(), at.Month(), at.Day(), at.Hour(), at.Minute(), at.Second(), at.Nanosecond(), time.UTC)
+}

@@ -1,0 +1,528 @@
+-- Cron: schedules whose every tick runs once across any number of instances, with no leader.
+-- The schedulers compute ticks (a spec is parsed in Go, by robfig/cron's parser); the database
+-- decides who runs them. Each schedule keeps a watermark, accounted_until: every tick up to it
+-- has a row in pglock_cron_runs (or lies in a 'missed' row's range). A claim moves the watermark
+-- only from the value the claiming instance read (compare and set, under the schedule's row
+-- lock), so two instances that computed the same ticks cannot both account for them; and a
+-- unique index on (schedule, scheduled_time) backs that up for the ticks a schedule fires.
+--
+-- A run is a leased row, not an open transaction: its instance renews the lease, and a run
+-- whose lease expired is recorded 'abandoned' by whichever instance claims next (instances
+-- claim at least every poll interval). Overlap and catch-up policies are decided here, under
+-- the schedule's row lock, so every instance applies them the same way. Runs that wait for
+-- their turn (a buffered tick, a missed tick caught up, a manual trigger, a backfilled tick)
+-- are 'pending' rows, started oldest first when no run of the schedule runs, or at once for a
+-- schedule that allows overlap.
+--
+-- Changes are announced on the channel pglock_cron as JSON: {"op": "trigger" | "backfill" |
+-- "pause" | "resume" | "cancel", "schedule": name, "run": id} (run for cancel only).
+-- Times are clock_timestamp()'s.
+BEGIN;
+
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
+SELECT pglock_check_schema_is_safe();
+
+CREATE TABLE pglock_cron_schedules (
+    name               varchar(255) PRIMARY KEY CHECK (octet_length(name) >= 1),
+    spec               text         NOT NULL CHECK (octet_length(spec) BETWEEN 1 AND 1024),
+    time_zone          text         NOT NULL, -- where a spec without CRON_TZ= is read (Go's name)
+    overlap            text         NOT NULL CHECK (overlap IN ('skip', 'buffer_one', 'allow', 'replace')),
+    catch_up           text         NOT NULL CHECK (catch_up IN ('skip', 'latest', 'all')),
+    catch_up_window_ms bigint       NOT NULL CHECK (catch_up_window_ms > 0),
+    keep_for_ms        bigint       NOT NULL CHECK (keep_for_ms > 0), -- run history retention
+    keep_runs          integer      NOT NULL CHECK (keep_runs > 0),
+    accounted_until    timestamptz  NOT NULL, -- every tick up to here is accounted for
+    paused             boolean      NOT NULL DEFAULT false,
+    pause_note         text,
+    paused_by          text,
+    paused_at          timestamptz,
+    last_instance      varchar(255) NOT NULL, -- the last instance to register the schedule
+    last_seen_at       timestamptz  NOT NULL, -- and when: a schedule not seen for long is orphaned
+    created_at         timestamptz  NOT NULL
+);
+
+CREATE TABLE pglock_cron_runs (
+    id               bigint       GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    schedule         varchar(255) NOT NULL REFERENCES pglock_cron_schedules (name) ON DELETE CASCADE,
+    scheduled_time   timestamptz  NOT NULL, -- the tick's (for a manual run: when it was asked for)
+    kind             text         NOT NULL CHECK (kind IN ('scheduled', 'catch_up', 'manual', 'backfill')),
+    status           text         NOT NULL CHECK (status IN ('pending', 'running', 'ran', 'failed', 'skipped',
+                                                             'missed', 'abandoned', 'canceled')),
+    attempt          integer      NOT NULL, -- runs of this tick started so far, this one included
+    missed_until     timestamptz,           -- a 'missed' row covers the ticks up to here
+    missed_count     bigint,                -- how many (NULL: too many to count)
+    requested_by     text,                  -- who asked for a manual or backfilled run
+    instance         varchar(255),          -- the instance that ran it
+    fencing_token    bigint,                -- the run's: larger than every earlier run's
+    lease_expires_at timestamptz,           -- while running
+    created_at       timestamptz  NOT NULL,
+    started_at       timestamptz,
+    finished_at      timestamptz,
+    error            text                   -- why it failed, was skipped, abandoned or canceled
+);
+
+-- A tick the scheduler accounts for has one row: the guarantee behind the watermark.
+CREATE UNIQUE INDEX pglock_cron_runs_tick_idx ON pglock_cron_runs (schedule, scheduled_time)
+    WHERE kind IN ('scheduled', 'catch_up');
+-- History, newest first, retention, and backfill's look-ups.
+CREATE INDEX pglock_cron_runs_history_idx ON pglock_cron_runs (schedule, scheduled_time);
+-- What is pending or running: few rows, read by every claim.
+CREATE INDEX pglock_cron_runs_active_idx ON pglock_cron_runs (schedule, id) WHERE status IN ('pending', 'running');
+
+CREATE SEQUENCE pglock_cron_runs_fencing_token_seq AS bigint START 1 CACHE 1 NO CYCLE;
+
+-- What a claim answers, one row per run started and per schedule it did not account for:
+-- outcome 'run' (a run started: every column), 'stale' (the watermark moved since the instance
+-- read it: accounted_until is the new one), 'early' (a tick is not due by the database's clock:
+-- db_now says when it is) or 'unknown' (no such schedule: register it).
+CREATE TYPE pglock_cron_claimed AS (
+    outcome          text,
+    schedule         varchar(255),
+    id               bigint,
+    scheduled_time   timestamptz,
+    kind             text,
+    attempt          integer,
+    fencing_token    bigint,
+    lease_expires_at timestamptz,
+    accounted_until  timestamptz,
+    db_now           timestamptz
+);
+
+CREATE FUNCTION pglock_cron_check(p_name varchar, p_instance varchar)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_name IS NULL OR octet_length(p_name) < 1 OR length(p_name) > 255 THEN
+        RAISE EXCEPTION 'p_name: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_name';
+    END IF;
+    IF p_instance IS NULL OR octet_length(p_instance) < 1 OR length(p_instance) > 255 THEN
+        RAISE EXCEPTION 'p_instance: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_instance';
+    END IF;
+END;
+$$;
+
+-- Registers a schedule for an instance, or updates it (a new spec or policy from a new
+-- deployment), keeping its watermark and pause; answers the watermark. A new schedule's
+-- watermark is now: a schedule has no ticks before it existed.
+CREATE FUNCTION pglock_cron_register(p_name varchar, p_spec text, p_time_zone text, p_overlap text,
+    p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_instance varchar)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_until timestamptz;
+BEGIN
+    PERFORM pglock_cron_check(p_name, p_instance);
+    IF p_spec IS NULL OR octet_length(p_spec) NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION 'p_spec: must be 1 to 1024 bytes' USING ERRCODE = '22023', COLUMN = 'p_spec';
+    END IF;
+    IF p_time_zone IS NULL OR octet_length(p_time_zone) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION 'p_time_zone: must be 1 to 255 bytes' USING ERRCODE = '22023', COLUMN = 'p_time_zone';
+    END IF;
+    IF p_overlap IS NULL OR p_overlap NOT IN ('skip', 'buffer_one', 'allow', 'replace') THEN
+        RAISE EXCEPTION 'p_overlap: must be skip, buffer_one, allow or replace' USING ERRCODE = '22023', COLUMN = 'p_overlap';
+    END IF;
+    IF p_catch_up IS NULL OR p_catch_up NOT IN ('skip', 'latest', 'all') THEN
+        RAISE EXCEPTION 'p_catch_up: must be skip, latest or all' USING ERRCODE = '22023', COLUMN = 'p_catch_up';
+    END IF;
+    IF p_catch_up_window_ms IS NULL OR p_catch_up_window_ms < 1 THEN
+        RAISE EXCEPTION 'p_catch_up_window_ms: must be positive' USING ERRCODE = '22023', COLUMN = 'p_catch_up_window_ms';
+    END IF;
+    IF p_keep_for_ms IS NULL OR p_keep_for_ms < 1 THEN
+        RAISE EXCEPTION 'p_keep_for_ms: must be positive' USING ERRCODE = '22023', COLUMN = 'p_keep_for_ms';
+    END IF;
+    IF p_keep_runs IS NULL OR p_keep_runs < 1 THEN
+        RAISE EXCEPTION 'p_keep_runs: must be positive' USING ERRCODE = '22023', COLUMN = 'p_keep_runs';
+    END IF;
+    INSERT INTO pglock_cron_schedules AS s (name, spec, time_zone, overlap, catch_up, catch_up_window_ms,
+                                            keep_for_ms, keep_runs, accounted_until, last_instance, last_seen_at, created_at)
+    VALUES (p_name, p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms,
+            p_keep_for_ms, p_keep_runs, v_now, p_instance, v_now, v_now)
+    ON CONFLICT (name) DO UPDATE
+       SET spec = excluded.spec, time_zone = excluded.time_zone, overlap = excluded.overlap,
+           catch_up = excluded.catch_up, catch_up_window_ms = excluded.catch_up_window_ms,
+           keep_for_ms = excluded.keep_for_ms, keep_runs = excluded.keep_runs,
+           last_instance = excluded.last_instance, last_seen_at = excluded.last_seen_at
+    RETURNING s.accounted_until INTO v_until;
+    RETURN v_until;
+END;
+$$;
+
+-- Records that an instance still has these schedules; answers those it named that do not
+-- exist (an operator deleted them: the instance registers them again).
+CREATE FUNCTION pglock_cron_seen(p_names varchar[], p_instance varchar)
+RETURNS SETOF varchar
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_cron_check('-', p_instance);
+    UPDATE pglock_cron_schedules SET last_instance = p_instance, last_seen_at = clock_timestamp()
+     WHERE name = ANY (p_names);
+    RETURN QUERY SELECT n FROM unnest(p_names) AS n
+                  WHERE NOT EXISTS (SELECT FROM pglock_cron_schedules WHERE name = n);
+END;
+$$;
+
+-- Starts a run: a new row, or a pending one (p_id), under a new token and lease.
+CREATE FUNCTION pglock_cron_start(p_schedule varchar, p_id bigint, p_time timestamptz, p_kind text,
+    p_instance varchar, p_ttl_ms bigint, p_now timestamptz)
+RETURNS pglock_cron_claimed
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    r pglock_cron_runs;
+BEGIN
+    IF p_id IS NULL THEN
+        INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, instance, fencing_token,
+                                      lease_expires_at, created_at, started_at)
+        VALUES (p_schedule, p_time, p_kind, 'running', 1, p_instance, nextval('pglock_cron_runs_fencing_token_seq'),
+                p_now + p_ttl_ms * interval '1 millisecond', p_now, p_now)
+        RETURNING * INTO r;
+    ELSE
+        UPDATE pglock_cron_runs
+           SET status = 'running', instance = p_instance, fencing_token = nextval('pglock_cron_runs_fencing_token_seq'),
+               lease_expires_at = p_now + p_ttl_ms * interval '1 millisecond', started_at = p_now
+         WHERE id = p_id
+        RETURNING * INTO r;
+    END IF;
+    RETURN ROW('run', r.schedule, r.id, r.scheduled_time, r.kind, r.attempt, r.fencing_token,
+               r.lease_expires_at, NULL, p_now)::pglock_cron_claimed;
+END;
+$$;
+
+-- Accounts for an instance's due ticks and starts what may start, in one statement.
+--   p_names, p_seen, p_until, p_ttl_ms: per schedule, the watermark the instance read, the one
+--     its ticks bring it to (equal: no ticks, only pending runs to start), and its run lease;
+--   p_tick_*: per tick, its schedule and time, and what it is: 'scheduled' (on time: runs now,
+--     as the overlap policy says), 'catch_up' (missed, to run in turn) or 'missed' (recorded,
+--     with p_missed_until and p_missed_count the range it stands for: the last tick and how many,
+--     a negative count meaning too many to count).
+-- Every schedule's row is locked in name order, so claims never deadlock.
+CREATE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
+    p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
+    p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[])
+RETURNS SETOF pglock_cron_claimed
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_s pglock_cron_schedules;
+    v_running integer;
+    v_buffered boolean;
+    v_run pglock_cron_runs;
+    e record;
+    t record;
+    c bigint;
+BEGIN
+    PERFORM pglock_cron_check('-', p_instance);
+    IF cardinality(p_names) IS DISTINCT FROM cardinality(p_seen) OR cardinality(p_names) IS DISTINCT FROM cardinality(p_until)
+       OR cardinality(p_names) IS DISTINCT FROM cardinality(p_ttl_ms) THEN
+        RAISE EXCEPTION 'p_names, p_seen, p_until, p_ttl_ms: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_names';
+    END IF;
+    IF cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_tick_times) OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_tick_kinds)
+       OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_missed_until)
+       OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_missed_counts) THEN
+        RAISE EXCEPTION 'p_tick_*, p_missed_*: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_tick_names';
+    END IF;
+
+    -- Runs whose instance stopped renewing are over.
+    UPDATE pglock_cron_runs
+       SET status = 'abandoned', finished_at = lease_expires_at,
+           error = 'its instance (' || instance || ') stopped renewing its lease'
+     WHERE status = 'running' AND lease_expires_at < clock_timestamp();
+
+    FOR e IN SELECT u.name, u.seen, u.until, u.ttl
+               FROM unnest(p_names, p_seen, p_until, p_ttl_ms) AS u(name, seen, until, ttl)
+              WHERE u.until IS DISTINCT FROM u.seen
+                 OR EXISTS (SELECT FROM pglock_cron_runs r WHERE r.schedule = u.name AND r.status = 'pending')
+              ORDER BY u.name
+    LOOP
+        IF e.ttl IS NULL OR e.ttl < 100 OR e.ttl > 86400000 THEN
+            RAISE EXCEPTION 'p_ttl_ms: must be from 100 to 86400000 milliseconds, got %', coalesce(e.ttl::text, 'null')
+                USING ERRCODE = '22023', COLUMN = 'p_ttl_ms';
+        END IF;
+        SELECT * INTO v_s FROM pglock_cron_schedules WHERE name = e.name FOR NO KEY UPDATE;
+        v_now := clock_timestamp();
+        IF NOT FOUND THEN
+            RETURN NEXT ROW('unknown', e.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v_now)::pglock_cron_claimed;
+            CONTINUE;
+        END IF;
+        SELECT count(*) INTO v_running FROM pglock_cron_runs WHERE schedule = e.name AND status = 'running';
+
+        IF e.until IS DISTINCT FROM e.seen THEN
+            IF v_s.accounted_until IS DISTINCT FROM e.seen THEN
+                RETURN NEXT ROW('stale', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+                CONTINUE;
+            END IF;
+            IF e.until > v_now THEN
+                RETURN NEXT ROW('early', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+                CONTINUE;
+            END IF;
+            IF e.until < e.seen THEN
+                RAISE EXCEPTION 'p_until: % is before the watermark of %', e.until, e.name USING ERRCODE = '22023', COLUMN = 'p_until';
+            END IF;
+            v_buffered := EXISTS (SELECT FROM pglock_cron_runs
+                                   WHERE schedule = e.name AND status = 'pending' AND kind = 'scheduled');
+            FOR t IN SELECT u.tick, u.kind, u.missed_until, u.missed_count
+                       FROM unnest(p_tick_names, p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts)
+                            AS u(name, tick, kind, missed_until, missed_count)
+                      WHERE u.name = e.name
+                      ORDER BY u.tick
+            LOOP
+                IF t.tick IS NULL OR t.tick <= e.seen OR t.tick > e.until THEN
+                    RAISE EXCEPTION 'p_tick_times: the ticks of % must be after its watermark and at most p_until', e.name
+                        USING ERRCODE = '22023', COLUMN = 'p_tick_times';
+                END IF;
+                IF t.kind = 'missed' THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, missed_until, missed_count,
+                                                  created_at, finished_at, error)
+                    VALUES (e.name, t.tick, 'scheduled', 'missed', 0, coalesce(t.missed_until, t.tick), CASE WHEN t.missed_count >= 0 THEN t.missed_count END,
+                            v_now, v_now, 'no instance ran it in time');
+                ELSIF t.kind NOT IN ('scheduled', 'catch_up') THEN
+                    RAISE EXCEPTION 'p_tick_kinds: must be scheduled, catch_up or missed' USING ERRCODE = '22023', COLUMN = 'p_tick_kinds';
+                ELSIF v_s.paused THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
+                    VALUES (e.name, t.tick, t.kind, 'skipped', 0, v_now, v_now, 'paused: ' || coalesce(v_s.pause_note, ''));
+                ELSIF t.kind = 'catch_up' THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+                    VALUES (e.name, t.tick, 'catch_up', 'pending', 1, v_now);
+                ELSIF v_running = 0 OR v_s.overlap = 'allow' THEN
+                    RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
+                    v_running := v_running + 1;
+                ELSIF v_s.overlap = 'replace' THEN
+                    FOR c IN UPDATE pglock_cron_runs
+                                SET status = 'canceled', finished_at = v_now,
+                                    error = 'replaced by the run of ' || t.tick::text
+                              WHERE schedule = e.name AND status = 'running'
+                          RETURNING id
+                    LOOP
+                        PERFORM pg_notify('pglock_cron', json_build_object('op', 'cancel', 'schedule', e.name, 'run', c)::text);
+                    END LOOP;
+                    RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
+                    v_running := 1;
+                ELSIF v_s.overlap = 'buffer_one' AND NOT v_buffered THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+                    VALUES (e.name, t.tick, 'scheduled', 'pending', 1, v_now);
+                    v_buffered := true;
+                ELSE
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
+                    VALUES (e.name, t.tick, 'scheduled', 'skipped', 0, v_now, v_now,
+                            CASE WHEN v_s.overlap = 'buffer_one' THEN 'a run was running and another was buffered'
+                                 ELSE 'a run was running' END);
+                END IF;
+            END LOOP;
+            UPDATE pglock_cron_schedules SET accounted_until = e.until WHERE name = e.name;
+        END IF;
+
+        -- Pending runs start oldest first, one at a time unless the schedule allows overlap.
+        LOOP
+            EXIT WHEN v_running > 0 AND v_s.overlap <> 'allow';
+            SELECT * INTO v_run FROM pglock_cron_runs
+             WHERE schedule = e.name AND status = 'pending' ORDER BY id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            IF v_s.paused AND v_run.kind IN ('scheduled', 'catch_up') THEN
+                UPDATE pglock_cron_runs SET status = 'skipped', attempt = 0, finished_at = v_now,
+                       error = 'paused: ' || coalesce(v_s.pause_note, '')
+                 WHERE id = v_run.id;
+                CONTINUE;
+            END IF;
+            RETURN NEXT pglock_cron_start(e.name, v_run.id, NULL, NULL, p_instance, e.ttl, v_now);
+            v_running := v_running + 1;
+        END LOOP;
+    END LOOP;
+END;
+$$;
+
+-- Renews a run's lease; NULL once the run is no longer running under this token.
+CREATE FUNCTION pglock_cron_renew(p_id bigint, p_fencing_token bigint, p_ttl_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_expires_at timestamptz;
+BEGIN
+    IF p_ttl_ms IS NULL OR p_ttl_ms < 100 OR p_ttl_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_ttl_ms: must be from 100 to 86400000 milliseconds, got %', coalesce(p_ttl_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_ttl_ms';
+    END IF;
+    UPDATE pglock_cron_runs
+       SET lease_expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+     WHERE id = p_id AND fencing_token = p_fencing_token AND status = 'running'
+       AND lease_expires_at > clock_timestamp()
+    RETURNING lease_expires_at INTO v_expires_at;
+    RETURN v_expires_at;
+END;
+$$;
+
+-- Records how a run ended: p_status 'ran', 'failed' or 'canceled'. Answers whether the schedule
+-- has pending runs (the instance claims next at once), or NULL when the run was no longer
+-- running under this token (it was abandoned or replaced, and that record stands).
+CREATE FUNCTION pglock_cron_finish(p_id bigint, p_fencing_token bigint, p_status text, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schedule varchar;
+BEGIN
+    IF p_status IS NULL OR p_status NOT IN ('ran', 'failed', 'canceled') THEN
+        RAISE EXCEPTION 'p_status: must be ran, failed or canceled' USING ERRCODE = '22023', COLUMN = 'p_status';
+    END IF;
+    UPDATE pglock_cron_runs
+       SET status = p_status, finished_at = clock_timestamp(), lease_expires_at = NULL, error = p_error
+     WHERE id = p_id AND fencing_token = p_fencing_token AND status = 'running'
+    RETURNING schedule INTO v_schedule;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN EXISTS (SELECT FROM pglock_cron_runs WHERE schedule = v_schedule AND status = 'pending');
+END;
+$$;
+
+CREATE FUNCTION pglock_cron_lock(p_name varchar)
+RETURNS pglock_cron_schedules
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s pglock_cron_schedules;
+BEGIN
+    SELECT * INTO v_s FROM pglock_cron_schedules WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % does not exist', p_name USING ERRCODE = 'P0002', COLUMN = 'p_name';
+    END IF;
+    RETURN v_s;
+END;
+$$;
+
+-- Pauses a schedule: from the next tick on, no instance starts its ticks (they are recorded
+-- skipped). Manual and backfilled runs still run.
+CREATE FUNCTION pglock_cron_pause(p_name varchar, p_note text, p_by text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    UPDATE pglock_cron_schedules SET paused = true, pause_note = p_note, paused_by = p_by, paused_at = clock_timestamp()
+     WHERE name = p_name;
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'pause', 'schedule', p_name)::text);
+END;
+$$;
+
+-- Resumes a schedule. Ticks that came while it was paused stay skipped.
+CREATE FUNCTION pglock_cron_resume(p_name varchar)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    UPDATE pglock_cron_schedules SET paused = false, pause_note = NULL, paused_by = NULL, paused_at = NULL
+     WHERE name = p_name;
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'resume', 'schedule', p_name)::text);
+END;
+$$;
+
+-- Asks for a manual run, pending until an instance with the schedule starts it; answers its id.
+-- Its scheduled time is when it was asked for; it is never one of the schedule's ticks.
+CREATE FUNCTION pglock_cron_trigger(p_name varchar, p_by text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, requested_by, created_at)
+    VALUES (p_name, clock_timestamp(), 'manual', 'pending', 1, p_by, clock_timestamp())
+    RETURNING id INTO v_id;
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'trigger', 'schedule', p_name)::text);
+    RETURN v_id;
+END;
+$$;
+
+-- Queues the given past ticks of a schedule (computed from its spec by the caller), each once:
+-- a tick that ran, failed, is running or is pending is left alone. Answers how many were queued.
+CREATE FUNCTION pglock_cron_backfill(p_name varchar, p_ticks timestamptz[], p_by text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    IF EXISTS (SELECT FROM unnest(p_ticks) AS u(tick) WHERE u.tick IS NULL OR u.tick > clock_timestamp()) THEN
+        RAISE EXCEPTION 'p_ticks: must be past times' USING ERRCODE = '22023', COLUMN = 'p_ticks';
+    END IF;
+    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, requested_by, created_at)
+    SELECT p_name, u.tick, 'backfill', 'pending',
+           1 + (SELECT count(*) FROM pglock_cron_runs r
+                 WHERE r.schedule = p_name AND r.scheduled_time = u.tick AND r.status IN ('abandoned', 'canceled')),
+           p_by, clock_timestamp()
+      FROM (SELECT DISTINCT tick FROM unnest(p_ticks) AS x(tick)) AS u
+     WHERE NOT EXISTS (SELECT FROM pglock_cron_runs r
+                        WHERE r.schedule = p_name AND r.scheduled_time = u.tick
+                          AND r.status IN ('ran', 'failed', 'running', 'pending'))
+     ORDER BY u.tick;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM pg_notify('pglock_cron', json_build_object('op', 'backfill', 'schedule', p_name)::text);
+    END IF;
+    RETURN v_count;
+END;
+$$;
+
+-- Deletes run history past each schedule's retention (its age, then its count), one caller at a
+-- time; answers how many rows went.
+CREATE FUNCTION pglock_cron_collect()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s record;
+    v_deleted bigint := 0;
+    n bigint;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(pglock_advisory_key('collect', 'pglock.cron')) THEN
+        RETURN 0;
+    END IF;
+    FOR v_s IN SELECT name, keep_for_ms, keep_runs FROM pglock_cron_schedules ORDER BY name LOOP
+        DELETE FROM pglock_cron_runs
+         WHERE schedule = v_s.name AND status NOT IN ('pending', 'running')
+           AND (scheduled_time < clock_timestamp() - v_s.keep_for_ms * interval '1 millisecond'
+                OR scheduled_time < (SELECT r.scheduled_time FROM pglock_cron_runs r WHERE r.schedule = v_s.name
+                                      ORDER BY r.scheduled_time DESC OFFSET v_s.keep_runs - 1 LIMIT 1));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_deleted := v_deleted + n;
+    END LOOP;
+    RETURN v_deleted;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_check(varchar, varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_seen(varchar[], varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_start(varchar, bigint, timestamptz, text, varchar, bigint, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_renew(bigint, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_finish(bigint, bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_lock(varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_pause(varchar, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_resume(varchar) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_trigger(varchar, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_backfill(varchar, timestamptz[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_collect() FROM PUBLIC;
+
+COMMIT;

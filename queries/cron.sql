@@ -1,0 +1,70 @@
+-- Cron (package cron). sqlc cannot see the columns of what a function returns, so they are
+-- named and cast here.
+
+-- name: RegisterCronSchedule :one
+SELECT pglock_cron_register(@name, @spec, @time_zone, @overlap, @catch_up, @catch_up_window_ms,
+                            @keep_for_ms, @keep_runs, @instance)::timestamptz AS accounted_until;
+
+-- SeenCronSchedules answers the names that have no schedule any more.
+-- name: SeenCronSchedules :many
+SELECT s::varchar AS name FROM pglock_cron_seen(@names::varchar[], @instance) AS s;
+
+-- name: ClaimCronTicks :many
+SELECT c.* FROM pglock_cron_claim(@instance, @names::varchar[], @seen::timestamptz[], @until::timestamptz[],
+                                  @ttl_ms::bigint[], @tick_names::varchar[], @tick_times::timestamptz[],
+                                  @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[]) AS c;
+
+-- RenewCronRun returns no row (pgx.ErrNoRows) when the run no longer holds its lease.
+-- name: RenewCronRun :one
+SELECT r.expires_at::timestamptz AS expires_at
+  FROM pglock_cron_renew(@id, @fencing_token, @ttl_ms) AS r(expires_at)
+ WHERE r.expires_at IS NOT NULL;
+
+-- FinishCronRun answers whether the schedule has pending runs; no row (pgx.ErrNoRows) when the
+-- run was no longer running under its token.
+-- name: FinishCronRun :one
+SELECT f.pending::boolean AS pending
+  FROM pglock_cron_finish(@id, @fencing_token, @status, sqlc.narg('error')::text) AS f(pending)
+ WHERE f.pending IS NOT NULL;
+
+-- name: CollectCronRuns :one
+SELECT pglock_cron_collect()::bigint AS deleted;
+
+-- name: PauseCronSchedule :exec
+SELECT pglock_cron_pause(@name, sqlc.narg('note')::text, sqlc.narg('paused_by')::text);
+
+-- name: ResumeCronSchedule :exec
+SELECT pglock_cron_resume(@name);
+
+-- name: TriggerCronSchedule :one
+SELECT pglock_cron_trigger(@name, sqlc.narg('requested_by')::text)::bigint AS id;
+
+-- name: BackfillCronSchedule :one
+SELECT pglock_cron_backfill(@name, @ticks::timestamptz[], sqlc.narg('requested_by')::text)::integer AS queued;
+
+-- GetCronRun reads one run (why a lease renewal failed: abandoned, or canceled by a newer run).
+-- name: GetCronRun :one
+SELECT * FROM pglock_cron_runs WHERE id = @id;
+
+-- ListCronSchedules lists every schedule with its last run that started or was recorded
+-- (NULLs when it has none).
+-- name: ListCronSchedules :many
+SELECT s.*, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.status AS last_status,
+       l.error AS last_error, clock_timestamp()::timestamptz AS db_now
+  FROM pglock_cron_schedules s
+  LEFT JOIN pglock_cron_runs l
+    ON l.id = (SELECT r.id FROM pglock_cron_runs r WHERE r.schedule = s.name AND r.status <> 'pending'
+                ORDER BY r.scheduled_time DESC, r.id DESC LIMIT 1)
+ ORDER BY s.name;
+
+-- name: GetCronSchedule :one
+SELECT * FROM pglock_cron_schedules WHERE name = @name;
+
+-- CronHistory lists a schedule's runs, newest tick first.
+-- name: CronHistory :many
+SELECT * FROM pglock_cron_runs WHERE schedule = @schedule
+ ORDER BY scheduled_time DESC, id DESC LIMIT @max_rows;
+
+-- DatabaseNow reads the database's clock, from which a scheduler estimates its offset.
+-- name: DatabaseNow :one
+SELECT clock_timestamp()::timestamptz AS now;
