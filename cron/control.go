@@ -243,3 +243,17 @@ func notFound(err error) error {
 	}
 	return err
 }
+
+// Collect deletes run history past each schedule's retention (Options.Retention and MaxRuns)
+// and returns how many runs went. Schedulers do it every minute; pglockctl gc does it too.
+func Collect(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	q, err := queries(pool)
+	if err != nil {
+		return 0, err
+	}
+	n, err := q.CollectCronRuns(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cron: collect: %w", err)
+	}
+	return n, nil
+}

@@ -104,7 +104,7 @@ func TestPlanRecordsMissedTicksByCatchUpPolicy(t *testing.T) {
 	t.Parallel()
 	s := mustParse(t, "0 * * * *", "UTC")
 	watermark := at(t, "2026-11-24T00:00:00Z")
-	late := at(t, "2026-11-24T05:10:00Z")  // 5 ticks since; the latest, 05:00, is 10 min late
+	late := at(t, "2026-11-24T05:10:00Z")   // 5 ticks since; the latest, 05:00, is 10 min late
 	onTime := at(t, "2026-11-24T05:00:30Z") // the latest is on time
 	for _, c := range []struct {
 		name    string
