@@ -11,4 +11,6 @@ type skewedClock time.Duration
 
 func (c skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 
-func (skewedClock) AfterFunc(d time.Duration, f func()) clock.Timer { return clock.Real.AfterFunc(d, f) }
+func (skewedClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return clock.Real.AfterFunc(d, f)
+}

@@ -46,7 +46,9 @@ type ledger struct {
 	ran  chan cron.Run
 }
 
-func newLedger() *ledger { return &ledger{runs: map[string][]cron.Run{}, ran: make(chan cron.Run, 10000)} }
+func newLedger() *ledger {
+	return &ledger{runs: map[string][]cron.Run{}, ran: make(chan cron.Run, 10000)}
+}
 
 func (l *ledger) record(run cron.Run) {
 	l.mu.Lock()
@@ -683,4 +685,3 @@ func TestRetentionAndOrphans(t *testing.T) {
 	require.True(t, list[0].Orphaned)
 	require.Equal(t, cron.StatusRan, list[0].LastRun.Status)
 }
-
