@@ -64,7 +64,3 @@ SELECT * FROM pglock_cron_schedules WHERE name = @name;
 -- name: CronHistory :many
 SELECT * FROM pglock_cron_runs WHERE schedule = @schedule
  ORDER BY scheduled_time DESC, id DESC LIMIT @max_rows;
-
--- DatabaseNow reads the database's clock, from which a scheduler estimates its offset.
--- name: DatabaseNow :one
-SELECT clock_timestamp()::timestamptz AS now;

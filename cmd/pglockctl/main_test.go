@@ -368,9 +368,9 @@ func TestGCDeletesExpiredRows(t *testing.T) {
 	require.NoError(t, err)
 	out, stderr, code := pglockctl(t, ctx, d.URL(), "-o", "json", "gc")
 	require.Equal(t, exitOK, code, stderr)
-	require.JSONEq(t, `{"expired_locks": 1, "expired_waiters": 1, "expired_jobs": 2}`, out)
+	require.JSONEq(t, `{"expired_locks": 1, "expired_waiters": 1, "expired_jobs": 2, "expired_cron_runs": 0}`, out)
 	out, _, _ = pglockctl(t, ctx, d.URL(), "gc")
-	require.Equal(t, "deleted 0 expired locks, 0 expired waiter places and 0 expired job records\n", out)
+	require.Equal(t, "deleted 0 expired locks, 0 expired waiter places, 0 expired job records and 0 cron runs past retention\n", out)
 }
 
 // Without --database-url, DATABASE_URL is used, and without it the libpq PG* variables.

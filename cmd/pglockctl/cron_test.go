@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+func TestCronListHistoryPauseResumeTriggerBackfill(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	ran := make(chan cron.Run, 100)
+	s, err := cron.New(d.NewPool(t, nil), &cron.Config{AppName: "ctl-test"})
+	require.NoError(t, err)
+	require.NoError(t, s.Add("nightly", "CRON_TZ=Europe/Berlin 0 2 * * *", nil, func(_ context.Context, run cron.Run) error {
+		ran <- run
+		return nil
+	}))
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
+
+	out, stderr, code := pglockctl(t, ctx, d.URL(), "cron", "list")
+	require.Equal(t, exitOK, code, stderr)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Regexp(t, `^NAME\s+SPEC\s+ZONE\s+OVERLAP\s+CATCH-UP\s+STATE\s+LAST RUN\s+NEXT$`, lines[0])
+	require.Regexp(t, `^nightly\s+CRON_TZ=Europe/Berlin 0 2 \* \* \*\s+Europe/Berlin\s+skip\s+skip\s+active\s+-\s+(\S+T0[01]:00:00Z ){4}\S+T0[01]:00:00Z$`, lines[1])
+
+	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "trigger", "nightly", "--by", "alice")
+	require.Equal(t, exitOK, code, stderr)
+	require.Regexp(t, `^triggered "nightly": run \d+\n$`, out)
+	require.Equal(t, cron.KindManual, testdb.Receive(t, ran).Kind)
+
+	from := time.Now().UTC().Add(-72 * time.Hour).Format(time.RFC3339)
+	to := time.Now().UTC().Add(-24 * time.Hour).Format(time.RFC3339)
+	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "backfill", "nightly", "--from", from, "--to", to)
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "queued 2 ticks of \"nightly\"\n", out)
+	for range 2 {
+		require.Equal(t, cron.KindBackfill, testdb.Receive(t, ran).Kind)
+	}
+
+	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "pause", "nightly", "--note", "db upgrade", "--by", "bob")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "paused \"nightly\": db upgrade\n", out)
+	out, _, _ = pglockctl(t, ctx, d.URL(), "-o", "json", "cron", "list")
+	var list struct {
+		Schedules []scheduleJSON `json:"schedules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
+	require.Equal(t, "paused", list.Schedules[0].State)
+	require.Equal(t, "bob", *list.Schedules[0].PausedBy)
+	require.Len(t, list.Schedules[0].Next, 5)
+	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "resume", "nightly")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "resumed \"nightly\"\n", out)
+
+	require.Eventually(t, func() bool {
+		out, _, _ = pglockctl(t, ctx, d.URL(), "-o", "json", "cron", "history", "nightly")
+		var h struct {
+			Runs []runJSON `json:"runs"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &h), out)
+		done := 0
+		for _, r := range h.Runs {
+			if r.Status == "ran" {
+				done++
+			}
+		}
+		return done == 3
+	}, 30*time.Second, 20*time.Millisecond)
+	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "history", "nightly")
+	require.Equal(t, exitOK, code, stderr)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	require.Regexp(t, `^ID\s+TICK\s+KIND\s+STATUS\s+ATTEMPT\s+INSTANCE\s+STARTED\s+TOOK\s+ERROR$`, lines[0])
+	require.Regexp(t, `^\d+\s+\S+\s+manual\s+ran\s+1\s+ctl-test@\S+\s+\S+\s+\S+\s+-$`, lines[1])
+	require.Regexp(t, `^\d+\s+\S+T01:00:00Z\s+backfill\s+ran\s+1\s+`, lines[2])
+}
+
+func TestCronCommandErrors(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"cron", "pause", "nightly"}, exitUsage, "--note must say why"},
+		{[]string{"cron", "backfill", "nightly", "--from", "yesterday", "--to", "2026-11-01T00:00:00Z"}, exitUsage, "--from must be an RFC 3339 time"},
+		{[]string{"cron", "backfill", "nightly", "--from", "2026-11-02T00:00:00Z", "--to", "2026-11-01T00:00:00Z"}, exitUsage, "--to is before --from"},
+		{[]string{"cron", "history", "nightly", "--limit", "0"}, exitUsage, "--limit must be positive"},
+		{[]string{"cron", "trigger"}, exitUsage, "accepts 1 arg"},
+		{[]string{"cron", "trigger", "no-such"}, exitFailure, "not found"},
+		{[]string{"cron", "pause", "no-such", "--note", "x"}, exitFailure, "not found"},
+		{[]string{"cron", "history", "no-such"}, exitFailure, "not found"},
+	} {
+		_, stderr, code := pglockctl(t, ctx, d.URL(), c.args...)
+		require.Equal(t, c.code, code, "%v: %s", c.args, stderr)
+		require.Contains(t, stderr, c.says, "%v", c.args)
+	}
+}
