@@ -1,0 +1,68 @@
+package cron_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// The grants docs/sql.md lists are all a Scheduler, and an operator's controls, need: as a role
+// that cannot write the tables, a scheduler registers, claims, runs, renews and records, and
+// the controls pause, resume, trigger, backfill, list, read history and collect.
+func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	app, ops := d.NewRole(t, "pglock_app"), d.NewRole(t, "pglock_ops")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s, %[2]s;
+		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs TO %[1]s, %[2]s;
+		GRANT EXECUTE ON FUNCTION
+			pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar),
+			pglock_cron_seen(varchar[], varchar),
+			pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[]),
+			pglock_cron_renew(bigint, bigint, bigint), pglock_cron_finish(bigint, bigint, text, text),
+			pglock_cron_collect() TO %[1]s, %[2]s;
+		GRANT EXECUTE ON FUNCTION pglock_cron_pause(varchar, text, text), pglock_cron_resume(varchar),
+			pglock_cron_trigger(varchar, text), pglock_cron_backfill(varchar, timestamptz[], text) TO %[2]s;`, app, ops))
+	require.NoError(t, err)
+	as := func(role string) *pgxpool.Pool {
+		return d.NewPool(t, func(c *pgxpool.Config) {
+			c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+				_, err := conn.Exec(ctx, "SET ROLE "+role)
+				return err
+			}
+		})
+	}
+	l := newLedger()
+	start(t, as(app), nil, func(s *cron.Scheduler) {
+		require.NoError(t, s.Add("hourly", "0 * * * *", &cron.Options{TTL: 300 * time.Millisecond}, func(ctx context.Context, run cron.Run) error {
+			time.Sleep(250 * time.Millisecond) // long enough for a renewal
+			return l.fn(ctx, run)
+		}))
+	})
+	opsPool := as(ops)
+	_, err = cron.Trigger(ctx, opsPool, "hourly", "ops")
+	require.NoError(t, err)
+	require.Equal(t, cron.KindManual, l.next(t, "hourly").Kind)
+	past := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
+	n, err := cron.Backfill(ctx, opsPool, "hourly", past, past, "ops")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, cron.KindBackfill, l.next(t, "hourly").Kind)
+	require.NoError(t, cron.Pause(ctx, opsPool, "hourly", "why", "ops"))
+	require.NoError(t, cron.Resume(ctx, opsPool, "hourly"))
+	list, err := cron.List(ctx, opsPool)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	waitFor(t, "two runs recorded", func() bool { return statuses(history(t, opsPool, "hourly"))[cron.StatusRan] == 2 })
+	_, err = cron.Collect(ctx, opsPool)
+	require.NoError(t, err)
+}
