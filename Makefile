@@ -27,11 +27,12 @@ check-generated: $(SQLC)
 	@$(SQLC) diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
 
 ## bench: every benchmark once, each comparing pglock with its baseline in the same run. A
-## failover waits out a lease (2 s), so it runs 5 times.
+## failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of ticks.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3000x $$($(GO) list ./... | grep -v '/leader$$')
+	$(GO) test -run '^$$' -bench . -benchtime 3000x $$($(GO) list ./... | grep -v '/leader$$' | grep -v '/cron$$')
 	$(GO) test -run '^$$' -bench ResignHandoff -benchtime 300x ./leader/
 	$(GO) test -run '^$$' -bench CrashFailover -benchtime 5x ./leader/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./cron/
 
 tools: $(SQLC) $(STATICCHECK)
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock/internal/benchkit"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/leader"
 	"github.com/pglock/pglock/tablelock"
@@ -41,12 +42,6 @@ func init() {
 	}
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(1)
-}
-
-func percentiles(b *testing.B, name string, samples []time.Duration) {
-	slices.Sort(samples)
-	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1e3, name+"-p50-ms")
-	b.ReportMetric(float64(samples[len(samples)*99/100].Microseconds())/1e3, name+"-p99-ms")
 }
 
 // BenchmarkResignHandoff: 3 candidates on separate pools; the leader resigns, and the time to
@@ -111,8 +106,8 @@ func BenchmarkResignHandoff(b *testing.B) {
 		handoffs = append(handoffs, time.Since(start))
 		lk.Release(context.Background())
 	}
-	percentiles(b, "resign-to-elected", elections)
-	percentiles(b, "tablelock-handoff", handoffs)
+	benchkit.Percentiles(b, "resign-to-elected", elections)
+	benchkit.Percentiles(b, "tablelock-handoff", handoffs)
 	slices.Sort(elections)
 	slices.Sort(handoffs)
 	b.ReportMetric(float64(elections[len(elections)/2])/float64(handoffs[len(handoffs)/2]), "leader/tablelock-p50")
@@ -170,7 +165,7 @@ func BenchmarkCrashFailover(b *testing.B) {
 		cancel()
 		<-ran
 	}
-	percentiles(b, "kill-to-elected", failovers)
+	benchkit.Percentiles(b, "kill-to-elected", failovers)
 	slices.Sort(failovers)
 	b.ReportMetric(float64(failovers[len(failovers)/2])/float64(ttl), "failover/ttl-p50")
 }

@@ -238,8 +238,16 @@ BEGIN
            error = 'its instance (' || instance || ') stopped renewing its lease'
      WHERE status = 'running' AND lease_expires_at < clock_timestamp();
 
-    FOR e IN SELECT u.name, u.seen, u.until, u.ttl
+    -- Each schedule with its ticks (grouped once: a hash join, not a scan of every tick per
+    -- schedule), in name order.
+    FOR e IN SELECT u.name, u.seen, u.until, u.ttl, g.ticks, g.kinds, g.missed_untils, g.missed_counts
                FROM unnest(p_names, p_seen, p_until, p_ttl_ms) AS u(name, seen, until, ttl)
+               LEFT JOIN (SELECT x.name, array_agg(x.tick ORDER BY x.tick) AS ticks, array_agg(x.kind ORDER BY x.tick) AS kinds,
+                                 array_agg(x.missed_until ORDER BY x.tick) AS missed_untils,
+                                 array_agg(x.missed_count ORDER BY x.tick) AS missed_counts
+                            FROM unnest(p_tick_names, p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts)
+                                 AS x(name, tick, kind, missed_until, missed_count)
+                           GROUP BY x.name) AS g ON g.name = u.name
               WHERE u.until IS DISTINCT FROM u.seen
                  OR EXISTS (SELECT FROM pglock_cron_runs r WHERE r.schedule = u.name AND r.status = 'pending')
               ORDER BY u.name
@@ -271,10 +279,7 @@ BEGIN
             v_buffered := EXISTS (SELECT FROM pglock_cron_runs
                                    WHERE schedule = e.name AND status = 'pending' AND kind = 'scheduled');
             FOR t IN SELECT u.tick, u.kind, u.missed_until, u.missed_count
-                       FROM unnest(p_tick_names, p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts)
-                            AS u(name, tick, kind, missed_until, missed_count)
-                      WHERE u.name = e.name
-                      ORDER BY u.tick
+                       FROM unnest(e.ticks, e.kinds, e.missed_untils, e.missed_counts) AS u(tick, kind, missed_until, missed_count)
             LOOP
                 IF t.tick IS NULL OR t.tick <= e.seen OR t.tick > e.until THEN
                     RAISE EXCEPTION 'p_tick_times: the ticks of % must be after its watermark and at most p_until', e.name
