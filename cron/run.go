@@ -91,6 +91,8 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 	}
 	pending, err := s.finish(e, id, run.Token, status, fnErr)
 	switch {
+	case err != nil && errors.Is(context.Cause(ctx), pglock.ErrReplaced):
+		// The newer run recorded this one canceled.
 	case err != nil:
 		s.cfg.Logger.Error("pglock: cron run outcome not recorded", "schedule", run.Schedule, "run", id, "status", status, "error", err)
 	case pending:

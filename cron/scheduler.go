@@ -148,6 +148,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	s.mu.Lock()
+	if s.stopped { // Stop came while Start registered
+		s.mu.Unlock()
+		stopLoop()
+		return fmt.Errorf("%w: cron: the scheduler was stopped while it started", pglock.ErrClosed)
+	}
 	s.runsCtx, s.endRuns = context.WithCancelCause(context.Background())
 	s.stopLoop, s.loopDone = stopLoop, make(chan struct{})
 	if !s.cfg.DisableNotifications {
