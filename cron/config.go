@@ -140,8 +140,15 @@ func (o *Options) settings() (settings, *time.Location, error) {
 	if loc == nil {
 		loc = time.UTC
 	}
-	if loc == time.Local {
+	switch name := loc.String(); {
+	case loc == time.Local || name == "Local":
 		return invalid("Options.Location: time.Local differs from host to host; name the zone (time.LoadLocation)")
+	case name == "":
+		return invalid("Options.Location has no name; every instance must load the same zone by name (time.LoadLocation)")
+	default:
+		if _, err := time.LoadLocation(name); err != nil {
+			return invalid("Options.Location %q cannot be loaded by its name (time.LoadLocation), as every instance must", name)
+		}
 	}
 	switch s.overlap {
 	case "":

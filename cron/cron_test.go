@@ -509,6 +509,9 @@ func TestBadInputIsRefusedAndNothingIsWritten(t *testing.T) {
 		{"tz-local", "TZ=Local 0 2 * * *", nil, fn, pglock.ErrInvalidSpec, "Local differs"},
 		{"never", "0 0 30 2 *", nil, fn, pglock.ErrInvalidSpec, "never fires"},
 		{"local-location", "@hourly", &cron.Options{Location: time.Local}, fn, pglock.ErrInvalidArgument, "time.Local"},
+		{"unnamed-zone", "0 2 * * *", &cron.Options{Location: time.FixedZone("", 3600)}, fn, pglock.ErrInvalidArgument, "has no name"},
+		{"unloadable-zone", "0 2 * * *", &cron.Options{Location: time.FixedZone("UTC+1", 3600)}, fn, pglock.ErrInvalidArgument, "cannot be loaded"},
+		{"long", "0 2 * * *" + strings.Repeat(" ", 1100) + "x", nil, fn, pglock.ErrInvalidSpec, "the limit is 1024"},
 		{"negative-timeout", "@hourly", &cron.Options{Timeout: -time.Second}, fn, pglock.ErrInvalidArgument, "Timeout"},
 		{"negative-window", "@hourly", &cron.Options{CatchUpWindow: -time.Second}, fn, pglock.ErrInvalidArgument, "CatchUpWindow"},
 		{"negative-retention", "@hourly", &cron.Options{Retention: -time.Hour}, fn, pglock.ErrInvalidArgument, "Retention"},
@@ -521,7 +524,8 @@ func TestBadInputIsRefusedAndNothingIsWritten(t *testing.T) {
 		require.ErrorIs(t, err, c.want, "%q %q: %v", c.name, c.spec, err)
 		require.Contains(t, err.Error(), c.says)
 	}
-	require.NoError(t, s.Add("good", "CRON_TZ=Europe/Berlin 0 2 * * *", &cron.Options{Location: berlin}, fn))
+	require.NoError(t, s.Add("good", "  CRON_TZ=Europe/Berlin 0 2 * * *"+strings.Repeat(" ", 1100), &cron.Options{Location: berlin}, fn),
+		"spaces around a spec do not count")
 	require.ErrorIs(t, s.Add("good", "@hourly", nil, fn), pglock.ErrInvalidArgument, "a duplicate name")
 	require.ErrorIs(t, s.Remove("never-added"), pglock.ErrNotFound)
 	require.NoError(t, s.Start(context.Background()))
@@ -533,6 +537,7 @@ func TestBadInputIsRefusedAndNothingIsWritten(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1, "only the good schedule was written")
 	require.Equal(t, "good", list[0].Name)
+	require.Equal(t, "CRON_TZ=Europe/Berlin 0 2 * * *", list[0].Spec)
 	require.Len(t, list[0].Next, 5)
 	for _, next := range list[0].Next {
 		require.Equal(t, 2, next.In(berlin).Hour())

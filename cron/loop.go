@@ -87,11 +87,21 @@ var claimBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: 2 * time.Sec
 func (s *Scheduler) housekeep(ctx context.Context, now time.Time, lastSeen, lastCollect, lastOffset *time.Time) error {
 	entries := s.snapshot()
 	for _, e := range entries {
-		if !e.registered {
-			if err := s.register(ctx, e); err != nil {
+		if e.registered || now.Before(e.retryAt) {
+			continue
+		}
+		// One schedule the database refuses must not stop the others: it is retried apart.
+		if err := s.register(ctx, e); err != nil {
+			if ctx.Err() != nil {
 				return err
 			}
+			e.failures++
+			e.retryAt = now.Add(claimBackoff.Delay(e.failures))
+			s.cfg.Logger.Error("pglock: cron: schedule not registered; retrying", "schedule", e.name,
+				"failures", e.failures, "error", err)
+			continue
 		}
+		e.failures = 0
 	}
 	if now.Sub(*lastSeen) >= seenEvery && len(entries) > 0 {
 		names := make([]string, len(entries))
@@ -172,6 +182,7 @@ func (s *Scheduler) claim(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("cron: claim: %w", err)
 	}
 	again := time.Duration(-1)
+	measured := false
 	for _, c := range claimed {
 		e := byName[c.Schedule]
 		switch c.Outcome {
@@ -184,8 +195,11 @@ func (s *Scheduler) claim(ctx context.Context) (time.Duration, error) {
 		case "early":
 			// This host's estimate of the database clock was ahead: wait until the tick is due
 			// by the database's clock, and measure again.
-			if err := s.measureOffset(ctx); err != nil {
-				return 0, err
+			if !measured {
+				if err := s.measureOffset(ctx); err != nil {
+					return 0, err
+				}
+				measured = true
 			}
 			if d := untils[c.Schedule].Sub(c.DbNow); again < 0 || d < again {
 				again = max(d, time.Millisecond)
@@ -211,14 +225,15 @@ func (s *Scheduler) claim(ctx context.Context) (time.Duration, error) {
 // database's clock, or the poll interval, whichever is sooner.
 func (s *Scheduler) nextWait(entries []*entry) time.Duration {
 	poll := s.cfg.PollInterval
-	now := s.dbNow()
+	now, hostNow := s.dbNow(), s.clock.Now()
 	wait := poll
 	for _, e := range entries {
 		if hb := e.set.timing.Heartbeat; hb > 0 && hb < poll {
 			wait = min(wait, hb)
 		}
 		if !e.registered {
-			return 0
+			wait = min(wait, e.retryAt.Sub(hostNow))
+			continue
 		}
 		if next := e.sched.next(e.watermark); !next.IsZero() {
 			wait = min(wait, next.Sub(now))

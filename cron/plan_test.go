@@ -90,10 +90,12 @@ func TestDaylightSavingTransitions2026(t *testing.T) {
 	}
 }
 
-// Every instance computes the same @every ticks, whatever time it started.
+// Every instance computes the same @every ticks, whatever time it started; a zone prefix
+// changes nothing.
 func TestEveryTicksAreAlignedToTheEpoch(t *testing.T) {
 	t.Parallel()
 	s := mustParse(t, "@every 7s", "UTC")
+	require.Equal(t, s, mustParse(t, "CRON_TZ=Europe/Berlin @every 7s", "UTC"))
 	a := s.next(at(t, "2026-11-24T10:00:01Z").Add(123 * time.Millisecond))
 	b := s.next(at(t, "2026-11-24T10:00:03Z"))
 	require.Equal(t, a, b)

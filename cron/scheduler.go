@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type Scheduler struct {
 	endRuns  context.CancelCauseFunc
 	runs     sync.WaitGroup
 	unlisten func()
+	stopDone chan struct{} // closed once the first Stop has returned
 }
 
 // entry is one added schedule. Its fields after fn are the loop's alone.
@@ -53,6 +55,8 @@ type entry struct {
 
 	registered bool
 	watermark  time.Time // every tick up to it is accounted for, as last read
+	failures   int       // registrations refused in a row
+	retryAt    time.Time // on the host's clock: when to register again after a refusal
 }
 
 // New returns a Scheduler that takes its connections from pool. A nil cfg means the defaults.
@@ -104,7 +108,7 @@ func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if _, dup := s.entries[name]; dup {
 		return fmt.Errorf("%w: cron: schedule %q was already added", pglock.ErrInvalidArgument, name)
 	}
-	s.entries[name] = &entry{name: name, spec: spec, zone: zone, sched: sched, set: set, fn: fn}
+	s.entries[name] = &entry{name: name, spec: strings.TrimSpace(spec), zone: zone, sched: sched, set: set, fn: fn}
 	s.wakeUp()
 	return nil
 }
@@ -178,10 +182,18 @@ func (s *Scheduler) abandonStart() {
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.stopped {
+		done := s.stopDone
 		s.mu.Unlock()
-		return nil
+		select { // another Stop is under way: wait for it as long as ctx allows
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("cron: stop: %w", ctx.Err())
+		}
 	}
 	s.stopped = true
+	s.stopDone = make(chan struct{})
+	defer close(s.stopDone)
 	started := s.loopDone != nil
 	s.mu.Unlock()
 	if !started {

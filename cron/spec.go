@@ -21,16 +21,24 @@ type schedule interface {
 var parser = robfig.NewParser(robfig.SecondOptional | robfig.Minute | robfig.Hour | robfig.Dom |
 	robfig.Month | robfig.Dow | robfig.Descriptor)
 
+// maxSpecLen is the longest spec, in bytes, that pglock_cron_schedules keeps.
+const maxSpecLen = 1024
+
 // parseSpec parses spec as robfig/cron's parser does (five fields or six with seconds first,
 // descriptors, a CRON_TZ= or TZ= prefix), reading it in loc unless it names its own zone.
-// Errors match pglock.ErrInvalidSpec and say what is wrong.
+// Errors match pglock.ErrInvalidSpec and say what is wrong. Leading and trailing spaces do not
+// count.
 func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, err error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w %q: %s", pglock.ErrInvalidSpec, spec, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w %.80q: %s", pglock.ErrInvalidSpec, spec, fmt.Sprintf(format, args...))
 	}
 	trimmed := strings.TrimSpace(spec)
-	if trimmed == "" {
+	body := trimmed
+	switch {
+	case trimmed == "":
 		return nil, "", invalid("empty")
+	case len(trimmed) > maxSpecLen:
+		return nil, "", invalid("%d bytes, the limit is %d", len(trimmed), maxSpecLen)
 	}
 	if strings.HasPrefix(trimmed, "CRON_TZ=") || strings.HasPrefix(trimmed, "TZ=") {
 		// The parser slices the zone out up to the first space, and panics without one.
@@ -38,6 +46,7 @@ func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, er
 		if !found || strings.TrimSpace(rest) == "" {
 			return nil, "", invalid("a %s prefix must be followed by a space and the schedule", prefix)
 		}
+		body = strings.TrimSpace(rest)
 		name := prefix[strings.Index(prefix, "=")+1:]
 		if name == "" || name == "Local" {
 			return nil, "", invalid("name a time zone (Local differs from host to host)")
@@ -46,7 +55,7 @@ func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, er
 			return nil, "", invalid("unknown time zone %q", name)
 		}
 	}
-	if every, ok := strings.CutPrefix(trimmed, "@every"); ok {
+	if every, ok := strings.CutPrefix(body, "@every"); ok { // a duration: no zone applies
 		d, err := time.ParseDuration(strings.TrimSpace(every))
 		if err != nil {
 			return nil, "", invalid("@every needs a duration, such as @every 10s")

@@ -203,7 +203,8 @@ $$;
 --     as the overlap policy says), 'catch_up' (missed, to run in turn) or 'missed' (recorded,
 --     with p_missed_until and p_missed_count the range it stands for: the last tick and how many,
 --     a negative count meaning too many to count).
--- Every schedule's row is locked in name order, so claims never deadlock.
+-- Schedules' rows are locked in name order, and nothing else a claim locks is waited for while
+-- it holds one that another claim could want first, so claims never deadlock.
 CREATE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
     p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
     p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[])
@@ -216,6 +217,7 @@ DECLARE
     v_s pglock_cron_schedules;
     v_running integer;
     v_buffered boolean;
+    v_catching_up boolean;
     v_run pglock_cron_runs;
     e record;
     t record;
@@ -231,12 +233,6 @@ BEGIN
        OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_missed_counts) THEN
         RAISE EXCEPTION 'p_tick_*, p_missed_*: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_tick_names';
     END IF;
-
-    -- Runs whose instance stopped renewing are over.
-    UPDATE pglock_cron_runs
-       SET status = 'abandoned', finished_at = lease_expires_at,
-           error = 'its instance (' || instance || ') stopped renewing its lease'
-     WHERE status = 'running' AND lease_expires_at < clock_timestamp();
 
     -- Each schedule with its ticks (grouped once: a hash join, not a scan of every tick per
     -- schedule), in name order.
@@ -262,6 +258,11 @@ BEGIN
             RETURN NEXT ROW('unknown', e.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v_now)::pglock_cron_claimed;
             CONTINUE;
         END IF;
+        -- Runs whose instance stopped renewing are over.
+        UPDATE pglock_cron_runs
+           SET status = 'abandoned', finished_at = lease_expires_at,
+               error = 'its instance (' || instance || ') stopped renewing its lease'
+         WHERE schedule = e.name AND status = 'running' AND lease_expires_at < v_now;
         SELECT count(*) INTO v_running FROM pglock_cron_runs WHERE schedule = e.name AND status = 'running';
 
         IF e.until IS DISTINCT FROM e.seen THEN
@@ -278,6 +279,9 @@ BEGIN
             END IF;
             v_buffered := EXISTS (SELECT FROM pglock_cron_runs
                                    WHERE schedule = e.name AND status = 'pending' AND kind = 'scheduled');
+            -- Caught-up ticks run in tick order: a tick that comes while some wait queues behind them.
+            v_catching_up := EXISTS (SELECT FROM pglock_cron_runs
+                                      WHERE schedule = e.name AND status = 'pending' AND kind = 'catch_up');
             FOR t IN SELECT u.tick, u.kind, u.missed_until, u.missed_count
                        FROM unnest(e.ticks, e.kinds, e.missed_untils, e.missed_counts) AS u(tick, kind, missed_until, missed_count)
             LOOP
@@ -295,9 +299,10 @@ BEGIN
                 ELSIF v_s.paused THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
                     VALUES (e.name, t.tick, t.kind, 'skipped', 0, v_now, v_now, 'paused: ' || coalesce(v_s.pause_note, ''));
-                ELSIF t.kind = 'catch_up' THEN
+                ELSIF t.kind = 'catch_up' OR v_catching_up THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
-                    VALUES (e.name, t.tick, 'catch_up', 'pending', 1, v_now);
+                    VALUES (e.name, t.tick, t.kind, 'pending', 1, v_now);
+                    v_catching_up := true;
                 ELSIF v_running = 0 OR v_s.overlap = 'allow' THEN
                     RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
                     v_running := v_running + 1;
@@ -342,6 +347,16 @@ BEGIN
             v_running := v_running + 1;
         END LOOP;
     END LOOP;
+
+    -- Every other schedule's runs whose instance stopped renewing, last and without waiting for a
+    -- row another claim holds: a claim that waited here while holding schedule locks could
+    -- deadlock with one that holds such a row and waits for a schedule.
+    UPDATE pglock_cron_runs r
+       SET status = 'abandoned', finished_at = r.lease_expires_at,
+           error = 'its instance (' || r.instance || ') stopped renewing its lease'
+     WHERE r.id IN (SELECT x.id FROM pglock_cron_runs x
+                     WHERE x.status = 'running' AND x.lease_expires_at < clock_timestamp()
+                       FOR UPDATE SKIP LOCKED);
 END;
 $$;
 
@@ -457,16 +472,19 @@ END;
 $$;
 
 -- Queues the given past ticks of a schedule (computed from its spec by the caller), each once:
--- a tick that ran, failed, is running or is pending is left alone. Answers how many were queued.
+-- a tick that ran, failed, is running or is pending is left alone, and so is one after the
+-- watermark, which the schedule's instances have yet to run or record. Answers how many were
+-- queued.
 CREATE FUNCTION pglock_cron_backfill(p_name varchar, p_ticks timestamptz[], p_by text)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_s pglock_cron_schedules;
     v_count integer;
 BEGIN
-    PERFORM pglock_cron_lock(p_name);
+    v_s := pglock_cron_lock(p_name);
     IF EXISTS (SELECT FROM unnest(p_ticks) AS u(tick) WHERE u.tick IS NULL OR u.tick > clock_timestamp()) THEN
         RAISE EXCEPTION 'p_ticks: must be past times' USING ERRCODE = '22023', COLUMN = 'p_ticks';
     END IF;
@@ -476,7 +494,8 @@ BEGIN
                  WHERE r.schedule = p_name AND r.scheduled_time = u.tick AND r.status IN ('abandoned', 'canceled')),
            p_by, clock_timestamp()
       FROM (SELECT DISTINCT tick FROM unnest(p_ticks) AS x(tick)) AS u
-     WHERE NOT EXISTS (SELECT FROM pglock_cron_runs r
+     WHERE u.tick <= v_s.accounted_until
+       AND NOT EXISTS (SELECT FROM pglock_cron_runs r
                         WHERE r.schedule = p_name AND r.scheduled_time = u.tick
                           AND r.status IN ('ran', 'failed', 'running', 'pending'))
      ORDER BY u.tick;
@@ -488,8 +507,9 @@ BEGIN
 END;
 $$;
 
--- Deletes run history past each schedule's retention (its age, then its count), one caller at a
--- time; answers how many rows went.
+-- Deletes run history past each schedule's retention: records older than keep_for (from when
+-- they finished, or were written), and all but the newest keep_runs records; one caller at a
+-- time. Answers how many rows went.
 CREATE FUNCTION pglock_cron_collect()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -506,9 +526,9 @@ BEGIN
     FOR v_s IN SELECT name, keep_for_ms, keep_runs FROM pglock_cron_schedules ORDER BY name LOOP
         DELETE FROM pglock_cron_runs
          WHERE schedule = v_s.name AND status NOT IN ('pending', 'running')
-           AND (scheduled_time < clock_timestamp() - v_s.keep_for_ms * interval '1 millisecond'
-                OR scheduled_time < (SELECT r.scheduled_time FROM pglock_cron_runs r WHERE r.schedule = v_s.name
-                                      ORDER BY r.scheduled_time DESC OFFSET v_s.keep_runs - 1 LIMIT 1));
+           AND (coalesce(finished_at, created_at) < clock_timestamp() - v_s.keep_for_ms * interval '1 millisecond'
+                OR id < (SELECT r.id FROM pglock_cron_runs r WHERE r.schedule = v_s.name
+                          ORDER BY r.id DESC OFFSET v_s.keep_runs - 1 LIMIT 1));
         GET DIAGNOSTICS n = ROW_COUNT;
         v_deleted := v_deleted + n;
     END LOOP;

@@ -1,0 +1,139 @@
+package cron_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// A claim never waits for a run's row while it holds a schedule another claim may hold: here B
+// holds the schedule (as a claim's loop does) and then cancels its running runs (its replace
+// step), while A's claim meets the same run, whose lease has expired. Neither deadlocks.
+func TestClaimsDoNotDeadlockOverAnExpiredRun(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	register(t, d.Pool, "s", "0 0 1 1 *", &cron.Options{Overlap: cron.OverlapReplace})
+	_, err := d.Pool.Exec(ctx, `INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, instance,
+		fencing_token, lease_expires_at, created_at, started_at)
+		VALUES ('s', now() - interval '1 hour', 'scheduled', 'running', 1, 'dead', 1, clock_timestamp() + interval '300 milliseconds', now(), now());
+		INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+		VALUES ('s', now(), 'manual', 'pending', 1, now())`)
+	require.NoError(t, err)
+	b, err := d.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer b.Rollback(ctx)
+	_, err = b.Exec(ctx, `SELECT FROM pglock_cron_schedules WHERE name = 's' FOR NO KEY UPDATE`)
+	require.NoError(t, err)
+	time.Sleep(400 * time.Millisecond) // the run's lease expires
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := d.Pool.Exec(ctx, `SELECT * FROM pglock_cron_claim('a', ARRAY['s']::varchar[], ARRAY[now()]::timestamptz[],
+			ARRAY[now()]::timestamptz[], ARRAY[30000]::bigint[], '{}', '{}', '{}', '{}', '{}')`)
+		claimed <- err
+	}()
+	waitFor(t, "the claim to wait for the schedule", func() bool {
+		var waiting bool
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pglock_cron_claim%')`).Scan(&waiting))
+		return waiting
+	})
+	_, err = b.Exec(ctx, `UPDATE pglock_cron_runs SET status = 'canceled' WHERE schedule = 's' AND status = 'running'`)
+	require.NoError(t, err)
+	require.NoError(t, b.Commit(ctx))
+	require.NoError(t, testdb.Receive(t, claimed))
+}
+
+// Backfill leaves ticks after the watermark to the schedule's instances, which run or record
+// each once: a backfill never runs a tick the scheduler also runs.
+func TestBackfillLeavesTicksNotYetAccountedForToTheScheduler(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	y := time.Now().UTC().Year()
+	year := func(y int) time.Time { return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC) }
+	opts := &cron.Options{CatchUp: cron.CatchUpAll, CatchUpWindow: time.Since(year(y-1)) + time.Hour}
+	register(t, d.Pool, "yearly", "0 0 1 1 *", opts)
+	setWatermark(t, d.Pool, "yearly", year(y-1).Add(-time.Hour))
+	n, err := cron.Backfill(ctx, d.Pool, "yearly", year(y-1), year(y), "bob")
+	require.NoError(t, err)
+	require.Zero(t, n, "both ticks are after the watermark")
+
+	l := newLedger()
+	start(t, d.Pool, nil, func(s *cron.Scheduler) { require.NoError(t, s.Add("yearly", "0 0 1 1 *", opts, l.fn)) })
+	require.Equal(t, year(y-1), l.next(t, "yearly").ScheduledTime.UTC())
+	require.Equal(t, year(y), l.next(t, "yearly").ScheduledTime.UTC())
+	waitFor(t, "both recorded", func() bool { return statuses(history(t, d.Pool, "yearly"))[cron.StatusRan] == 2 })
+	require.Len(t, history(t, d.Pool, "yearly"), 2, "each tick once")
+	n, err = cron.Backfill(ctx, d.Pool, "yearly", year(y-1), year(y), "bob")
+	require.NoError(t, err)
+	require.Zero(t, n, "both ran")
+}
+
+// Under CatchUpAll, the tick that is on time when an instance catches up waits behind the
+// missed ones: every tick runs in tick order.
+func TestCatchUpAllRunsEveryTickInOrder(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	opts := &cron.Options{CatchUp: cron.CatchUpAll}
+	register(t, d.Pool, "minutely", "* * * * *", opts)
+	latest := time.Now().UTC().Truncate(time.Minute)
+	setWatermark(t, d.Pool, "minutely", latest.Add(-3*time.Minute))
+	l := newLedger()
+	start(t, d.Pool, nil, func(s *cron.Scheduler) { require.NoError(t, s.Add("minutely", "* * * * *", opts, l.fn)) })
+	var prev time.Time
+	for i := range 3 {
+		run := l.next(t, "minutely")
+		require.True(t, run.ScheduledTime.After(prev), "run %d (%s, %s) after %s", i, run.ScheduledTime, run.Kind, prev)
+		prev = run.ScheduledTime
+	}
+}
+
+// Retention counts from when a record was written or finished, not from its tick: a
+// backfilled run of a tick older than the retention is kept.
+func TestRetentionKeepsARecentRunOfAnOldTick(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLedger()
+	start(t, d.Pool, nil, func(s *cron.Scheduler) {
+		require.NoError(t, s.Add("hourly", "0 * * * *", &cron.Options{Retention: 24 * time.Hour}, l.fn))
+	})
+	old := time.Now().UTC().Truncate(time.Hour).Add(-10 * 24 * time.Hour)
+	n, err := cron.Backfill(ctx, d.Pool, "hourly", old, old, "bob")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	l.next(t, "hourly")
+	waitFor(t, "the backfilled run recorded", func() bool { return statuses(history(t, d.Pool, "hourly"))[cron.StatusRan] == 1 })
+	_, err = cron.Collect(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Len(t, history(t, d.Pool, "hourly"), 1)
+}
+
+// A schedule the database refuses to register is retried on its own; the instance's other
+// schedules go on running meanwhile.
+func TestARefusedScheduleDoesNotStopTheOthers(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	_, err := d.Pool.Exec(context.Background(), `
+		CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'refused by policy' USING ERRCODE = '42501'; END $$;
+		CREATE TRIGGER refuse BEFORE INSERT ON pglock_cron_schedules FOR EACH ROW
+		WHEN (NEW.name = 'refused') EXECUTE FUNCTION refuse();`)
+	require.NoError(t, err)
+	l := newLedger()
+	s := start(t, d.Pool, nil, func(s *cron.Scheduler) { require.NoError(t, s.Add("fine", "@every 1s", nil, l.fn)) })
+	require.NoError(t, s.Add("refused", "@every 1s", nil, l.fn))
+	first := l.next(t, "fine")
+	for {
+		if run := l.next(t, "fine"); run.ScheduledTime.Sub(first.ScheduledTime) >= 3*time.Second {
+			break
+		}
+	}
+	require.Empty(t, l.of("refused"))
+}
