@@ -2,9 +2,11 @@ package cron_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock/cron"
@@ -136,4 +138,47 @@ func TestARefusedScheduleDoesNotStopTheOthers(t *testing.T) {
 		}
 	}
 	require.Empty(t, l.of("refused"))
+}
+
+// Instances whose backends are killed (pg_terminate_backend) again and again, mid-claim and
+// mid-run, never run a tick twice, and every tick is accounted for: it ran, or it is recorded
+// (abandoned when the claim committed but its answer was lost with the connection).
+func TestKilledBackendsNeverRunATickTwice(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	l := newLedger()
+	opts := &cron.Options{TTL: time.Second}
+	for i := range 3 {
+		pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("victim-%d", i) })
+		start(t, pool, nil, func(s *cron.Scheduler) { require.NoError(t, s.Add("tough", "@every 1s", opts, l.fn)) })
+	}
+	first := l.next(t, "tough")
+	deadline := time.Now().Add(6 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		_, err := d.Pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1`, fmt.Sprintf("victim-%d", i%3))
+		require.NoError(t, err)
+		time.Sleep(150 * time.Millisecond)
+	}
+	byTick := map[time.Time]int{}
+	for _, r := range l.of("tough") {
+		byTick[r.ScheduledTime]++
+		require.Equal(t, 1, byTick[r.ScheduledTime], "tick %s ran twice", r.ScheduledTime)
+	}
+	last := first.ScheduledTime.Add(5 * time.Second)
+	waitFor(t, "every tick up to the last recorded", func() bool {
+		records := map[time.Time]cron.Status{}
+		for _, r := range history(t, d.Pool, "tough") {
+			records[r.ScheduledTime] = r.Status
+		}
+		for tick := first.ScheduledTime; !tick.After(last); tick = tick.Add(time.Second) {
+			switch records[tick] {
+			case cron.StatusRan, cron.StatusAbandoned:
+			default:
+				return false
+			}
+		}
+		return true
+	})
 }
