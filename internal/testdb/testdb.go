@@ -138,7 +138,9 @@ func Main(m *testing.M) {
 	state.mu.Unlock()
 
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// toxiproxy (PartitionablePool's proxy) can leave a toxic's pipe blocked on a link that
+		// a heal removed while a connection was closing: its goroutine, not the code under test.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe")); err != nil {
 			fmt.Fprintf(os.Stderr, "testdb: goroutines leaked: %v\n", err)
 			code = 1
 		}
