@@ -60,7 +60,6 @@ const (
 const (
 	MaxCatchUp   = 100              // missed ticks a CatchUpAll schedule runs at once; older ones are recorded missed
 	OnTimeLimit  = time.Minute      // a tick found later than this after its time is missed
-	maxErrorLen  = 4096             // bytes of an error recorded with a run
 	seenEvery    = 30 * time.Second // how often an instance records that it still has its schedules
 	collectEvery = time.Minute      // how often an instance applies run retention
 	offsetEvery  = 30 * time.Second // how often the database clock offset is measured again

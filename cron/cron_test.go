@@ -488,6 +488,8 @@ func TestBadInputIsRefusedAndNothingIsWritten(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	_, err = cron.New(d.Pool, &cron.Config{PollInterval: -time.Second})
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	_, err = cron.New(d.Pool, &cron.Config{AppName: "bad\x00app"})
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 
 	s, err := cron.New(d.Pool, &cron.Config{AppName: "cron-test"})
 	require.NoError(t, err)

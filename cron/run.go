@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,10 +117,7 @@ func (s *Scheduler) finish(e *entry, id, token int64, status string, fnErr error
 	defer cancel()
 	p := db.FinishCronRunParams{ID: id, FencingToken: token, Status: status}
 	if fnErr != nil {
-		msg := strings.ReplaceAll(strings.ToValidUTF8(fnErr.Error(), "?"), "\x00", "?")
-		if len(msg) > maxErrorLen {
-			msg = strings.ToValidUTF8(msg[:maxErrorLen], "")
-		}
+		msg := db.ErrorText(fnErr)
 		p.Error = &msg
 	}
 	for attempt := 1; ; attempt++ {

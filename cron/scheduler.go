@@ -70,7 +70,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	}
 	instance, err := ident.Instance(c.AppName)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	return &Scheduler{
 		pool: pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,

@@ -18,7 +18,6 @@ const (
 	MaxKeyLen   = 1024                  // bytes of a key
 	MaxScopeLen = 255                   // characters of a scope
 	MaxWindow   = 3650 * 24 * time.Hour // retention
-	maxErrorLen = 4096                  // bytes of an error saved with a failed attempt
 	waiterTTL   = time.Minute           // a waiter's registration, renewed at every poll
 	collectSize = 1000                  // records deleted per statement by Collect
 	// cleanupTimeout bounds what a delivery does after its ctx may have ended: a rollback, a

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -189,10 +188,7 @@ func finishParams(req request, token int64, saved json.RawMessage, fnErr error) 
 		WindowMs: req.window.Milliseconds(),
 	}
 	if fnErr != nil {
-		msg := strings.ReplaceAll(strings.ToValidUTF8(fnErr.Error(), "?"), "\x00", "?")
-		if len(msg) > maxErrorLen {
-			msg = strings.ToValidUTF8(msg[:maxErrorLen], "")
-		}
+		msg := db.ErrorText(fnErr)
 		p.Error = &msg
 	} else {
 		p.Result = saved
