@@ -182,3 +182,42 @@ func TestKilledBackendsNeverRunATickTwice(t *testing.T) {
 		return true
 	})
 }
+
+// Recording that an instance still has its schedules never deadlocks with claims, which lock
+// the same rows in name order, however the rows lie in the table.
+func TestSeenAndClaimsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	var names []string
+	for i := 40; i > 0; i-- { // inserted in reverse name order
+		name := fmt.Sprintf("s%02d", i)
+		names = append(names, name)
+		_, err := d.Pool.Exec(ctx, `SELECT pglock_cron_register($1, '@hourly', 'UTC', 'skip', 'skip', 1000, 1000, 10, 'test')`, name)
+		require.NoError(t, err)
+	}
+	seen, until := make([]time.Time, len(names)), make([]time.Time, len(names))
+	ttls := make([]int64, len(names))
+	for i := range names {
+		seen[i], until[i], ttls[i] = time.Unix(0, 0), time.Unix(1, 0), 30000 // every row locked, then answered stale
+	}
+	stop := time.Now().Add(3 * time.Second)
+	errs := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			var err error
+			for err == nil && time.Now().Before(stop) {
+				if w%2 == 0 {
+					_, err = d.Pool.Exec(ctx, `SELECT pglock_cron_seen($1, 'test')`, names)
+				} else {
+					_, err = d.Pool.Exec(ctx, `SELECT * FROM pglock_cron_claim('test', $1, $2, $3, $4, '{}', '{}', '{}', '{}', '{}')`,
+						names, seen, until, ttls)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		require.NoError(t, testdb.Receive(t, errs))
+	}
+}

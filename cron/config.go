@@ -29,7 +29,8 @@ type Config struct {
 	DisableNotifications bool
 
 	// ListenerConnConfig, when set, is where the listener connects instead of where the pool
-	// does (see tablelock.Config.ListenerConnConfig). Default: as the pool connects.
+	// does (see tablelock.Config.ListenerConnConfig); it is shared with every other pglock
+	// listener of the process on the same pool and config. Default: as the pool connects.
 	ListenerConnConfig *pgx.ConnConfig
 
 	// Logger receives the scheduler's logs. Default: slog.Default().
@@ -91,10 +92,11 @@ type Options struct {
 	// heartbeat. From 100 ms to 24 h. Default: 30 s.
 	TTL time.Duration
 
-	// Retention is how long run history is kept. Default: 7 days.
+	// Retention is how long run history is kept, from when a run finished or was recorded.
+	// Default: 7 days.
 	Retention time.Duration
 
-	// MaxRuns is how many runs of history are kept at most. Default: 1,000.
+	// MaxRuns is how many runs of history are kept at most (up to 2³¹−1). Default: 1,000.
 	MaxRuns int
 }
 
@@ -185,7 +187,7 @@ func (o *Options) settings() (settings, *time.Location, error) {
 	case s.maxRuns == 0:
 		s.maxRuns = 1000
 	case s.maxRuns < 0 || s.maxRuns > 1<<31-1:
-		return invalid("Options.MaxRuns (%d) must be positive", s.maxRuns)
+		return invalid("Options.MaxRuns (%d) must be from 1 to %d", s.maxRuns, 1<<31-1)
 	}
 	ttl := o.TTL
 	if ttl == 0 {

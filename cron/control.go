@@ -63,7 +63,8 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, name string) error {
 
 // Trigger asks for a manual run of the schedule, recorded as such (Run.Kind KindManual), which
 // an instance that has the schedule starts at once, or once a running run ends unless the
-// schedule allows overlap. It is never one of the schedule's ticks. It returns the run's id.
+// schedule allows overlap; it runs even while the schedule is paused. It is never one of the
+// schedule's ticks. It returns the run's id.
 func Trigger(ctx context.Context, pool *pgxpool.Pool, name, by string) (int64, error) {
 	q, err := queries(pool)
 	if err != nil {
@@ -112,14 +113,17 @@ type ScheduleInfo struct {
 	Name, Spec, TimeZone string
 	Overlap              Overlap
 	CatchUp              CatchUp
+	CatchUpWindow        time.Duration
+	Retention            time.Duration
+	MaxRuns              int
 	Paused               bool
 	PauseNote, PausedBy  string
 	PausedAt             time.Time
-	LastInstance         string    // the last instance to register it
-	LastSeenAt           time.Time // and when
-	Orphaned             bool      // no instance has registered it for OrphanedAfter
-	Next                 []time.Time
-	LastRun              *RunRecord // the latest run that is not pending; nil if none
+	LastInstance         string      // the last instance to register it
+	LastSeenAt           time.Time   // and when
+	Orphaned             bool        // no instance has registered it for OrphanedAfter
+	Next                 []time.Time // the next five fire times; none if the spec no longer parses
+	LastRun              *RunRecord  // the latest run that is not pending; nil if none
 }
 
 // RunRecord is one row of a schedule's history.
@@ -156,6 +160,8 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]ScheduleInfo, error) {
 		info := ScheduleInfo{
 			Name: r.Name, Spec: r.Spec, TimeZone: r.TimeZone, Overlap: Overlap(r.Overlap), CatchUp: CatchUp(r.CatchUp),
 			Paused: r.Paused, PauseNote: db.Deref(r.PauseNote), PausedBy: db.Deref(r.PausedBy), PausedAt: db.Deref(r.PausedAt),
+			CatchUpWindow: time.Duration(r.CatchUpWindowMs) * time.Millisecond, Retention: time.Duration(r.KeepForMs) * time.Millisecond,
+			MaxRuns:      int(r.KeepRuns),
 			LastInstance: r.LastInstance, LastSeenAt: r.LastSeenAt, Orphaned: r.DbNow.Sub(r.LastSeenAt) > OrphanedAfter,
 		}
 		if sched, err := parseStored(r.Spec, r.TimeZone); err == nil {
@@ -167,8 +173,12 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]ScheduleInfo, error) {
 			}
 		}
 		if r.LastRunID != nil {
-			info.LastRun = &RunRecord{ID: *r.LastRunID, Schedule: r.Name, ScheduledTime: db.Deref(r.LastScheduledTime),
-				Status: Status(db.Deref(r.LastStatus)), Error: db.Deref(r.LastError)}
+			last := runRecord(db.PglockCronRun{
+				ID: *r.LastRunID, Schedule: r.Name, ScheduledTime: db.Deref(r.LastScheduledTime), Kind: db.Deref(r.LastKind),
+				Status: db.Deref(r.LastStatus), Attempt: db.Deref(r.LastAttempt), Instance: r.LastInstanceRun,
+				FencingToken: r.LastToken, StartedAt: r.LastStartedAt, FinishedAt: r.LastFinishedAt, Error: r.LastError,
+			})
+			info.LastRun = &last
 		}
 		list = append(list, info)
 	}
@@ -193,23 +203,28 @@ func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([
 	}
 	list := make([]RunRecord, len(rows))
 	for i, r := range rows {
-		list[i] = RunRecord{
-			ID: r.ID, Schedule: r.Schedule, ScheduledTime: r.ScheduledTime, Kind: RunKind(r.Kind), Status: Status(r.Status),
-			Attempt: int(r.Attempt), MissedUntil: db.Deref(r.MissedUntil), RequestedBy: db.Deref(r.RequestedBy),
-			Instance: db.Deref(r.Instance), Token: db.Deref(r.FencingToken), StartedAt: db.Deref(r.StartedAt),
-			FinishedAt: db.Deref(r.FinishedAt), Error: db.Deref(r.Error),
-		}
-		if r.Status == string(StatusMissed) {
-			list[i].MissedCount = -1
-			if r.MissedCount != nil {
-				list[i].MissedCount = *r.MissedCount
-			}
-		}
-		if r.StartedAt != nil && r.FinishedAt != nil {
-			list[i].Duration = r.FinishedAt.Sub(*r.StartedAt)
-		}
+		list[i] = runRecord(r)
 	}
 	return list, nil
+}
+
+func runRecord(r db.PglockCronRun) RunRecord {
+	rec := RunRecord{
+		ID: r.ID, Schedule: r.Schedule, ScheduledTime: r.ScheduledTime, Kind: RunKind(r.Kind), Status: Status(r.Status),
+		Attempt: int(r.Attempt), MissedUntil: db.Deref(r.MissedUntil), RequestedBy: db.Deref(r.RequestedBy),
+		Instance: db.Deref(r.Instance), Token: db.Deref(r.FencingToken), StartedAt: db.Deref(r.StartedAt),
+		FinishedAt: db.Deref(r.FinishedAt), Error: db.Deref(r.Error),
+	}
+	if r.Status == string(StatusMissed) {
+		rec.MissedCount = -1
+		if r.MissedCount != nil {
+			rec.MissedCount = *r.MissedCount
+		}
+	}
+	if r.StartedAt != nil && r.FinishedAt != nil {
+		rec.Duration = r.FinishedAt.Sub(*r.StartedAt)
+	}
+	return rec
 }
 
 func queries(pool *pgxpool.Pool) (*db.Queries, error) {
@@ -246,7 +261,7 @@ func notFound(err error) error {
 
 // Collect deletes run history past each schedule's retention (Options.Retention and MaxRuns)
 // and returns how many runs went. Schedulers do it every minute; pglockctl gc does it too.
-func Collect(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+func Collect(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	q, err := queries(pool)
 	if err != nil {
 		return 0, err
@@ -255,5 +270,5 @@ func Collect(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("cron: collect: %w", err)
 	}
-	return n, nil
+	return int(n), nil
 }

@@ -527,6 +527,7 @@ func TestBadInputIsRefusedAndNothingIsWritten(t *testing.T) {
 		{"negative-window", "@hourly", &cron.Options{CatchUpWindow: -time.Second}, fn, pglock.ErrInvalidArgument, "CatchUpWindow"},
 		{"negative-retention", "@hourly", &cron.Options{Retention: -time.Hour}, fn, pglock.ErrInvalidArgument, "Retention"},
 		{"negative-max-runs", "@hourly", &cron.Options{MaxRuns: -1}, fn, pglock.ErrInvalidArgument, "MaxRuns"},
+		{"huge-max-runs", "@hourly", &cron.Options{MaxRuns: 1 << 31}, fn, pglock.ErrInvalidArgument, "MaxRuns"},
 		{"negative-ttl", "@hourly", &cron.Options{TTL: -time.Second}, fn, pglock.ErrInvalidTTL, ""},
 		{"bad-overlap", "@hourly", &cron.Options{Overlap: "sometimes"}, fn, pglock.ErrInvalidArgument, "Overlap"},
 		{"bad-catch-up", "@hourly", &cron.Options{CatchUp: "most"}, fn, pglock.ErrInvalidArgument, "CatchUp"},
@@ -650,28 +651,47 @@ func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 	require.ErrorIs(t, got.cause, pglock.ErrLockLost)
 	require.True(t, got.stillValid, "fn's ctx ended before the lease expired on the database")
 
-	var records []cron.RunRecord
+	var recordedAt time.Time // by the database's clock, within a poll of waitFor's
 	waitFor(t, "the partitioned run recorded abandoned", func() bool {
-		records = history(t, d.Pool, "leased")
-		for _, r := range records {
-			if r.Token == got.run.Token {
-				return r.Status == cron.StatusAbandoned
-			}
-		}
-		return false
+		var status string
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT status, clock_timestamp() FROM pglock_cron_runs WHERE fencing_token = $1`,
+			got.run.Token).Scan(&status, &recordedAt))
+		return status == string(cron.StatusAbandoned)
 	})
 	var expired time.Time
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT finished_at FROM pglock_cron_runs WHERE fencing_token = $1`, got.run.Token).Scan(&expired))
+	// The documented bound: the TTL (to expired) plus a heartbeat of the instance that has the
+	// schedule, with room for a loaded machine.
+	require.False(t, recordedAt.After(expired.Add(ttl/3+time.Second)), "recorded abandoned at %s, lease expired at %s", recordedAt, expired)
 	next := l.next(t, "leased")
 	bound := expired.Add(ttl/3 + 2*time.Second) // a heartbeat, a poll, and the next whole second
 	require.False(t, next.ScheduledTime.After(bound), "the next tick ran at %s, after %s", next.ScheduledTime, bound)
-	for _, r := range history(t, d.Pool, "leased") {
-		if r.ScheduledTime.Equal(got.run.ScheduledTime) {
-			require.Equal(t, got.run.Token, r.Token, "the abandoned tick did not run twice")
-		}
+	for _, r := range l.of("leased") {
+		require.NotEqual(t, got.run.ScheduledTime, r.ScheduledTime, "the abandoned tick did not run again elsewhere")
 	}
 	heal()
 	require.NoError(t, a.Stop(ctx))
+}
+
+// A schedule that a live instance has is never shown as orphaned: the instance records that it
+// still has it.
+func TestALiveInstanceKeepsItsScheduleFromLookingOrphaned(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	s, err := cron.New(d.Pool, &cron.Config{AppName: "cron-test"})
+	require.NoError(t, err)
+	cron.SetSeenEvery(s, 100*time.Millisecond)
+	require.NoError(t, s.Add("kept", "@hourly", nil, func(context.Context, cron.Run) error { return nil }))
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
+	_, err = d.Pool.Exec(ctx, `UPDATE pglock_cron_schedules SET last_seen_at = clock_timestamp() - interval '6 minutes'`)
+	require.NoError(t, err)
+	waitFor(t, "the schedule seen again", func() bool {
+		list, err := cron.List(ctx, d.Pool)
+		require.NoError(t, err)
+		return !list[0].Orphaned
+	})
 }
 
 // Retention keeps at most MaxRuns runs per schedule; List shows a schedule no instance has

@@ -103,7 +103,7 @@ func (s *Scheduler) housekeep(ctx context.Context, now time.Time, lastSeen, last
 		}
 		e.failures = 0
 	}
-	if now.Sub(*lastSeen) >= seenEvery && len(entries) > 0 {
+	if now.Sub(*lastSeen) >= s.seenEvery && len(entries) > 0 {
 		names := make([]string, len(entries))
 		for i, e := range entries {
 			names[i] = e.name

@@ -26,8 +26,13 @@ func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
 	s.mu.Lock()
 	ctx, cancel := context.WithCancelCause(s.runsCtx)
 	s.active[id] = cancel
+	why, replaced := s.replaced[id]
+	delete(s.replaced, id)
 	s.runs.Add(1)
 	s.mu.Unlock()
+	if replaced {
+		cancel(fmt.Errorf("%w: %s", pglock.ErrReplaced, why))
+	}
 	go func() {
 		defer s.runs.Done()
 		defer func() {
@@ -92,6 +97,8 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 	switch {
 	case err != nil && errors.Is(context.Cause(ctx), pglock.ErrReplaced):
 		// The newer run recorded this one canceled.
+	case errors.Is(err, pglock.ErrLockLost):
+		s.cfg.Logger.Warn("pglock: cron run outcome not recorded", "schedule", run.Schedule, "run", id, "status", status, "error", err)
 	case err != nil:
 		s.cfg.Logger.Error("pglock: cron run outcome not recorded", "schedule", run.Schedule, "run", id, "status", status, "error", err)
 	case pending:

@@ -30,20 +30,24 @@ type Scheduler struct {
 	instance string
 	clock    clock.Clock // the host's clock, a seam for tests
 
-	mu       sync.Mutex
-	entries  map[string]*entry
-	started  bool
-	stopped  bool
-	active   map[int64]context.CancelCauseFunc // running runs, by id
-	offset   offsetEstimate
-	wake     chan struct{}
-	stopLoop context.CancelFunc
-	loopDone chan struct{}
-	runsCtx  context.Context // every run's ctx derives from it
-	endRuns  context.CancelCauseFunc
-	runs     sync.WaitGroup
-	unlisten func()
-	stopDone chan struct{} // closed once the first Stop has returned
+	mu      sync.Mutex
+	entries map[string]*entry
+	started bool
+	stopped bool
+	active  map[int64]context.CancelCauseFunc // running runs, by id
+	// replaced holds cancellations notified before their run started here (a claim's answer
+	// can come after a newer run's notification); few, and cleared when it grows.
+	replaced  map[int64]string
+	seenEvery time.Duration // how often it records that it still has its schedules (a seam for tests)
+	offset    offsetEstimate
+	wake      chan struct{}
+	stopLoop  context.CancelFunc
+	loopDone  chan struct{}
+	runsCtx   context.Context // every run's ctx derives from it
+	endRuns   context.CancelCauseFunc
+	runs      sync.WaitGroup
+	unlisten  func()
+	stopDone  chan struct{} // closed once the first Stop has returned
 }
 
 // entry is one added schedule. Its fields after fn are the loop's alone.
@@ -74,7 +78,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	}
 	return &Scheduler{
 		pool: pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,
-		entries: map[string]*entry{}, active: map[int64]context.CancelCauseFunc{}, wake: make(chan struct{}, 1),
+		entries: map[string]*entry{}, active: map[int64]context.CancelCauseFunc{}, replaced: map[int64]string{},
+		wake: make(chan struct{}, 1), seenEvery: seenEvery,
 	}, nil
 }
 
@@ -127,7 +132,9 @@ func (s *Scheduler) Remove(name string) error {
 }
 
 // Start registers the schedules added so far, measures the database clock's offset, and
-// returns once scheduling runs in the background, until Stop.
+// returns once scheduling runs in the background, until Stop. It fails if the database refuses
+// a schedule; one added after Start is registered in the background, and retried on its own
+// if refused.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	switch {
@@ -177,8 +184,10 @@ func (s *Scheduler) abandonStart() {
 }
 
 // Stop stops firing, waits for running runs until ctx ends, then cancels them (the cause
-// matches pglock.ErrClosed) and waits for them to return; each is recorded as it ended (a
-// canceled one as canceled). The error is ctx's if runs had to be canceled.
+// matches pglock.ErrClosed) and waits for them to return, and for their outcomes to be
+// recorded (fn must honour its ctx); a canceled run that returns an error is recorded
+// canceled, one that returns nil ran. The error is ctx's if runs had to be canceled. A Stop
+// while another is under way waits for it as long as its own ctx allows.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.stopped {
@@ -282,15 +291,22 @@ func (s *Scheduler) notified(payload string) {
 	}
 }
 
-// cancelRun cancels a run of this instance that a newer run replaced.
+// cancelRun cancels a run of this instance that a newer run replaced, or remembers the
+// cancellation for a run this instance may be about to start.
 func (s *Scheduler) cancelRun(id int64, why string) {
+	if why == "" {
+		why = "a newer run of its schedule replaced it"
+	}
 	s.mu.Lock()
 	cancel := s.active[id]
+	if cancel == nil {
+		if len(s.replaced) >= 1000 {
+			clear(s.replaced)
+		}
+		s.replaced[id] = why
+	}
 	s.mu.Unlock()
 	if cancel != nil {
-		if why == "" {
-			why = "a newer run of its schedule replaced it"
-		}
 		cancel(fmt.Errorf("%w: %s", pglock.ErrReplaced, why))
 	}
 }

@@ -232,7 +232,9 @@ func (q *Queries) GetCronSchedule(ctx context.Context, name string) (PglockCronS
 }
 
 const listCronSchedules = `-- name: ListCronSchedules :many
-SELECT s.name, s.spec, s.time_zone, s.overlap, s.catch_up, s.catch_up_window_ms, s.keep_for_ms, s.keep_runs, s.accounted_until, s.paused, s.pause_note, s.paused_by, s.paused_at, s.last_instance, s.last_seen_at, s.created_at, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.status AS last_status,
+SELECT s.name, s.spec, s.time_zone, s.overlap, s.catch_up, s.catch_up_window_ms, s.keep_for_ms, s.keep_runs, s.accounted_until, s.paused, s.pause_note, s.paused_by, s.paused_at, s.last_instance, s.last_seen_at, s.created_at, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
+       l.status AS last_status, l.attempt AS last_attempt, l.instance AS last_instance_run,
+       l.fencing_token AS last_token, l.started_at AS last_started_at, l.finished_at AS last_finished_at,
        l.error AS last_error, clock_timestamp()::timestamptz AS db_now
   FROM pglock_cron_schedules s
   LEFT JOIN pglock_cron_runs l
@@ -260,7 +262,13 @@ type ListCronSchedulesRow struct {
 	CreatedAt         time.Time
 	LastRunID         *int64
 	LastScheduledTime *time.Time
+	LastKind          *string
 	LastStatus        *string
+	LastAttempt       *int32
+	LastInstanceRun   *string
+	LastToken         *int64
+	LastStartedAt     *time.Time
+	LastFinishedAt    *time.Time
 	LastError         *string
 	DbNow             time.Time
 }
@@ -295,7 +303,13 @@ func (q *Queries) ListCronSchedules(ctx context.Context) ([]ListCronSchedulesRow
 			&i.CreatedAt,
 			&i.LastRunID,
 			&i.LastScheduledTime,
+			&i.LastKind,
 			&i.LastStatus,
+			&i.LastAttempt,
+			&i.LastInstanceRun,
+			&i.LastToken,
+			&i.LastStartedAt,
+			&i.LastFinishedAt,
 			&i.LastError,
 			&i.DbNow,
 		); err != nil {

@@ -153,7 +153,9 @@ END;
 $$;
 
 -- Records that an instance still has these schedules; answers those it named that do not
--- exist (an operator deleted them: the instance registers them again).
+-- exist (an operator deleted them: the instance registers them again). A schedule whose row
+-- another transaction holds (a claim) is skipped, not waited for: a claim holds several rows,
+-- and this record can wait for the next time.
 CREATE FUNCTION pglock_cron_seen(p_names varchar[], p_instance varchar)
 RETURNS SETOF varchar
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -161,8 +163,10 @@ SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pglock_cron_check('-', p_instance);
-    UPDATE pglock_cron_schedules SET last_instance = p_instance, last_seen_at = clock_timestamp()
-     WHERE name = ANY (p_names);
+    UPDATE pglock_cron_schedules s SET last_instance = p_instance, last_seen_at = clock_timestamp()
+      FROM (SELECT name FROM pglock_cron_schedules WHERE name = ANY (p_names)
+             ORDER BY name FOR NO KEY UPDATE SKIP LOCKED) AS free
+     WHERE s.name = free.name;
     RETURN QUERY SELECT n FROM unnest(p_names) AS n
                   WHERE NOT EXISTS (SELECT FROM pglock_cron_schedules WHERE name = n);
 END;

@@ -49,7 +49,9 @@ SELECT * FROM pglock_cron_runs WHERE id = @id;
 -- ListCronSchedules lists every schedule with its last run that started or was recorded
 -- (NULLs when it has none).
 -- name: ListCronSchedules :many
-SELECT s.*, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.status AS last_status,
+SELECT s.*, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
+       l.status AS last_status, l.attempt AS last_attempt, l.instance AS last_instance_run,
+       l.fencing_token AS last_token, l.started_at AS last_started_at, l.finished_at AS last_finished_at,
        l.error AS last_error, clock_timestamp()::timestamptz AS db_now
   FROM pglock_cron_schedules s
   LEFT JOIN pglock_cron_runs l

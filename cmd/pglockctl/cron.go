@@ -100,7 +100,7 @@ func (a *app) cronCommand() *cobra.Command {
 
 	trigger := &cobra.Command{
 		Use:   "trigger NAME",
-		Short: "Start a manual run of a schedule now (recorded as manual; never one of its ticks)",
+		Short: "Ask for a manual run of a schedule, started as soon as its turn comes (recorded as manual; never one of its ticks)",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
@@ -228,7 +228,10 @@ func (a *app) printRuns(runs []cron.RunRecord) error {
 		out := make([]runJSON, len(runs))
 		for i, r := range runs {
 			out[i] = runJSON{ID: r.ID, Tick: r.ScheduledTime, Kind: string(r.Kind), Status: string(r.Status), Attempt: r.Attempt,
-				Instance: nonEmpty(r.Instance), RequestedBy: nonEmpty(r.RequestedBy), Token: r.Token, Error: nonEmpty(r.Error)}
+				Instance: nonEmpty(r.Instance), RequestedBy: nonEmpty(r.RequestedBy), Error: nonEmpty(r.Error)}
+			if r.Token != 0 {
+				out[i].Token = &r.Token
+			}
 			if r.Status == cron.StatusMissed {
 				out[i].MissedUntil, out[i].MissedCount = &r.MissedUntil, &r.MissedCount
 			}
@@ -283,7 +286,7 @@ type runJSON struct {
 	MissedCount *int64     `json:"missed_count,omitempty"` // -1: too many to count
 	Instance    *string    `json:"instance"`
 	RequestedBy *string    `json:"requested_by"`
-	Token       int64      `json:"token,omitempty"`
+	Token       *int64     `json:"token"` // null for a run that never started
 	StartedAt   *time.Time `json:"started_at"`
 	FinishedAt  *time.Time `json:"finished_at"`
 	DurationMs  *int64     `json:"duration_ms"`

@@ -33,7 +33,7 @@ func (a *app) gcCommand() *cobra.Command {
 				}
 				if a.output == "json" {
 					return writeJSON(a.stdout, map[string]int64{"expired_locks": counts.ExpiredLocks,
-						"expired_waiters": counts.ExpiredWaiters, "expired_jobs": int64(expiredJobs), "expired_cron_runs": cronRuns})
+						"expired_waiters": counts.ExpiredWaiters, "expired_jobs": int64(expiredJobs), "expired_cron_runs": int64(cronRuns)})
 				}
 				_, err = fmt.Fprintf(a.stdout, "deleted %d expired locks, %d expired waiter places, %d expired job records and %d cron runs past retention\n",
 					counts.ExpiredLocks, counts.ExpiredWaiters, expiredJobs, cronRuns)
