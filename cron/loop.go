@@ -51,13 +51,15 @@ func (s *Scheduler) dbNow() time.Time {
 	return s.clock.Now().Add(s.offset.offset)
 }
 
-// loop claims due ticks, and pending runs, until ctx ends.
-func (s *Scheduler) loop(ctx context.Context) {
+// loop claims due ticks, and pending runs, until stopping ends; its statements run under ctx.
+// A claim under way when stopping ends completes (unless ctx ends too) and starts what it
+// claimed: a claim cut short after it committed would leave its runs to be recorded abandoned.
+func (s *Scheduler) loop(stopping, ctx context.Context) {
 	defer close(s.loopDone)
 	var lastSeen, lastCollect, lastOffset time.Time
 	lastOffset = s.clock.Now()
 	failures := 0
-	for {
+	for stopping.Err() == nil {
 		now := s.clock.Now()
 		err := s.housekeep(ctx, now, &lastSeen, &lastCollect, &lastOffset)
 		var wait time.Duration
@@ -65,7 +67,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 			wait, err = s.claim(ctx)
 		}
 		switch {
-		case ctx.Err() != nil:
+		case stopping.Err() != nil:
 			return
 		case err != nil:
 			failures++
@@ -74,7 +76,7 @@ func (s *Scheduler) loop(ctx context.Context) {
 		default:
 			failures = 0
 		}
-		if wait > 0 && !s.sleep(ctx, wait) {
+		if wait > 0 && !s.sleep(stopping, wait) {
 			return
 		}
 	}

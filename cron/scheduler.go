@@ -42,12 +42,15 @@ type Scheduler struct {
 	offset    offsetEstimate
 	wake      chan struct{}
 	stopLoop  context.CancelFunc
-	loopDone  chan struct{}
-	runsCtx   context.Context // every run's ctx derives from it
-	endRuns   context.CancelCauseFunc
-	runs      sync.WaitGroup
-	unlisten  func()
-	stopDone  chan struct{} // closed once the first Stop has returned
+	// abortStatements cancels the loop's statements: once it has stopped, or when Stop's ctx
+	// ends while a claim is under way.
+	abortStatements context.CancelFunc
+	loopDone        chan struct{}
+	runsCtx         context.Context // every run's ctx derives from it
+	endRuns         context.CancelCauseFunc
+	runs            sync.WaitGroup
+	unlisten        func()
+	stopDone        chan struct{} // closed once the first Stop has returned
 }
 
 // entry is one added schedule. Its fields after fn are the loop's alone.
@@ -157,22 +160,22 @@ func (s *Scheduler) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	loopCtx, stopLoop := context.WithCancel(context.Background())
 	s.mu.Lock()
 	if s.stopped { // Stop came while Start registered
 		s.mu.Unlock()
-		stopLoop()
 		return fmt.Errorf("%w: cron: the scheduler was stopped while it started", pglock.ErrClosed)
 	}
+	stopping, stopLoop := context.WithCancel(context.Background())
+	statements, abortStatements := context.WithCancel(context.Background())
 	s.runsCtx, s.endRuns = context.WithCancelCause(context.Background())
-	s.stopLoop, s.loopDone = stopLoop, make(chan struct{})
+	s.stopLoop, s.abortStatements, s.loopDone = stopLoop, abortStatements, make(chan struct{})
 	if !s.cfg.DisableNotifications {
 		s.unlisten = notify.Subscribe(s.pool, s.cfg.ListenerConnConfig, s.cfg.Logger, db.CronChannel, notify.Handler{
 			Notify: s.notified, Listening: s.wakeUp,
 		})
 	}
 	s.mu.Unlock()
-	go s.loop(loopCtx)
+	go s.loop(stopping, statements)
 	return nil
 }
 
@@ -183,7 +186,9 @@ func (s *Scheduler) abandonStart() {
 	s.mu.Unlock()
 }
 
-// Stop stops firing, waits for running runs until ctx ends, then cancels them (the cause
+// Stop stops firing (a claim under way completes, and what it claimed runs, unless ctx ends
+// first: a claim cut short after it committed leaves its runs to be recorded abandoned), waits
+// for running runs until ctx ends, then cancels them (the cause
 // matches pglock.ErrClosed) and waits for them to return, and for their outcomes to be
 // recorded (fn must honour its ctx); a canceled run that returns an error is recorded
 // canceled, one that returns nil ran. The error is ctx's if runs had to be canceled. A Stop
@@ -209,6 +214,11 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.stopLoop()
+	select {
+	case <-s.loopDone:
+	case <-ctx.Done(): // a claim under way takes too long: cut it short
+	}
+	s.abortStatements()
 	<-s.loopDone
 	if s.unlisten != nil {
 		s.unlisten()
