@@ -4,7 +4,7 @@ BIN      := $(CURDIR)/bin
 SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 
-.PHONY: test lint generate check-generated bench tools
+.PHONY: test lint generate check-generated bench tools demo
 
 ## test: lint, check that generated code is current, run every test with the race detector.
 test: lint check-generated
@@ -25,6 +25,12 @@ generate: $(SQLC)
 ## check-generated: fail when db/ is not what sqlc generates from the current SQL.
 check-generated: $(SQLC)
 	@$(SQLC) diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
+
+## demo: the toolkit doing its job in one command, checked in the database (DATABASE_URL, local
+## PostgreSQL binaries, or Docker).
+demo:
+	$(GO) build -o bin/ ./cmd/pglockctl ./internal/demo
+	bin/demo
 
 ## bench: every benchmark once, each comparing pglock with its baseline in the same run. A
 ## failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of ticks.

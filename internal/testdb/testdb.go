@@ -95,7 +95,12 @@ func New(t testing.TB, opts *Options) *DB {
 	if opts.Schema != "" && !schemaName.MatchString(opts.Schema) {
 		t.Fatalf("testdb: schema %q is not a plain lower-case identifier", opts.Schema)
 	}
-	srv := sharedServer(t)
+	return newOn(t, sharedServer(t), opts)
+}
+
+// newOn creates a database on srv, dropped at t's cleanup.
+func newOn(t testing.TB, srv *liveServer, opts *Options) *DB {
+	t.Helper()
 	ctx := context.Background()
 
 	template, err := srv.template(ctx, *opts)

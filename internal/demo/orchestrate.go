@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/leader"
+)
+
+const (
+	workers   = 3
+	jobCount  = 100
+	sceneTime = 24 * time.Second // cron ticks for this long; the resign comes at a third, the kill at two thirds
+)
+
+const schema = `
+CREATE TABLE demo_effects (job int NOT NULL, worker int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE demo_ticks (tick timestamptz NOT NULL, worker int NOT NULL, token bigint NOT NULL);
+CREATE TABLE demo_events (kind text NOT NULL, worker int NOT NULL, term bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE demo_state (term bigint NOT NULL, worker int, writes int NOT NULL);
+INSERT INTO demo_state VALUES (0, NULL, 0);`
+
+// workerProc is a running worker process and the pipe that feeds it commands.
+type workerProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	dead  bool
+}
+
+func orchestrate() int {
+	began := time.Now()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	say := newProgress(os.Stdout)
+
+	say.line("pglock demo: finding PostgreSQL (DATABASE_URL, local binaries, or Docker)…")
+	d, done, err := testdb.Throwaway(ctx)
+	if errors.Is(err, testdb.ErrNoServer) {
+		fmt.Fprintln(os.Stderr, "demo: no PostgreSQL: set DATABASE_URL, put PostgreSQL's initdb and postgres on PATH, or start a Docker engine")
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		return 1
+	}
+	defer done()
+	pool := d.Pool
+	if _, err := pool.Exec(ctx, schema); err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		return 1
+	}
+	say.line(fmt.Sprintf("pglock demo: database ready and migrated in %s; starting %d worker processes", time.Since(began).Round(100*time.Millisecond), workers))
+
+	procs, err := startWorkers(d.URL())
+	defer func() {
+		for _, p := range procs {
+			if !p.dead {
+				p.cmd.Process.Kill()
+				p.cmd.Wait()
+			}
+		}
+	}()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		return 1
+	}
+	deliveries := broker(procs)
+	say.line(fmt.Sprintf("pglock demo: a broker delivers %d jobs %d times in all (each at least twice, to random workers)", jobCount, deliveries))
+
+	sceneStart := time.Now()
+	resigned, killed := false, false
+	for elapsed := time.Duration(0); elapsed < sceneTime; elapsed = time.Since(sceneStart) {
+		if ctx.Err() != nil {
+			return 1
+		}
+		switch {
+		case !resigned && elapsed >= sceneTime/3:
+			resigned = true
+			for _, p := range procs {
+				fmt.Fprintln(p.stdin, "resign") // only the leader acts on it
+			}
+		case !killed && elapsed >= 2*sceneTime/3:
+			killed = true
+			if err := killLeader(ctx, pool, procs); err != nil {
+				fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+				return 1
+			}
+		}
+		say.status(ctx, pool, elapsed, sceneTime)
+		time.Sleep(250 * time.Millisecond)
+	}
+	// What an operator would see while the workers run.
+	views := pglockctl(d.URL(), []string{"list"}, []string{"cron", "list"}, []string{"leader", "list"})
+	for _, p := range procs {
+		if !p.dead {
+			p.stdin.Close() // the worker stops its scheduler and exits
+		}
+	}
+	for _, p := range procs {
+		if !p.dead {
+			if err := p.cmd.Wait(); err != nil {
+				fmt.Fprintf(os.Stderr, "demo: a worker failed: %v\n", err)
+				return 1
+			}
+			p.dead = true
+		}
+	}
+	say.done()
+
+	summary, ok := check(ctx, pool, deliveries)
+	fmt.Println(summary)
+	fmt.Print(views)
+	fmt.Printf("pglock demo: %s in %s\n", map[bool]string{true: "passed", false: "FAILED"}[ok], time.Since(began).Round(100*time.Millisecond))
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+func startWorkers(url string) ([]*workerProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var procs []*workerProc
+	for i := range workers {
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", workerEnv, i+1), "DATABASE_URL="+url)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return procs, err
+		}
+		if err := cmd.Start(); err != nil {
+			return procs, err
+		}
+		procs = append(procs, &workerProc{cmd: cmd, stdin: stdin})
+	}
+	return procs, nil
+}
+
+// broker delivers each job two or three times, each time to a random worker, in random order,
+// and returns how many deliveries it made.
+func broker(procs []*workerProc) int {
+	var deliveries [][2]int // job, worker
+	for job := 1; job <= jobCount; job++ {
+		for range 2 + rand.IntN(2) {
+			deliveries = append(deliveries, [2]int{job, rand.IntN(len(procs))})
+		}
+	}
+	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+	for _, dl := range deliveries {
+		fmt.Fprintf(procs[dl[1]].stdin, "job %d\n", dl[0])
+	}
+	return len(deliveries)
+}
+
+// killLeader kills the leading worker's process with SIGKILL, as a crash would, between two
+// cron ticks (so that no tick is cut in half), and records when.
+func killLeader(ctx context.Context, pool *pgxpool.Pool, procs []*workerProc) error {
+	if wait := time.Second - time.Duration(time.Now().UnixNano())%(2*time.Second); wait > 0 {
+		time.Sleep(wait) // the middle of a 2 s tick interval
+	}
+	l, err := leader.Current(ctx, pool, election)
+	if err != nil {
+		return fmt.Errorf("find the leader to kill: %w", err)
+	}
+	var worker int
+	if _, err := fmt.Sscanf(l.Instance, "demo-w%d@", &worker); err != nil || worker < 1 || worker > len(procs) {
+		return fmt.Errorf("leader %q is not a demo worker", l.Instance)
+	}
+	p := procs[worker-1]
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	p.cmd.Wait()
+	p.dead = true
+	_, err = pool.Exec(ctx, `INSERT INTO demo_events (kind, worker, term) VALUES ('killed', $1, $2)`, worker, l.Term)
+	return err
+}
+
+// pglockctl returns its view of the database for each command line, as an operator would see
+// it.
+func pglockctl(url string, commands ...[]string) string {
+	self, _ := os.Executable()
+	bin := filepath.Join(filepath.Dir(self), "pglockctl")
+	var out strings.Builder
+	for _, args := range commands {
+		fmt.Fprintf(&out, "\n$ pglockctl %s\n", strings.Join(args, " "))
+		cmd := exec.Command(bin, append([]string{"--database-url", url}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(&out, "(pglockctl: %v; make demo builds it next to the demo)\n", err)
+		}
+	}
+	return out.String()
+}
