@@ -27,16 +27,18 @@ func check(ctx context.Context, pool *pgxpool.Pool, deliveries int) (string, boo
 		return true
 	}
 
-	var effects, distinct, succeeded, busiest int
+	var effects, distinct, succeeded, busiest, answered, ran int
 	if query([]any{&effects, &distinct}, `SELECT count(*), count(DISTINCT job) FROM demo_effects`) &&
 		query([]any{&succeeded}, `SELECT count(*) FROM pglock_jobs WHERE status = 'succeeded'`) &&
+		query([]any{&answered, &ran}, `SELECT count(*), count(*) FILTER (WHERE outcome = 'ran') FROM demo_deliveries`) &&
 		query([]any{&busiest}, `SELECT coalesce(max(n), 0) FROM (SELECT count(*) OVER (ORDER BY at
 			RANGE BETWEEN interval '999 milliseconds' PRECEDING AND CURRENT ROW) AS n FROM demo_effects) AS w`) {
-		if effects == jobCount && distinct == jobCount && succeeded == jobCount {
-			parts = append(parts, fmt.Sprintf("%d/%d jobs, each effect exactly once (%d deliveries, %d duplicates answered)",
-				distinct, jobCount, deliveries, deliveries-jobCount))
+		if effects == jobCount && distinct == jobCount && succeeded == jobCount && answered == deliveries && ran == jobCount {
+			parts = append(parts, fmt.Sprintf("%d/%d jobs, each effect exactly once (%d deliveries answered, %d of them duplicates)",
+				distinct, jobCount, answered, answered-ran))
 		} else {
-			fail("jobs: %d effects of %d distinct jobs (%d recorded succeeded), want %d of %d", effects, distinct, succeeded, jobCount, jobCount)
+			fail("jobs: %d effects of %d distinct jobs (%d recorded succeeded), %d of %d deliveries answered, %d ran; want %d of each",
+				effects, distinct, succeeded, answered, deliveries, ran, jobCount)
 		}
 		if busiest <= apiRate+apiBurst {
 			parts = append(parts, fmt.Sprintf("rate limit %d/s held (at most %d calls in any second)", apiRate, busiest))
@@ -45,36 +47,50 @@ func check(ctx context.Context, pool *pgxpool.Pool, deliveries int) (string, boo
 		}
 	}
 
-	var ticks, duplicates, missed, notRun int
-	if query([]any{&ticks, &duplicates, &missed}, `
-		SELECT count(DISTINCT tick), count(*) - count(DISTINCT tick),
-		       coalesce(extract(epoch FROM max(tick) - min(tick))::int / 2 + 1 - count(DISTINCT tick), 0)
-		  FROM demo_ticks`) &&
+	// Every 2 s tick from the scene's start to its end, by the database's clock, ran exactly once.
+	var expected, ticks, duplicates, missed, notRun int
+	if query([]any{&expected, &ticks, &duplicates, &missed}, `
+		WITH scene AS (SELECT (SELECT at FROM demo_events WHERE kind = 'scene-start') AS a,
+		                      (SELECT at FROM demo_events WHERE kind = 'scene-end') AS b),
+		     due AS (SELECT to_timestamp(s) AS tick
+		               FROM scene, generate_series(ceil(extract(epoch FROM a) / 2)::bigint * 2,
+		                                           floor(extract(epoch FROM b) / 2)::bigint * 2, 2) AS s),
+		     ran AS (SELECT tick, count(*) AS n FROM demo_ticks GROUP BY tick)
+		SELECT (SELECT count(*) FROM due),
+		       (SELECT count(*) FROM due JOIN ran USING (tick)),
+		       (SELECT coalesce(sum(n - 1), 0) FROM ran),
+		       (SELECT count(*) FROM due LEFT JOIN ran USING (tick) WHERE ran.tick IS NULL)`) &&
 		query([]any{&notRun}, `SELECT count(*) FROM pglock_cron_runs WHERE status NOT IN ('ran', 'running')`) {
-		if duplicates == 0 && missed == 0 && notRun == 0 && ticks >= 8 {
+		if duplicates == 0 && missed == 0 && notRun == 0 && expected >= int(sceneTime/(2*time.Second))-1 {
 			parts = append(parts, fmt.Sprintf("%d cron ticks, 0 duplicates, 0 missed", ticks))
 		} else {
-			fail("cron: %d ticks, %d duplicates, %d missed, %d recorded not run", ticks, duplicates, missed, notRun)
+			fail("cron: %d of %d ticks ran, %d duplicates, %d missed, %d recorded not run", ticks, expected, duplicates, missed, notRun)
 		}
 	}
 
+	// Handoffs by the database's clock; fenced writes never go back to an older term; the
+	// deposed leader's fenced write was refused, and none committed.
 	var resign, crash time.Duration
-	var terms, outOfOrder, rejected int
+	var terms, outOfOrder, inverted, rejected, committed int
 	if query([]any{&resign, &crash}, `
-		SELECT (SELECT min(e.at) FROM demo_events e WHERE e.kind = 'elected' AND e.at > r.at) - r.at,
-		       (SELECT min(e.at) FROM demo_events e WHERE e.kind = 'elected' AND e.at > k.at) - k.at
-		  FROM demo_events r, demo_events k WHERE r.kind = 'resigned' AND k.kind = 'killed'`) &&
-		query([]any{&terms, &outOfOrder, &rejected}, `
+		WITH r AS (SELECT min(at) AS at FROM demo_events WHERE kind = 'resigned'),
+		     k AS (SELECT min(at) AS at FROM demo_events WHERE kind = 'killed')
+		SELECT (SELECT min(e.at) FROM demo_events e, r WHERE e.kind = 'elected' AND e.at > r.at) - (SELECT at FROM r),
+		       (SELECT min(e.at) FROM demo_events e, k WHERE e.kind = 'elected' AND e.at > k.at) - (SELECT at FROM k)`) &&
+		query([]any{&terms, &outOfOrder, &inverted, &rejected, &committed}, `
 		SELECT count(*) FILTER (WHERE kind = 'elected'),
 		       (SELECT count(*) FROM demo_events a JOIN demo_events b ON a.kind = 'elected' AND b.kind = 'elected'
 		                                                     AND a.at < b.at AND a.term >= b.term),
-		       count(*) FILTER (WHERE kind = 'stale-rejected')
+		       (SELECT count(*) FROM demo_reconcile a JOIN demo_reconcile b ON a.id < b.id AND a.term > b.term),
+		       count(*) FILTER (WHERE kind = 'stale-rejected'),
+		       count(*) FILTER (WHERE kind IN ('stale-committed', 'stale-failed'))
 		  FROM demo_events`) {
-		if terms >= 3 && outOfOrder == 0 && rejected >= 1 {
-			parts = append(parts, fmt.Sprintf("leader handoffs: resign %s, crash %s · %d terms, each larger · stale leader writes rejected: %d",
+		if terms >= 3 && outOfOrder == 0 && inverted == 0 && rejected >= 1 && committed == 0 {
+			parts = append(parts, fmt.Sprintf("leader handoffs: resign %s, crash %s · %d terms, each larger, no write of an older term after a newer · deposed leader's fenced writes rejected: %d",
 				resign.Round(time.Millisecond), crash.Round(100*time.Millisecond), terms, rejected))
 		} else {
-			fail("leader: %d terms (%d out of order), %d stale writes rejected", terms, outOfOrder, rejected)
+			fail("leader: %d terms (%d out of order), %d writes of an older term after a newer, %d stale writes rejected, %d not",
+				terms, outOfOrder, inverted, rejected, committed)
 		}
 	}
 	return strings.Join(parts, " · "), ok
@@ -101,13 +117,14 @@ func (p *progress) status(ctx context.Context, pool *pgxpool.Pool, elapsed, tota
 	}
 	p.last = time.Now()
 	var jobs, ticks int
-	var term int64
+	var term *int64
 	var worker *int
 	pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT job) FROM demo_effects), (SELECT count(DISTINCT tick) FROM demo_ticks),
-		term, worker FROM demo_state`).Scan(&jobs, &ticks, &term, &worker)
+		l.term, l.worker FROM (SELECT 1) AS one LEFT JOIN (SELECT term, worker FROM demo_reconcile ORDER BY id DESC LIMIT 1) AS l ON true`).
+		Scan(&jobs, &ticks, &term, &worker)
 	lead := "no leader yet"
 	if worker != nil {
-		lead = fmt.Sprintf("leader w%d (term %d)", *worker, term)
+		lead = fmt.Sprintf("leader w%d (term %d)", *worker, *term)
 	}
 	text := fmt.Sprintf("jobs %3d/%d · cron ticks %2d · %s", jobs, jobCount, ticks, lead)
 	if !p.terminal {

@@ -29,12 +29,13 @@ const (
 const schema = `
 CREATE TABLE demo_effects (job int NOT NULL, worker int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE demo_ticks (tick timestamptz NOT NULL, worker int NOT NULL, token bigint NOT NULL);
+CREATE TABLE demo_deliveries (job int NOT NULL, worker int NOT NULL, outcome text NOT NULL);
 CREATE TABLE demo_events (kind text NOT NULL, worker int NOT NULL, term bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE TABLE demo_state (term bigint NOT NULL, worker int, writes int NOT NULL);
-INSERT INTO demo_state VALUES (0, NULL, 0);`
+CREATE TABLE demo_reconcile (id bigserial PRIMARY KEY, term bigint NOT NULL, worker int NOT NULL);`
 
 // workerProc is a running worker process and the pipe that feeds it commands.
 type workerProc struct {
+	id    int
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	dead  bool
@@ -80,6 +81,10 @@ func orchestrate() int {
 	deliveries := broker(procs)
 	say.line(fmt.Sprintf("pglock demo: a broker delivers %d jobs %d times in all (each at least twice, to random workers)", jobCount, deliveries))
 
+	// The scene must end in time: a worker that hangs fails the demo rather than stalling it.
+	ctx, cancel := context.WithTimeout(ctx, sceneTime+30*time.Second)
+	defer cancel()
+	mark(ctx, pool, "scene-start")
 	sceneStart := time.Now()
 	resigned, killed := false, false
 	for elapsed := time.Duration(0); elapsed < sceneTime; elapsed = time.Since(sceneStart) {
@@ -89,9 +94,12 @@ func orchestrate() int {
 		switch {
 		case !resigned && elapsed >= sceneTime/3:
 			resigned = true
-			for _, p := range procs {
-				fmt.Fprintln(p.stdin, "resign") // only the leader acts on it
+			p, _, err := leading(ctx, pool, procs)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+				return 1
 			}
+			fmt.Fprintln(p.stdin, "resign")
 		case !killed && elapsed >= 2*sceneTime/3:
 			killed = true
 			if err := killLeader(ctx, pool, procs); err != nil {
@@ -102,6 +110,7 @@ func orchestrate() int {
 		say.status(ctx, pool, elapsed, sceneTime)
 		time.Sleep(250 * time.Millisecond)
 	}
+	mark(ctx, pool, "scene-end")
 	// What an operator would see while the workers run.
 	views := pglockctl(d.URL(), []string{"list"}, []string{"cron", "list"}, []string{"leader", "list"})
 	for _, p := range procs {
@@ -111,11 +120,19 @@ func orchestrate() int {
 	}
 	for _, p := range procs {
 		if !p.dead {
-			if err := p.cmd.Wait(); err != nil {
-				fmt.Fprintf(os.Stderr, "demo: a worker failed: %v\n", err)
+			exited := make(chan error, 1)
+			go func() { exited <- p.cmd.Wait() }()
+			select {
+			case err := <-exited:
+				p.dead = true
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "demo: a worker failed: %v\n", err)
+					return 1
+				}
+			case <-ctx.Done():
+				fmt.Fprintln(os.Stderr, "demo: a worker did not stop in time")
 				return 1
 			}
-			p.dead = true
 		}
 	}
 	say.done()
@@ -147,7 +164,7 @@ func startWorkers(url string) ([]*workerProc, error) {
 		if err := cmd.Start(); err != nil {
 			return procs, err
 		}
-		procs = append(procs, &workerProc{cmd: cmd, stdin: stdin})
+		procs = append(procs, &workerProc{id: i + 1, cmd: cmd, stdin: stdin})
 	}
 	return procs, nil
 }
@@ -168,28 +185,45 @@ func broker(procs []*workerProc) int {
 	return len(deliveries)
 }
 
-// killLeader kills the leading worker's process with SIGKILL, as a crash would, between two
-// cron ticks (so that no tick is cut in half), and records when.
+// killLeader kills the leading worker's process with SIGKILL, as a crash would, in the middle
+// of a 2 s cron interval by the database's clock (so that no tick is cut in half), and records
+// when.
 func killLeader(ctx context.Context, pool *pgxpool.Pool, procs []*workerProc) error {
-	if wait := time.Second - time.Duration(time.Now().UnixNano())%(2*time.Second); wait > 0 {
-		time.Sleep(wait) // the middle of a 2 s tick interval
+	var now time.Time
+	if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return err
 	}
-	l, err := leader.Current(ctx, pool, election)
+	into := time.Duration(now.UnixNano()) % (2 * time.Second)
+	time.Sleep((3*time.Second - into) % (2 * time.Second))
+	p, l, err := leading(ctx, pool, procs)
 	if err != nil {
-		return fmt.Errorf("find the leader to kill: %w", err)
+		return err
 	}
-	var worker int
-	if _, err := fmt.Sscanf(l.Instance, "demo-w%d@", &worker); err != nil || worker < 1 || worker > len(procs) {
-		return fmt.Errorf("leader %q is not a demo worker", l.Instance)
-	}
-	p := procs[worker-1]
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
 	p.cmd.Wait()
 	p.dead = true
-	_, err = pool.Exec(ctx, `INSERT INTO demo_events (kind, worker, term) VALUES ('killed', $1, $2)`, worker, l.Term)
+	_, err = pool.Exec(ctx, `INSERT INTO demo_events (kind, worker, term) VALUES ('killed', $1, $2)`, p.id, l.Term)
 	return err
+}
+
+// leading returns the worker that leads the election.
+func leading(ctx context.Context, pool *pgxpool.Pool, procs []*workerProc) (*workerProc, leader.Leader, error) {
+	l, err := leader.Current(ctx, pool, election)
+	if err != nil {
+		return nil, l, fmt.Errorf("find the leader: %w", err)
+	}
+	var worker int
+	if _, err := fmt.Sscanf(l.Instance, "demo-w%d@", &worker); err != nil || worker < 1 || worker > len(procs) {
+		return nil, l, fmt.Errorf("leader %q is not a demo worker", l.Instance)
+	}
+	return procs[worker-1], l, nil
+}
+
+// mark records a moment of the scene by the database's clock.
+func mark(ctx context.Context, pool *pgxpool.Pool, kind string) {
+	pool.Exec(ctx, `INSERT INTO demo_events (kind, worker, term) VALUES ($1, 0, 0)`, kind)
 }
 
 // pglockctl returns its view of the database for each command line, as an operator would see

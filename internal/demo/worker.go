@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/jobs"
 	"github.com/pglock/pglock/leader"
@@ -82,7 +83,7 @@ func work(id string) error {
 		defer wg.Done()
 		elector.Run(electionCtx, leader.Callbacks{OnElected: func(ctx context.Context, term int64) {
 			event(ctx, pool, "elected", worker, term)
-			reconcile(ctx, pool, worker, term)
+			reconcile(ctx, pool, elector, worker, term)
 		}})
 	}()
 
@@ -100,7 +101,7 @@ func work(id string) error {
 				if err := elector.Resign(ctx); err != nil {
 					return err
 				}
-				staleWrite(ctx, pool, worker, term)
+				staleWrite(ctx, pool, elector, worker, term)
 			}
 		}
 	}
@@ -112,21 +113,26 @@ func work(id string) error {
 }
 
 // deliver handles one delivery of a job: its effect (a row, under the partner API's rate limit)
-// commits with its record, once, however often it is delivered.
+// commits with its record, once, however often it is delivered. The delivery's outcome is
+// recorded for the orchestrator's check.
 func deliver(ctx context.Context, pool *pgxpool.Pool, dedup *jobs.Deduper, limiter *ratelimit.Limiter, worker int, job string) error {
-	_, err := dedup.RunTx(ctx, "job-"+job, nil, func(ctx context.Context, tx pgx.Tx) error {
+	res, err := dedup.RunTx(ctx, "job-"+job, nil, func(ctx context.Context, tx pgx.Tx) error {
 		if err := limiter.Wait(ctx, apiLimit, ratelimit.Limit{Rate: apiRate, Per: time.Second, Burst: apiBurst}); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO demo_effects (job, worker) VALUES ($1, $2)`, job, worker)
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO demo_deliveries (job, worker, outcome) VALUES ($1, $2, $3)`, job, worker, res.Outcome.String())
 	return err
 }
 
-// reconcile is the leader's loop: every 200 ms it writes to the shared state with its term,
-// which the state accepts only if no newer term has written.
-func reconcile(ctx context.Context, pool *pgxpool.Pool, worker int, term int64) {
+// reconcile is the leader's loop: every 200 ms a write fenced with its term, which commits only
+// while this worker leads.
+func reconcile(ctx context.Context, pool *pgxpool.Pool, e *leader.Elector, worker int, term int64) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -134,25 +140,37 @@ func reconcile(ctx context.Context, pool *pgxpool.Pool, worker int, term int64) 
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			pool.Exec(ctx, `UPDATE demo_state SET term = $1, worker = $2, writes = writes + 1 WHERE term <= $1`, term, worker)
+			fencedWrite(ctx, pool, e, worker, term)
 		}
 	}
 }
 
-// staleWrite is a deposed leader's write with its old term, once a newer leader has written:
-// the state refuses it.
-func staleWrite(ctx context.Context, pool *pgxpool.Pool, worker int, term int64) {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var current int64
-		if err := pool.QueryRow(ctx, `SELECT term FROM demo_state`).Scan(&current); err == nil && current > term {
-			tag, err := pool.Exec(ctx, `UPDATE demo_state SET term = $1, worker = $2, writes = writes + 1 WHERE term <= $1`, term, worker)
-			if err == nil && tag.RowsAffected() == 0 {
-				event(ctx, pool, "stale-rejected", worker, term)
-			}
-			return
+func fencedWrite(ctx context.Context, pool *pgxpool.Pool, e *leader.Elector, worker int, term int64) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := e.Fence(ctx, tx); err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		_, err := tx.Exec(ctx, `INSERT INTO demo_reconcile (term, worker) VALUES ($1, $2)`, term, worker)
+		return err
+	})
+}
+
+// staleWrite is a deposed leader that carries on as if it still led: once a newer term has
+// written, it tries a fenced write of its own, which the fence refuses.
+func staleWrite(ctx context.Context, pool *pgxpool.Pool, e *leader.Elector, worker int, term int64) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var newer bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM demo_reconcile WHERE term > $1)`, term).Scan(&newer); err != nil || !newer {
+			continue
+		}
+		kind := "stale-committed"
+		if err := fencedWrite(ctx, pool, e, worker, term); errors.Is(err, pglock.ErrNotHeld) || errors.Is(err, pglock.ErrLockLost) {
+			kind = "stale-rejected"
+		} else if err != nil {
+			kind = "stale-failed"
+		}
+		event(ctx, pool, kind, worker, term)
+		return
 	}
 }
 

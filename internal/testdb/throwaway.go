@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ErrNoServer means no way to reach or start PostgreSQL was found.
@@ -11,17 +13,31 @@ var ErrNoServer = errNoServer
 
 // Throwaway makes a migrated database for a program (make demo) as New makes one for a test,
 // from the same sources: a URL in PGLOCK_TEST_DATABASE_URL or DATABASE_URL, a throwaway cluster
-// from local PostgreSQL binaries, or a container. done drops the database and stops any server
-// Throwaway started. With no source at all the error matches ErrNoServer.
+// from local PostgreSQL binaries, or a container. done drops the database, and the template it
+// was cloned from if Throwaway built it, and stops any server Throwaway started, whatever fails
+// on the way (a server already shut down by the terminal's Ctrl-C, say). With no source at all
+// the error matches ErrNoServer.
 func Throwaway(ctx context.Context) (d *DB, done func(), err error) {
 	srv, err := connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	tmpl, err := templateName(Options{})
+	if err != nil {
+		srv.stop()
+		return nil, nil, err
+	}
+	var existed bool
+	srv.admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", tmpl).Scan(&existed)
 	tb := &exampleTB{}
 	stop := func() {
 		for _, cleanup := range slices.Backward(tb.cleanups) {
-			cleanup()
+			runRecovering(cleanup)
+		}
+		if !existed {
+			runRecovering(func() {
+				srv.admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{tmpl}.Sanitize()+" WITH (FORCE)")
+			})
 		}
 		srv.admin.Close()
 		srv.stop()
@@ -33,4 +49,10 @@ func Throwaway(ctx context.Context) (d *DB, done func(), err error) {
 		}
 	}()
 	return newOn(tb, srv, &Options{}), stop, nil
+}
+
+// runRecovering runs f, ignoring a panic: a cleanup that fails must not stop the others.
+func runRecovering(f func()) {
+	defer func() { recover() }()
+	f()
 }
