@@ -59,6 +59,17 @@ func findServer(ctx context.Context) (*server, error) {
 	return nil, errors.Join(errs...) // a server could be had but failed: never a skip
 }
 
+// sourceAvailable reports whether findServer has anywhere to look, without starting anything.
+func sourceAvailable(ctx context.Context) bool {
+	if os.Getenv("PGLOCK_TEST_DATABASE_URL") != "" || os.Getenv("DATABASE_URL") != "" {
+		return true
+	}
+	if _, err := findPostgresBin(); err == nil {
+		return true
+	}
+	return dockerAnswers(ctx)
+}
+
 // findPostgresBin returns a directory holding initdb and postgres: from PATH, else the newest
 // version under the usual install directories.
 func findPostgresBin() (string, error) {
