@@ -187,8 +187,10 @@ func TestLimiterWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	}
 }
 
-// 4 instances hammer one key for 5 s at R = 50/s, B = 10: the allowed count is the burst plus
-// 50 a second, to within 2 %; and a denied call's RetryAfter, honoured, lets it through.
+// 4 instances hammer one key for 5 s at R = 50/s, B = 10: the allowed count is never more than
+// the burst plus 50 a second, and close to it (a loaded machine can leave the key without a
+// caller for a moment, which only lowers the count); and a denied call's RetryAfter, honoured,
+// lets it through.
 func TestHammeredKeyAllowsTheRateAndTheBurst(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -219,7 +221,8 @@ func TestHammeredKeyAllowsTheRateAndTheBurst(t *testing.T) {
 	want := 10 + 50*elapsed.Seconds()
 	got := float64(allowed.Load())
 	t.Logf("allowed %v in %s; expected %.0f", got, elapsed.Round(time.Millisecond), want)
-	require.InDelta(t, want, got, 0.02*want)
+	require.LessOrEqual(t, got, want+1, "never more than the rate and the burst allow")
+	require.GreaterOrEqual(t, got, 0.9*want, "close to what they allow, with callers always waiting")
 
 	// Spend what is left now, then honour the wait a denial gives.
 	l, err := ratelimit.New(d.Pool, nil)
