@@ -3,6 +3,7 @@ package cron
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pglock/pglock/db"
@@ -60,11 +61,11 @@ func (s *Scheduler) loop(stopping, ctx context.Context) {
 	lastOffset = s.clock.Now()
 	failures := 0
 	for stopping.Err() == nil {
-		now := s.clock.Now()
-		err := s.housekeep(ctx, now, &lastSeen, &lastCollect, &lastOffset)
+		now, entries := s.clock.Now(), s.snapshot()
+		err := s.housekeep(ctx, entries, now, &lastSeen, &lastCollect, &lastOffset)
 		var wait time.Duration
 		if err == nil {
-			wait, err = s.claim(ctx)
+			wait, err = s.claim(ctx, entries)
 		}
 		switch {
 		case stopping.Err() != nil:
@@ -86,8 +87,7 @@ var claimBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: 2 * time.Sec
 
 // housekeep registers schedules added since, and, when their time comes, records that this
 // instance still has its schedules, applies retention and measures the clock offset again.
-func (s *Scheduler) housekeep(ctx context.Context, now time.Time, lastSeen, lastCollect, lastOffset *time.Time) error {
-	entries := s.snapshot()
+func (s *Scheduler) housekeep(ctx context.Context, entries []*entry, now time.Time, lastSeen, lastCollect, lastOffset *time.Time) error {
 	for _, e := range entries {
 		if e.registered || now.Before(e.retryAt) {
 			continue
@@ -134,11 +134,9 @@ func (s *Scheduler) housekeep(ctx context.Context, now time.Time, lastSeen, last
 
 // forget marks the named entries unregistered: an operator deleted their schedules.
 func (s *Scheduler) forget(entries []*entry, names []string) {
-	for _, name := range names {
-		for _, e := range entries {
-			if e.name == name {
-				e.registered = false
-			}
+	for _, e := range entries {
+		if slices.Contains(names, e.name) { // names is almost always empty
+			e.registered = false
 		}
 	}
 }
@@ -146,8 +144,7 @@ func (s *Scheduler) forget(entries []*entry, names []string) {
 // claim sends one claim for every registered schedule: its due ticks, as its plan says, and
 // its pending runs. It starts the runs claimed and returns how long to wait before the next
 // claim (0: at once).
-func (s *Scheduler) claim(ctx context.Context) (time.Duration, error) {
-	entries := s.snapshot()
+func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration, error) {
 	now := s.dbNow()
 	p := db.ClaimCronTicksParams{Instance: s.instance}
 	byName := make(map[string]*entry, len(entries))

@@ -115,29 +115,24 @@ func (s *Scheduler) explainLoss(ctx context.Context, id int64) {
 	}
 }
 
-var finishBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
-
 // finish records how a run ended, retrying what a failing connection interrupts for as long as
 // a lease lasts. pending says the schedule has pending runs to start.
 func (s *Scheduler) finish(e *entry, id, token int64, status string, fnErr error) (pending bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.set.timing.TTL)
-	defer cancel()
 	p := db.FinishCronRunParams{ID: id, FencingToken: token, Status: status}
 	if fnErr != nil {
 		msg := db.ErrorText(fnErr)
 		p.Error = &msg
 	}
-	for attempt := 1; ; attempt++ {
-		pending, err := s.queries.FinishCronRun(ctx, p)
-		switch {
-		case err == nil:
-			return pending, nil
-		case errors.Is(err, pgx.ErrNoRows):
-			return false, fmt.Errorf("%w: run %d was no longer running (abandoned or replaced); that record stands", pglock.ErrLockLost, id)
-		case !retry.Transient(err) || !finishBackoff.Sleep(ctx, s.clock, attempt):
-			return false, fmt.Errorf("cron: record the outcome of run %d: %w", id, err)
-		}
+	pending, err = retry.Record(context.Background(), s.clock, e.set.timing.TTL, func(ctx context.Context) (bool, error) {
+		return s.queries.FinishCronRun(ctx, p)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("%w: run %d was no longer running (abandoned or replaced); that record stands", pglock.ErrLockLost, id)
+	case err != nil:
+		return false, fmt.Errorf("cron: record the outcome of run %d: %w", id, err)
 	}
+	return pending, nil
 }
 
 // callRecovering calls fn, turning a panic into an error with its value and stack: a job that

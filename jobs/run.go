@@ -160,26 +160,21 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	return res, 0, err
 }
 
-var finishBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
-
 // finish records an attempt's outcome, retrying what a failing connection interrupts for as
 // long as the lease lasted; an error says the outcome was not recorded.
 func (d *Deduper) finish(ctx context.Context, req request, token int64, saved json.RawMessage, fnErr error) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), req.timing.TTL)
-	defer cancel()
 	params := finishParams(req, token, saved, fnErr)
-	for attempt := 0; ; attempt++ {
-		finishedAt, err := d.queries.FinishJob(ctx, params)
-		switch {
-		case err == nil:
-			return finishedAt, nil
-		case errors.Is(err, pgx.ErrNoRows):
-			return time.Time{}, fmt.Errorf("%w: %s was taken over or forgotten while this attempt (token %d) ran; its outcome was not recorded",
-				pglock.ErrLockLost, req.label(), token)
-		case !retry.Transient(err) || !finishBackoff.Sleep(ctx, clock.Real, attempt+1):
-			return time.Time{}, fmt.Errorf("jobs: record the outcome of %s (it will run again once its lease expires): %w", req.label(), err)
-		}
+	finishedAt, err := retry.Record(ctx, clock.Real, req.timing.TTL, func(ctx context.Context) (time.Time, error) {
+		return d.queries.FinishJob(ctx, params)
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, fmt.Errorf("%w: %s was taken over or forgotten while this attempt (token %d) ran; its outcome was not recorded",
+			pglock.ErrLockLost, req.label(), token)
+	case err != nil:
+		return time.Time{}, fmt.Errorf("jobs: record the outcome of %s (it will run again once its lease expires): %w", req.label(), err)
 	}
+	return finishedAt, nil
 }
 
 func finishParams(req request, token int64, saved json.RawMessage, fnErr error) db.FinishJobParams {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
@@ -69,4 +70,23 @@ func Jitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// outcomeBackoff is how Record waits between tries.
+var outcomeBackoff = Backoff{First: 50 * time.Millisecond, Max: time.Second}
+
+// Record sends the statement that records an outcome (a job attempt's, a cron run's) for as
+// long as its lease lasts, ttl from now, whatever the caller's ctx: what a failing connection
+// interrupts is tried again. It returns the first answer that is not a transient failure:
+// success, pgx.ErrNoRows (the statement found nothing to record, which the caller explains), or
+// the last error.
+func Record[T any](ctx context.Context, c clock.Clock, ttl time.Duration, record func(ctx context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		v, err := record(ctx)
+		if err == nil || errors.Is(err, pgx.ErrNoRows) || !Transient(err) || !outcomeBackoff.Sleep(ctx, c, attempt) {
+			return v, err
+		}
+	}
 }
