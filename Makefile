@@ -4,7 +4,7 @@ BIN      := $(CURDIR)/bin
 SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 
-.PHONY: test lint generate check-generated bench tools demo
+.PHONY: test lint generate check-generated bench bench-packages tools demo
 
 ## test: lint, check that generated code is current, run every test with the race detector.
 test: lint check-generated
@@ -17,6 +17,7 @@ lint: $(STATICCHECK)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	$(GO) mod tidy -diff
+	cd bench && $(GO) vet -tags nocirello ./... && $(STATICCHECK) -tags nocirello ./...
 
 ## generate: regenerate db/ from queries/ and migrations/ with sqlc.
 generate: $(SQLC)
@@ -32,9 +33,25 @@ demo:
 	$(GO) build -o bin/ ./cmd/pglockctl ./internal/demo
 	bin/demo
 
-## bench: every benchmark once, each comparing pglock with its baseline in the same run. A
-## failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of ticks.
+## bench: pglock against raw SQL, the seed design, cirello.io/pglock and bsm/redislock in one
+## run (bench/, a module of its own so peers never enter the library's dependencies), within
+## 5 minutes; it rewrites docs/benchmarks.md and its charts. The module proxy does not serve
+## cirello.io/pglock: its source is unpacked from the clone PGLOCK_CIRELLO_GIT names, and without
+## one its column is left out, with a note. Redis: 127.0.0.1:6379, else a redis-server it starts.
+PGLOCK_CIRELLO_GIT ?= /work/.mirror/cirello-io+pglock/repo
 bench:
+	@tags=; if [ ! -f bench/.peers/cirello-pglock/go.mod ]; then \
+	  if git --git-dir="$(PGLOCK_CIRELLO_GIT)" rev-parse -q --verify HEAD >/dev/null 2>&1; then \
+	    mkdir -p bench/.peers/cirello-pglock && \
+	    git --git-dir="$(PGLOCK_CIRELLO_GIT)" archive HEAD | tar -x -C bench/.peers/cirello-pglock; \
+	  else echo "bench: no clone of cirello.io/pglock at PGLOCK_CIRELLO_GIT=$(PGLOCK_CIRELLO_GIT): its column is left out"; \
+	    tags=nocirello; fi; fi; \
+	cd bench && $(GO) run -tags "$$tags" . -out ../docs
+
+## bench-packages: each package's benchmarks, each comparing pglock with its baseline in the same
+## run. A failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of
+## ticks.
+bench-packages:
 	$(GO) test -run '^$$' -bench . -benchtime 3000x $$($(GO) list ./... | grep -v '/leader$$' | grep -v '/cron$$')
 	$(GO) test -run '^$$' -bench ResignHandoff -benchtime 300x ./leader/
 	$(GO) test -run '^$$' -bench CrashFailover -benchtime 5x ./leader/

@@ -1,0 +1,153 @@
+// Command bench is `make bench`: pglock measured side by side with raw SQL, the seed design it
+// grew from, cirello.io/pglock and bsm/redislock, in one run, interleaved round by round so the
+// noise of a shared machine falls on every column alike. It writes docs/benchmarks.md and its
+// charts. It is a module of its own so that peers never enter the library's dependency graph.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// env is what every scenario runs against.
+type env struct {
+	db        *testdb.DB
+	redisAddr string   // "" when no Redis could be had
+	designs   []design // in the report's order, raw SQL first
+	notes     []string // what was left out, and why
+}
+
+// newPool opens a pool of its own, an instance, on url with at most maxConns connections.
+func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	config, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	config.MaxConns = maxConns
+	return pgxpool.NewWithConfig(ctx, config)
+}
+
+func main() {
+	out := flag.String("out", "../docs", "where benchmarks.md and its charts go")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *out); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, out string) error {
+	began := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Printf("bench %5.1fs: %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+	}
+	e := &env{designs: []design{rawSQL, tablelockDesign, advisoryDesign, seedDesign}}
+	if cirelloDesign != nil {
+		e.designs = append(e.designs, *cirelloDesign)
+	} else {
+		e.notes = append(e.notes, "cirello.io/pglock is left out: this run was built without its source (the module proxy does not serve it; `make bench` unpacks it from a clone named by PGLOCK_CIRELLO_GIT).")
+	}
+	addr, stopRedis, err := findRedis(ctx)
+	if err != nil {
+		e.notes = append(e.notes, fmt.Sprintf("bsm/redislock is left out: %v.", err))
+	} else {
+		defer stopRedis()
+		e.redisAddr = addr
+		e.designs = append(e.designs, redisDesign)
+	}
+
+	say("finding PostgreSQL (PGLOCK_TEST_DATABASE_URL or DATABASE_URL, local binaries, or Docker)")
+	d, done, err := testdb.Throwaway(ctx)
+	if errors.Is(err, testdb.ErrNoServer) {
+		return errors.New("no PostgreSQL: set DATABASE_URL, put PostgreSQL's initdb and postgres on PATH, or start a Docker engine")
+	}
+	if err != nil {
+		return err
+	}
+	defer done()
+	e.db = d
+	if _, err := d.Pool.Exec(ctx, seedSchema); err != nil {
+		return fmt.Errorf("installing the seed design: %w", err)
+	}
+	m, err := describeMachine(ctx, e)
+	if err != nil {
+		return err
+	}
+	r := &report{machine: m, notes: e.notes, designs: e.designs}
+	for _, s := range []struct {
+		name string
+		run  func(context.Context, *env, *report, func(string, ...any)) error
+	}{
+		{"uncontended acquire and release", uncontended},
+		{"a failed try on a held lock", failedTry},
+		{"4-way contended handoff", handoff},
+		{"acquire among 1k and 1M live locks", manyLocks},
+		{"1,000 waiters in one process", thousandWaiters},
+		{"deduplicated delivery", dedup},
+	} {
+		say("%s", s.name)
+		if err := s.run(ctx, e, r, say); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	r.elapsed = time.Since(began)
+	if err := r.write(out); err != nil {
+		return err
+	}
+	say("wrote %s", filepath.Join(out, "benchmarks.md"))
+	return nil
+}
+
+// machine is what the report says the figures were measured on.
+type machine struct {
+	cpu, kernel, postgres, redis, goVersion, commit, date string
+	cores                                                 int
+}
+
+func describeMachine(ctx context.Context, e *env) (machine, error) {
+	m := machine{cores: runtime.NumCPU(), goVersion: runtime.Version(), date: time.Now().UTC().Format("2006-01-02 15:04 UTC")}
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(info)) {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				m.cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	if release, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.kernel = "Linux " + strings.TrimSpace(string(release))
+	}
+	if err := e.db.Pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&m.postgres); err != nil {
+		return m, err
+	}
+	if e.redisAddr != "" {
+		m.redis = redisVersion(ctx, e.redisAddr)
+	}
+	m.commit = gitCommit()
+	return m, nil
+}
+
+// gitCommit names the commit measured, marked dirty when the work tree has changes.
+func gitCommit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// report collects the sections of docs/benchmarks.md as the scenarios finish.
+type report struct {
+	machine  machine
+	notes    []string
+	designs  []design
+	sections []string
+	handoffs []handoffResult // for the charts
+	elapsed  time.Duration
+}
+
+func ms(d time.Duration) string {
+	v := float64(d.Microseconds()) / 1e3
+	switch {
+	case v < 10:
+		return fmt.Sprintf("%.2f ms", v)
+	case v < 1000:
+		return fmt.Sprintf("%.0f ms", v)
+	default:
+		return fmt.Sprintf("%.2f s", v/1e3)
+	}
+}
+
+func ratio(a, b float64) string {
+	if b == 0 || a == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func perSecond(v float64) string { return fmt.Sprintf("%.0f", v) }
+
+func mdTable(header []string, rows [][]string) string {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
+	for range header {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+func (r *report) add(title, intro, table string) {
+	r.sections = append(r.sections, "## "+title+"\n\n"+intro+"\n\n"+table)
+}
+
+// index is where the design called name is in designs, or -1.
+func index(designs []design, name string) int {
+	return slices.IndexFunc(designs, func(d design) bool { return d.name == name })
+}
+
+// latencyTable: p50, p99 and operations per second of each design, its median against raw
+// SQL's, and tablelock's median against its.
+func (r *report) latencyTable(_, title, intro string, designs []design, results []latency) {
+	raw, tl := results[index(designs, rawSQL.name)], results[index(designs, tablelockDesign.name)]
+	var rows [][]string
+	for i, d := range designs {
+		l := results[i]
+		rows = append(rows, []string{d.name, ms(l.p50), ms(l.p99), perSecond(l.perSecond),
+			ratio(float64(l.p50), float64(raw.p50)), ratio(float64(tl.p50), float64(l.p50))})
+	}
+	n := len(results[0].samples)
+	r.add(title, intro+fmt.Sprintf(" %d rounds.", n), mdTable(
+		[]string{"design", "p50", "p99", "ops/s (one caller)", "p50 ÷ raw SQL's", "tablelock's p50 ÷ this"}, rows))
+}
+
+func (r *report) manyLocksTable(designs []design, small, big []latency) {
+	raw := index(designs, rawSQL.name)
+	var rows [][]string
+	for i, d := range designs {
+		rows = append(rows, []string{d.name, ms(small[i].p50), ms(big[i].p50), ms(small[i].p99), ms(big[i].p99),
+			ratio(float64(big[i].p50), float64(small[i].p50)), ratio(float64(big[i].p50), float64(big[raw].p50))})
+	}
+	r.add("Acquire among 1k and 1M live locks",
+		fmt.Sprintf("The uncontended try and release of one name while 1,000 or 1,000,000 other locks are live: two databases (for Redis, two logical databases) measured in the same rounds, %d of them. Advisory locks have no rows, and PostgreSQL's lock table could not hold a million of them (`max_locks_per_transaction`), so they are left out here.", len(small[0].samples)),
+		mdTable([]string{"design", "p50 at 1k", "p50 at 1M", "p99 at 1k", "p99 at 1M", "p50 at 1M ÷ at 1k", "p50 at 1M ÷ raw SQL's"}, rows))
+}
+
+func (r *report) handoffSection(results []handoffResult) {
+	r.handoffs = results
+	raw, tl := results[0], results[index(r.designs, tablelockDesign.name)]
+	throughput := func(h handoffResult) float64 { return float64(h.acquisitions) / h.elapsed.Seconds() }
+	var rows [][]string
+	for _, h := range results {
+		l := summarize(h.waits)
+		shares := make([]string, len(h.perWorker))
+		for w, c := range h.perWorker {
+			shares[w] = fmt.Sprintf("%.0f", 100*float64(c)/float64(max(h.acquisitions, 1)))
+		}
+		rows = append(rows, []string{h.design, perSecond(throughput(h)), ms(l.p50), ms(l.p99), ms(l.samples[len(l.samples)-1]),
+			strings.Join(shares, " / "), fmt.Sprintf("%.0f %%", 100*float64(h.handoffs)/float64(max(h.acquisitions-1, 1))),
+			fmt.Sprint(h.overlaps), ratio(throughput(h), throughput(raw)), ratio(throughput(tl), throughput(h))})
+	}
+	r.add("4-way contended handoff",
+		fmt.Sprintf("Four instances (a pool each) contend for one name: each waits for it, steps in and out at once, and asks again, for %s per design per round, %d rounds, designs interleaved. *Handoffs* are acquisitions by another worker than the one before; a fair queue hands off nearly every time, a design whose releaser can take the lock straight back hands off rarely. *Overlaps* counts acquisitions made while another worker was inside: it must be 0. A wait still open when a slot ends counts at its length so far. tablelock's handoff is durable (the new holder and its fencing token are committed before it is told); raw SQL's and advisory's are in memory, nothing written, and nothing survives a crash of the server.", handoffSlot, handoffRounds),
+		mdTable([]string{"design", "acquisitions/s", "p50 wait", "p99 wait", "longest wait", "shares (%)", "handoffs", "overlaps", "throughput ÷ raw SQL's", "tablelock's throughput ÷ this"}, rows)+
+			"\n![Each acquisition's wait, per design](bench/handoff-waits.png)\n\n![Each worker's share of the acquisitions, per design](bench/handoff-shares.png)\n")
+}
+
+func (r *report) waitersTable(results []waitersResult) {
+	var rows [][]string
+	for _, w := range results {
+		rows = append(rows, []string{w.design, fmt.Sprintf("%d", w.served), ms(w.elapsed),
+			perSecond(float64(w.served) / w.elapsed.Seconds()), fmt.Sprint(w.connections), fmt.Sprintf("%.1f", w.requests)})
+	}
+	r.add("1,000 waiters in one process",
+		fmt.Sprintf("One process, %d goroutines waiting for one name; when the holder lets go, each takes the lock once and lets go at once. Every design may use %d connections (Redis: a client pool of %d); designs that wait on a pinned session (raw SQL's `pg_advisory_lock`, pglock advisory) need one per waiter, so the rest wait for a connection. *Connections* is the most the design had open to the server at once. *Requests per acquisition* is what the server did per lock taken, from its own counters (PostgreSQL's transactions in `pg_stat_database`, Redis's `total_commands_processed`): the wake-ups a release costs, polls included. Waiters left after %s are counted as not served.", waiters, waitersPool, waitersPool, waitersTimeout),
+		mdTable([]string{"design", "served", "time to serve them", "acquisitions/s", "connections", "requests per acquisition"}, rows))
+}
+
+func (r *report) dedupTable(raw, runTx latency, spent [2]time.Duration) {
+	rawRate := float64(len(raw.samples)) / spent[0].Seconds()
+	runTxRate := float64(len(runTx.samples)) / spent[1].Seconds()
+	r.add("Deduplicated delivery",
+		fmt.Sprintf("Four instances deliver distinct keys, each delivery's effect one INSERT: through `jobs.RunTx` (claim, effect and outcome in one transaction) against the INSERT in a raw transaction (BEGIN, INSERT, COMMIT), in alternating slots of %s, %d rounds.", dedupSlot, dedupRounds),
+		mdTable([]string{"way", "deliveries/s (4 workers)", "p50", "p99", "throughput ÷ raw's"}, [][]string{
+			{"raw INSERT transaction", perSecond(rawRate), ms(raw.p50), ms(raw.p99), "1.00×"},
+			{"pglock jobs.RunTx", perSecond(runTxRate), ms(runTx.p50), ms(runTx.p99), ratio(runTxRate, rawRate)},
+		}))
+}
+
+// write writes benchmarks.md and its charts under dir.
+func (r *report) write(dir string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "bench"), 0o755); err != nil {
+		return err
+	}
+	if err := r.drawWaits(filepath.Join(dir, "bench", "handoff-waits.png")); err != nil {
+		return err
+	}
+	if err := r.drawShares(filepath.Join(dir, "bench", "handoff-shares.png")); err != nil {
+		return err
+	}
+	var b strings.Builder
+	m := r.machine
+	fmt.Fprintf(&b, `# Benchmarks
+
+<!-- Written by make bench (bench/): edit the program, not this page. -->
+
+pglock measured side by side with raw SQL, the seed design it grew from, cirello.io/pglock and
+bsm/redislock, in one run: every scenario interleaves the designs round by round, so the noise
+of a shared machine falls on every column alike. Read the ratios; the absolute figures belong to
+this machine. Reproduce with:
+
+    make bench    # regenerates this page and its charts (about %.0f minutes)
+
+| | |
+|---|---|
+| measured | %s, commit %s |
+| machine | %s, %d cores, %s |
+| PostgreSQL | %s, on loopback (settings as initdb leaves them; fsync on) |
+| Redis | %s |
+| Go | %s |
+
+## The designs
+
+`, r.elapsed.Minutes()+0.5, m.date, m.commit, m.cpu, m.cores, m.kernel, m.postgres, orNone(m.redis, "left out"), m.goVersion)
+	for _, d := range r.designs {
+		fmt.Fprintf(&b, "- **%s**: %s.\n", d.name, d.note)
+	}
+	for _, n := range r.notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	b.WriteString("\n")
+	for _, s := range r.sections {
+		b.WriteString(s + "\n")
+	}
+	return os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(b.String()), 0o644)
+}
+
+func orNone(s, none string) string {
+	if s == "" {
+		return none
+	}
+	return s
+}
+
+// drawWaits draws the distribution of handoff waits per design, on a log scale.
+func (r *report) drawWaits(path string) error {
+	p := plot.New()
+	p.Title.Text = "4-way handoff: each acquisition's wait"
+	p.X.Label.Text = "wait (ms, log scale)"
+	p.Y.Label.Text = "fraction of acquisitions waiting at most this"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Left = false // bottom right, where every curve has reached 1
+	for i, h := range r.handoffs {
+		waits := slices.Clone(h.waits)
+		slices.Sort(waits)
+		if len(waits) == 0 {
+			continue
+		}
+		step := max(1, len(waits)/400)
+		var pts plotter.XYs
+		for j := 0; j < len(waits); j += step {
+			pts = append(pts, plotter.XY{X: max(float64(waits[j].Microseconds())/1e3, 0.01), Y: float64(j+1) / float64(len(waits))})
+		}
+		pts = append(pts, plotter.XY{X: max(float64(waits[len(waits)-1].Microseconds())/1e3, 0.01), Y: 1})
+		line, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		line.Color = plotutil.Color(i)
+		line.Width = vg.Points(1.5)
+		line.Dashes = plotutil.Dashes(i)
+		p.Add(line)
+		p.Legend.Add(h.design, line)
+	}
+	p.Add(plotter.NewGrid())
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
+
+// drawShares draws each worker's share of the handoff acquisitions, per design.
+func (r *report) drawShares(path string) error {
+	p := plot.New()
+	p.Title.Text = "4-way handoff: each worker's share (a fair share is 25 %)"
+	p.Y.Label.Text = "share of acquisitions (%)"
+	names := make([]string, len(r.handoffs))
+	for i, h := range r.handoffs {
+		names[i] = h.design
+	}
+	width := vg.Points(12)
+	for w := range handoffWorkers {
+		shares := make(plotter.Values, len(r.handoffs))
+		for i, h := range r.handoffs {
+			shares[i] = 100 * float64(h.perWorker[w]) / float64(max(h.acquisitions, 1))
+		}
+		bars, err := plotter.NewBarChart(shares, width)
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(w)
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(w-handoffWorkers/2)
+		p.Add(bars)
+		p.Legend.Add(fmt.Sprintf("worker %d", w+1), bars)
+	}
+	fair, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 25}, {X: float64(len(names)) - 0.5, Y: 25}})
+	if err != nil {
+		return err
+	}
+	fair.Color = color.Gray{Y: 100}
+	fair.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(fair)
+	p.Legend.Top = true
+	p.NominalX(names...)
+	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// fillPostgres makes rows live locks in every PostgreSQL design's table on pool.
+func fillPostgres(ctx context.Context, pool *pgxpool.Pool, rows int) error {
+	for _, q := range []string{
+		`INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
+			SELECT 'filler:' || n, 'filler', n, clock_timestamp(), clock_timestamp() + interval '1 day'
+			  FROM generate_series(1, $1::int) n`,
+		`INSERT INTO seed_design.distributed_locks (lock_name, holder_id, acquired_at, expires_at)
+			SELECT 'filler:' || n, 'filler', now(), now() + interval '1 day' FROM generate_series(1, $1::int) n`,
+		cirelloFillSQL,
+	} {
+		if q == "" {
+			continue
+		}
+		if _, err := pool.Exec(ctx, q, rows); err != nil {
+			return err
+		}
+	}
+	_, err := pool.Exec(ctx, "ANALYZE")
+	return err
+}
+
+// fillRedis makes keys live locks in Redis database db, expiring in 10 minutes, and returns
+// a function that deletes them.
+func fillRedis(ctx context.Context, addr string, db, keys int) (func(), error) {
+	client := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	batch := func(each func(redis.Pipeliner, string)) error {
+		for from := 0; from < keys; from += 10_000 {
+			pipe := client.Pipeline()
+			for n := from; n < min(from+10_000, keys); n++ {
+				each(pipe, fmt.Sprintf("pglock-bench:filler:%d", n))
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := batch(func(p redis.Pipeliner, key string) { p.Set(ctx, key, "filler", 10*time.Minute) })
+	return func() {
+		batch(func(p redis.Pipeliner, key string) { p.Del(ctx, key) })
+		client.Close()
+	}, err
+}
+
+// manyLocks: the uncontended try and release with 1,000 and with 1,000,000 other live locks, in
+// two databases (and two Redis databases) measured in the same rounds.
+func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any)) error {
+	var designs []design
+	for _, d := range e.designs {
+		if d.name != advisoryDesign.name { // advisory locks have no rows: nothing to grow
+			designs = append(designs, d)
+		}
+	}
+	big, done, err := testdb.Throwaway(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := big.Pool.Exec(ctx, seedSchema); err != nil {
+		return err
+	}
+	var lockers [2][]locker
+	for size, rows := range []int{1_000, 1_000_000} {
+		db := e.db
+		if size == 1 {
+			db = big
+		}
+		sized := *e
+		sized.db = db
+		ls, closeAll, err := instances(ctx, &sized, designs, 4)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		lockers[size] = ls
+		say("filling %d live locks per design", rows)
+		if err := fillPostgres(ctx, db.Pool, rows); err != nil {
+			return err
+		}
+		for i, d := range designs {
+			if d.name == redisDesign.name {
+				redisDB := 14 + size
+				cleanup, err := fillRedis(ctx, e.redisAddr, redisDB, rows)
+				defer cleanup()
+				if err != nil {
+					return err
+				}
+				client := redis.NewClient(&redis.Options{Addr: e.redisAddr, DB: redisDB, PoolSize: 20})
+				lockers[size][i].close()
+				lockers[size][i] = redisLocker{redislock.New(client), client}
+			}
+		}
+	}
+	n := len(designs)
+	results, err := interleave(ctx, 2*n, 1500, 30*time.Second, func(i int) error {
+		size, d := i/n, i%n
+		release, err := lockers[size][d].try(ctx, fmt.Sprint("among-many-", d))
+		if err != nil {
+			return fmt.Errorf("%s: %w", designs[d].name, err)
+		}
+		return release(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	r.manyLocksTable(designs, results[:n], results[n:])
+	return nil
+}
+
+// waitersResult is what 1,000 waiters on one name did with a design.
+type waitersResult struct {
+	design      string
+	served      int
+	elapsed     time.Duration
+	connections int     // the most connections (or Redis clients) the design had open at once
+	requests    float64 // statements (Redis commands) the server ran per acquisition
+}
+
+const (
+	waiters        = 1000
+	waitersPool    = 20 // connections each design may use, Redis clients included
+	waitersTimeout = 15 * time.Second
+)
+
+// thousandWaiters: one process, 1,000 goroutines waiting for one name; the holder lets go and
+// each waiter takes the lock once and lets go at once. What it costs the server: connections
+// and requests per acquisition, read from PostgreSQL's statistics (transactions, which backends
+// flush when they exit) or Redis's INFO.
+func thousandWaiters(ctx context.Context, e *env, r *report, say func(string, ...any)) error {
+	stats, err := pgx.Connect(ctx, maintenanceURL(e.db.URL()))
+	if err != nil {
+		return err
+	}
+	defer stats.Close(context.Background())
+	var results []waitersResult
+	for _, d := range e.designs {
+		res, err := waitersRun(ctx, e, d, stats)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
+		say("%s: %d served in %s", d.name, res.served, res.elapsed.Round(time.Millisecond))
+		results = append(results, res)
+	}
+	r.waitersTable(results)
+	return nil
+}
+
+// maintenanceURL is url on the postgres database, so that sampling the server does not count
+// as the benchmark database's work.
+func maintenanceURL(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return dbURL
+	}
+	u.Path = "/postgres"
+	return u.String()
+}
+
+// counters reads what the server has done for the benchmark database so far (statements, or
+// Redis commands) and how many connections (Redis clients) are open to it.
+type counters func(ctx context.Context) (requests, connections int, err error)
+
+// serverCounters reads PostgreSQL's statistics through stats, a connection to another database,
+// or, for the Redis design, Redis's INFO through a client of its own (whose INFO commands the
+// caller discounts).
+func serverCounters(e *env, d design, stats *pgx.Conn, dbName string) (counters, func()) {
+	if d.name == redisDesign.name {
+		client := redis.NewClient(&redis.Options{Addr: e.redisAddr, PoolSize: 1})
+		return func(ctx context.Context) (requests, connections int, err error) {
+			info, err := client.Info(ctx, "stats", "clients").Result()
+			if err != nil {
+				return 0, 0, err
+			}
+			for line := range strings.Lines(info) {
+				line = strings.TrimSpace(line)
+				if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+					fmt.Sscan(v, &requests)
+				}
+				if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+					fmt.Sscan(v, &connections)
+				}
+			}
+			return requests, connections, nil
+		}, func() { client.Close() }
+	}
+	var mu sync.Mutex // stats is one connection, shared by the sampler and the caller
+	return func(ctx context.Context) (requests, connections int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		err = stats.QueryRow(ctx, `SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1),
+			(SELECT count(*) FROM pg_stat_activity WHERE datname = $1)`, dbName).Scan(&requests, &connections)
+		return requests, connections, err
+	}, func() {}
+}
+
+func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waitersResult, error) {
+	res := waitersResult{design: d.name}
+	var dbName string
+	if err := e.db.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+		return res, err
+	}
+	e.db.Pool.Reset() // its idle connections would count as the design's
+	read, closeCounters := serverCounters(e, d, stats, dbName)
+	defer closeCounters()
+	requestsBefore, connectionsBefore, err := read(ctx)
+	if err != nil {
+		return res, err
+	}
+	pool, err := newPool(ctx, e.db.URL(), waitersPool)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	holder, err := d.open(ctx, e, pool)
+	if err != nil {
+		return res, err
+	}
+	release, err := holder.acquire(ctx, "waited-for") // a free name: every design takes it at once
+	if err != nil {
+		holder.close()
+		return res, err
+	}
+	// The waiters share the holder's handle, unless a handle waits for one name at a time (a
+	// pinned session): then each opens its own and closes it when done, giving back its
+	// connection.
+	shared := holder
+	if d.oneWaiterPerHandle {
+		if shared, err = d.open(ctx, e, pool); err != nil {
+			holder.close()
+			return res, err
+		}
+	}
+
+	run, cancel := context.WithTimeout(ctx, waitersTimeout)
+	defer cancel()
+	var (
+		served, peak atomic.Int64
+		samples      atomic.Int64
+		wg, sampler  sync.WaitGroup
+		errsMu       sync.Mutex
+		errs         []error
+	)
+	fail := func(err error) {
+		if run.Err() == nil {
+			errsMu.Lock()
+			errs = append(errs, err)
+			errsMu.Unlock()
+		}
+	}
+	sampling, stopSampling := context.WithCancel(ctx)
+	sampler.Go(func() {
+		for sampling.Err() == nil {
+			if _, c, err := read(sampling); err == nil {
+				peak.Store(max(peak.Load(), int64(c)))
+				samples.Add(1)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	for w := range waiters {
+		wg.Go(func() {
+			l := shared
+			if d.oneWaiterPerHandle && w > 0 {
+				var err error
+				if l, err = d.open(run, e, pool); err != nil {
+					fail(err)
+					return
+				}
+				defer l.close()
+			}
+			rel, err := l.acquire(run, "waited-for")
+			if err != nil {
+				fail(err)
+				return
+			}
+			served.Add(1)
+			if err := rel(context.Background()); err != nil {
+				fail(err)
+			}
+		})
+	}
+	time.Sleep(time.Second) // let them all queue
+	start := time.Now()
+	releaseErr := release(ctx)
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.served = int(served.Load())
+	stopSampling()
+	sampler.Wait()
+	holder.close()
+	if shared != holder {
+		shared.close()
+	}
+	pool.Close()
+	if releaseErr != nil {
+		return res, releaseErr
+	}
+	time.Sleep(500 * time.Millisecond) // backends flush their statistics as they exit
+	requestsAfter, _, err := read(ctx)
+	if err != nil {
+		return res, err
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("%d waiters failed, the first with: %w", len(errs), errs[0])
+	}
+	requests := requestsAfter - requestsBefore
+	if d.name == redisDesign.name {
+		requests -= int(samples.Load()) + 1 // the sampler's INFO commands, and the last read's
+	}
+	res.connections = int(peak.Load()) - connectionsBefore
+	res.requests = float64(requests) / float64(max(res.served, 1))
+	return res, nil
+}
