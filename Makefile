@@ -4,7 +4,7 @@ BIN      := $(CURDIR)/bin
 SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 
-.PHONY: test lint generate check-generated bench bench-packages tools demo
+.PHONY: test lint generate check-generated bench bench-packages tools demo chaos
 
 ## test: lint, check that generated code is current, run every test with the race detector.
 test: lint check-generated
@@ -32,6 +32,15 @@ check-generated: $(SQLC)
 demo:
 	$(GO) build -o bin/ ./cmd/pglockctl ./internal/demo
 	bin/demo
+
+## chaos: worker processes doing fenced critical sections, cron, job deliveries and leader
+## election while PostgreSQL backends are terminated, workers partitioned, slowed and killed
+## with SIGKILL, and PostgreSQL (a cluster of the suite's own) is restarted in immediate mode;
+## then the evidence is checked in the database. CHAOS_DURATION=60s is the short mode CI runs.
+CHAOS_DURATION ?= 60s
+chaos:
+	$(GO) build -o bin/ ./internal/chaos
+	bin/chaos -duration $(CHAOS_DURATION)
 
 ## bench: pglock against raw SQL, the seed design, cirello.io/pglock and bsm/redislock in one
 ## run (bench/, a module of its own so peers never enter the library's dependencies), within

@@ -109,70 +109,13 @@ func majorVersion(path string) int {
 	return n
 }
 
-// startLocalCluster runs initdb into a temporary directory and starts a server on a free
-// loopback port, as the postgres user when running as root (PostgreSQL refuses root). The
-// server is this process's child and is told to quit when this process dies (on Linux), so
-// a test binary killed by its timeout leaves no server behind.
+// startLocalCluster starts a Cluster of the tests' own from the binaries in bin.
 func startLocalCluster(ctx context.Context, bin string) (*server, error) {
-	dir, err := os.MkdirTemp("", "pglock-testdb-")
+	c, err := StartCluster(ctx)
 	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*server, error) {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("testdb: local cluster from %s: %w", bin, err)
 	}
-	owner, err := clusterOwner()
-	if err != nil {
-		return fail(err)
-	}
-	if owner != nil {
-		if err := os.Chown(dir, int(owner.Uid), int(owner.Gid)); err != nil {
-			return fail(err)
-		}
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
-		"-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
-	initdb.SysProcAttr = childProcAttr(owner)
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("initdb: %w: %s", err, out))
-	}
-
-	port, err := freePort()
-	if err != nil {
-		return fail(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
-		return fail(err)
-	}
-	defer logFile.Close()
-	postgres := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
-		"-c", "max_connections=300")
-	postgres.SysProcAttr = childProcAttr(owner)
-	postgres.Stdout, postgres.Stderr = logFile, logFile
-	exited, err := startChild(postgres)
-	if err != nil {
-		return fail(err)
-	}
-	stop := func() error {
-		defer os.RemoveAll(dir)
-		if err := postgres.Process.Signal(os.Interrupt); err != nil { // fast shutdown
-			return err
-		}
-		<-exited
-		return nil
-	}
-
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	if err := waitForServer(ctx, url, exited); err != nil {
-		stop()
-		log, _ := os.ReadFile(logFile.Name())
-		return nil, fmt.Errorf("testdb: local cluster from %s: %w\n%s", bin, err, log)
-	}
-	return &server{adminURL: url, origin: "local cluster from " + bin, stop: stop}, nil
+	return &server{adminURL: c.URL(), origin: "local cluster from " + bin, stop: c.Remove}, nil
 }
 
 // clusterOwner returns the user to run PostgreSQL as: nil for the current user, or the postgres

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// consistent is evidence of a run in which every guarantee held: two critical sections one
+// after the other, writes in token order, two ticks each run once, a job done once, two terms.
+const consistent = `
+INSERT INTO pglock_cron_schedules (name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms,
+		keep_runs, accounted_until, last_instance, last_seen_at, created_at)
+	VALUES ('chaos-tick', '@every 1s', 'UTC', 'skip', 'all', 1000, 1000, 10, now(), 'w1', now(), now());
+INSERT INTO chaos_writes (name, token, worker, kind, at) VALUES
+	('section-0', 1, 'w1.0', 'enter', '2026-11-24 10:00:00'), ('section-0', 1, 'w1.0', 'write', '2026-11-24 10:00:01'),
+	('section-0', 1, 'w1.0', 'leave', '2026-11-24 10:00:02'), ('section-0', 1, 'w1.0', 'stale', '2026-11-24 10:00:02.5'),
+	('section-0', 2, 'w2.0', 'enter', '2026-11-24 10:00:03'), ('section-0', 2, 'w2.0', 'leave', '2026-11-24 10:00:04');
+INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, fencing_token, created_at) VALUES
+	('chaos-tick', '2026-11-24 10:00:00', 'scheduled', 'ran', 1, 10, now()),
+	('chaos-tick', '2026-11-24 10:00:01', 'catch_up', 'ran', 1, 11, now()),
+	('chaos-tick', '2026-11-24 10:00:02', 'scheduled', 'abandoned', 1, 12, now());
+INSERT INTO chaos_ticks (tick, worker, token) VALUES ('2026-11-24 10:00:00', 'w1.0', 10), ('2026-11-24 10:00:01', 'w2.0', 11);
+INSERT INTO pglock_jobs (scope, job_key, status, holder_id, instance, attempts, fencing_token, started_at, retain_until, created_at)
+	VALUES ('', 'job-1', 'succeeded', 'h', 'w1', 1, 1, now(), now() + interval '1 day', now());
+INSERT INTO chaos_effects (key, worker) VALUES ('job-1', 'w1.0');
+INSERT INTO chaos_leader_writes (term, worker, stale) VALUES (1, 'w1.0', false), (2, 'w2.0', false), (2, 'w2.0', false);`
+
+// TestCheckerFindsEachViolation pins the checker to the evidence: consistent evidence passes,
+// and each kind of violation, added to it, is counted under its own name (a check that cannot
+// fail proves nothing).
+func TestCheckerFindsEachViolation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, violation, sql string
+	}{
+		{"consistent evidence", "", ""},
+		{"sections that overlap", "overlapping sections", `
+			INSERT INTO chaos_writes (name, token, worker, kind, at) VALUES
+				('section-1', 5, 'w1.0', 'enter', '2026-11-24 11:00:00'), ('section-1', 5, 'w1.0', 'leave', '2026-11-24 11:00:02'),
+				('section-1', 6, 'w2.0', 'enter', '2026-11-24 11:00:01'), ('section-1', 6, 'w2.0', 'leave', '2026-11-24 11:00:03')`},
+		{"a stale write after a newer holder's", "stale lock writes accepted", `
+			INSERT INTO chaos_writes (name, token, worker, kind) VALUES ('section-0', 1, 'w1.0', 'stale')`},
+		{"a tick run twice", "cron ticks run twice", `
+			INSERT INTO chaos_ticks (tick, worker, token) VALUES ('2026-11-24 10:00:00', 'w3.0', 10)`},
+		{"a tick with no run", "cron ticks missed", `
+			INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+				VALUES ('chaos-tick', '2026-11-24 10:00:04', 'scheduled', 'skipped', 1, now())`},
+		{"a tick recorded missed", "cron ticks missed", `
+			INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+				VALUES ('chaos-tick', '2026-11-24 10:00:03', 'scheduled', 'missed', 1, now())`},
+		{"a run recorded ran whose effect is missing", "cron runs recorded ran without their effect", `
+			UPDATE pglock_cron_runs SET status = 'ran' WHERE status = 'abandoned'`},
+		{"a job's effect twice", "job effects twice", `
+			INSERT INTO chaos_effects (key, worker) VALUES ('job-1', 'w2.0')`},
+		{"a job's effect without its record", "job effects without their record, or records without their effect", `
+			INSERT INTO chaos_effects (key, worker) VALUES ('job-2', 'w2.0')`},
+		{"a job's record without its effect", "job effects without their record, or records without their effect", `
+			DELETE FROM chaos_effects`},
+		{"an old leader's write after a new leader's", "leader writes interleaved", `
+			INSERT INTO chaos_leader_writes (term, worker, stale) VALUES (1, 'w1.0', true)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, nil)
+			ctx := context.Background()
+			_, err := d.Pool.Exec(ctx, evidenceSchema+consistent)
+			require.NoError(t, err)
+			if tc.sql != "" {
+				_, err = d.Pool.Exec(ctx, tc.sql)
+				require.NoError(t, err)
+			}
+			s, err := check(ctx, d.Pool)
+			require.NoError(t, err)
+			want := map[string]int{}
+			if tc.violation != "" {
+				want[tc.violation] = 1
+			}
+			require.Equal(t, want, s.violations)
+		})
+	}
+}

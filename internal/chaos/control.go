@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/migrations"
+)
+
+// Fault kinds, as the summary names them.
+const (
+	faultTerminate = "terminate"
+	faultPartition = "partition"
+	faultLatency   = "latency"
+	faultKill      = "kill-9"
+	faultRestart   = "restart"
+)
+
+// restartEvery is how often PostgreSQL is restarted in immediate mode.
+const restartEvery = 25 * time.Second
+
+// workerProc is a worker process and the proxy every connection of it passes through.
+type workerProc struct {
+	id          int
+	incarnation int
+	proxy       *testdb.Proxy
+	cmd         *exec.Cmd
+	exited      chan struct{}
+	killed      bool // by the controller: its exit is expected
+	busy        bool // a partition or latency is on its proxy
+}
+
+// controller runs the workers and injects the faults.
+type controller struct {
+	cluster *testdb.Cluster
+	dbURL   string // the chaos database's, direct
+	logDir  string
+	rng     *rand.Rand
+
+	mu       sync.Mutex
+	workers  []*workerProc
+	faults   map[string]int
+	failures []string // workers that exited on their own
+	stopped  bool
+	verbose  bool
+	began    time.Time
+	pending  sync.WaitGroup
+}
+
+func control(duration time.Duration, workers int, seed uint64, verbose bool) int {
+	began := time.Now()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+		return 1
+	}
+	// The suite restarts PostgreSQL, so it needs a cluster of its own: never a shared server.
+	cluster, err := testdb.StartCluster(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("a cluster of its own (PostgreSQL's initdb and postgres, on PATH or where packages put them): %w", err))
+	}
+	defer cluster.Remove()
+	logDir, err := os.MkdirTemp("", "pglock-chaos-")
+	if err != nil {
+		return fail(err)
+	}
+	c := &controller{cluster: cluster, logDir: logDir, rng: rand.New(rand.NewPCG(seed, seed)), faults: map[string]int{}, verbose: verbose, began: began}
+	admin, err := c.setUp(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer admin.Close()
+	for i := range workers {
+		if err := c.startWorker(i+1, 0); err != nil {
+			return fail(err)
+		}
+	}
+	defer c.stopWorkers()
+	fmt.Printf("chaos: %d workers on PostgreSQL at port %d, faults for %s (seed %d; logs in %s)\n", workers, cluster.Port(), duration, seed, logDir)
+
+	c.injectFaults(ctx, admin, duration)
+	c.pending.Wait() // partitions healed, killed workers back
+	time.Sleep(2 * time.Second)
+	stopping := time.Now()
+	c.stopWorkers()
+	if c.verbose {
+		fmt.Printf("chaos %6.1fs: workers stopped in %s\n", time.Since(began).Seconds(), time.Since(stopping).Round(time.Millisecond))
+	}
+	if ctx.Err() != nil {
+		return fail(ctx.Err())
+	}
+
+	s, err := check(ctx, admin)
+	if err != nil {
+		return fail(fmt.Errorf("checking the evidence: %w", err))
+	}
+	s.elapsed, s.workers, s.faults, s.failures = time.Since(began), workers, c.faults, c.failures
+	passed := s.ok()
+	fmt.Println(s.line())
+	for _, v := range s.details {
+		fmt.Println("  " + v)
+	}
+	if !passed {
+		return 1
+	}
+	if !verbose {
+		os.RemoveAll(logDir)
+	}
+	return 0
+}
+
+// setUp makes the chaos database, migrated, with the evidence tables.
+func (c *controller) setUp(ctx context.Context) (*pgxpool.Pool, error) {
+	root, err := pgxpool.New(ctx, c.cluster.URL())
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	if _, err := root.Exec(ctx, "CREATE DATABASE chaos"); err != nil {
+		return nil, err
+	}
+	c.dbURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable", c.cluster.Port())
+	admin, err := pgxpool.New(ctx, c.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrations.Up(ctx, admin); err != nil {
+		admin.Close()
+		return nil, err
+	}
+	if _, err := admin.Exec(ctx, evidenceSchema); err != nil {
+		admin.Close()
+		return nil, err
+	}
+	return admin, nil
+}
+
+// startWorker starts incarnation n of worker id, through a proxy of its own (made on its first
+// start).
+func (c *controller) startWorker(id, incarnation int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var w *workerProc
+	if id <= len(c.workers) {
+		w = c.workers[id-1]
+	} else {
+		proxy, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", c.cluster.Port()))
+		if err != nil {
+			return err
+		}
+		w = &workerProc{id: id, proxy: proxy}
+		c.workers = append(c.workers, w)
+	}
+	name := fmt.Sprintf("w%d.%d", id, incarnation)
+	logFile, err := os.Create(filepath.Join(c.logDir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(os.Args[0])
+	// connect_timeout, as any deployment should have: a connection opened while a partition
+	// drops packets would otherwise wait for its server's answer for ever.
+	cmd.Env = append(os.Environ(), workerEnv+"="+name, fmt.Sprintf(
+		"DATABASE_URL=postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable&application_name=chaos-w%d&connect_timeout=5", w.proxy.Port, id))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	w.incarnation, w.cmd, w.killed, w.exited = incarnation, cmd, false, make(chan struct{})
+	go func(w *workerProc, cmd *exec.Cmd, exited chan struct{}) {
+		err := cmd.Wait()
+		logFile.Close()
+		c.mu.Lock()
+		if !w.killed {
+			c.failures = append(c.failures, fmt.Sprintf("worker %s exited on its own (%v); see %s", name, err, logFile.Name()))
+		}
+		c.mu.Unlock()
+		close(exited)
+	}(w, cmd, w.exited)
+	return nil
+}
+
+// stopWorkers asks every worker to stop (SIGTERM), and kills those still running after 20 s
+// (pgx gives a connection's cancel request 15 s when it closes a connection stuck behind a
+// partition).
+func (c *controller) stopWorkers() {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
+	c.stopped = true
+	workers := append([]*workerProc(nil), c.workers...)
+	for _, w := range workers {
+		if !w.killed {
+			w.killed = true
+			w.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	c.mu.Unlock()
+	deadline := time.After(20 * time.Second)
+	for _, w := range workers {
+		select {
+		case <-w.exited:
+		case <-deadline:
+			w.cmd.Process.Kill()
+			<-w.exited
+		}
+	}
+	for _, w := range workers {
+		w.proxy.Close()
+	}
+}
+
+// injectFaults injects a fault every 0.3–1.5 s until duration has passed: each kind once first,
+// then at random, PostgreSQL's restart every restartEvery.
+func (c *controller) injectFaults(ctx context.Context, admin *pgxpool.Pool, duration time.Duration) {
+	kinds := []string{faultTerminate, faultPartition, faultLatency, faultKill}
+	weights := []int{40, 30, 10, 20}
+	end := time.Now().Add(duration)
+	nextRestart := time.Now().Add(restartEvery / 2)
+	for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(300*time.Millisecond + time.Duration(c.rng.Int64N(int64(1200*time.Millisecond)))):
+		}
+		if time.Now().After(nextRestart) {
+			c.restart(ctx)
+			nextRestart = time.Now().Add(restartEvery)
+			continue
+		}
+		kind := kinds[n%len(kinds)]
+		if n >= len(kinds) {
+			kind = pick(c.rng, kinds, weights)
+		}
+		c.inject(ctx, admin, kind)
+	}
+}
+
+func pick(rng *rand.Rand, kinds []string, weights []int) string {
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	r := rng.IntN(total)
+	for i, w := range weights {
+		if r < w {
+			return kinds[i]
+		}
+		r -= w
+	}
+	return kinds[len(kinds)-1]
+}
+
+// inject injects one fault of kind, counting it if it was injected.
+func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind string) {
+	c.mu.Lock()
+	w := c.workers[c.rng.IntN(len(c.workers))]
+	duration := time.Second + time.Duration(c.rng.Int64N(int64(5*time.Second))) // past lockTTL at times: locks are lost
+	latency := 50 + c.rng.IntN(200)
+	c.mu.Unlock()
+	switch kind {
+	case faultTerminate:
+		// A few of the workers' backends, whatever they are doing: a session's lock, a
+		// listener, a transaction between its fence and its commit.
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (
+			SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'chaos-w%' ORDER BY random() LIMIT 1 + (random() * 3)::int) b`).Scan(&n); err != nil || n == 0 {
+			return
+		}
+	case faultPartition, faultLatency:
+		c.mu.Lock()
+		if w.busy || w.killed {
+			c.mu.Unlock()
+			return
+		}
+		w.busy = true
+		c.mu.Unlock()
+		undo, err := w.proxy.Partition()
+		if kind == faultLatency {
+			undo, err = w.proxy.Slow(latency, latency/4)
+		}
+		if err != nil {
+			return
+		}
+		c.pending.Go(func() {
+			time.Sleep(duration)
+			undo()
+			c.mu.Lock()
+			w.busy = false
+			c.mu.Unlock()
+		})
+	case faultKill:
+		c.mu.Lock()
+		if w.killed {
+			c.mu.Unlock()
+			return
+		}
+		w.killed = true
+		w.cmd.Process.Kill()
+		id, next, exited := w.id, w.incarnation+1, w.exited
+		c.mu.Unlock()
+		c.pending.Go(func() {
+			<-exited
+			time.Sleep(500 * time.Millisecond)
+			if err := c.startWorker(id, next); err != nil {
+				c.mu.Lock()
+				c.failures = append(c.failures, fmt.Sprintf("restarting worker %d: %v", id, err))
+				c.mu.Unlock()
+			}
+		})
+	}
+	c.count(kind, fmt.Sprintf("worker %d", w.id))
+}
+
+// count counts a fault injected, and logs it when asked to.
+func (c *controller) count(kind, detail string) {
+	c.mu.Lock()
+	c.faults[kind]++
+	c.mu.Unlock()
+	if c.verbose {
+		fmt.Printf("chaos %6.1fs: %s %s\n", time.Since(c.began).Seconds(), kind, detail)
+	}
+}
+
+// restart crashes PostgreSQL (an immediate shutdown: no checkpoint, every connection cut) and
+// starts it again, which recovers from the WAL.
+func (c *controller) restart(ctx context.Context) {
+	if err := c.cluster.Crash(); err != nil {
+		c.mu.Lock()
+		c.failures = append(c.failures, fmt.Sprintf("crashing PostgreSQL: %v", err))
+		c.mu.Unlock()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := c.cluster.Start(ctx); err != nil {
+		c.mu.Lock()
+		c.failures = append(c.failures, fmt.Sprintf("restarting PostgreSQL: %v", err))
+		c.mu.Unlock()
+		return
+	}
+	c.count(faultRestart, "PostgreSQL")
+}

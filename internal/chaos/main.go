@@ -1,0 +1,38 @@
+// Command chaos is `make chaos`: pglock's locks broken on purpose. It starts a PostgreSQL
+// cluster of its own, worker processes (this same binary) that each run fenced critical
+// sections on a few shared names, a cron scheduler, job deliveries and a leader candidate, every
+// connection through a toxiproxy of the worker's own, and a controller that injects faults:
+// backends terminated, workers partitioned from PostgreSQL or slowed, workers killed with
+// SIGKILL (and restarted), and PostgreSQL restarted in immediate mode. Afterwards a checker
+// reads the evidence from the database and prints one line: operations, faults by kind, and
+// violations, which must be 0 (the exit status says so too).
+//
+//	chaos -duration 60s   # the short mode, run in CI
+//	chaos -duration 30m   # a long run
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+)
+
+// workerEnv, when set to a worker's name, makes this binary a worker (worker.go).
+const workerEnv = "PGLOCK_CHAOS_WORKER"
+
+func main() {
+	if name := os.Getenv(workerEnv); name != "" {
+		if err := work(name); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos worker %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		return
+	}
+	duration := flag.Duration("duration", 60*time.Second, "how long the workers run under faults")
+	workers := flag.Int("workers", 3, "worker processes")
+	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "seeds the choice of faults, to replay a run's schedule")
+	verbose := flag.Bool("v", false, "log each fault as it is injected")
+	flag.Parse()
+	os.Exit(control(*duration, *workers, *seed, *verbose))
+}
