@@ -17,8 +17,8 @@ type summary struct {
 	failures []string
 
 	sections, writes, staleRefused, staleAccepted, ticks, effects, leaderWrites int
-	violations                                                                    map[string]int
-	details                                                                       []string
+	violations                                                                  map[string]int
+	details                                                                     []string
 }
 
 // The checks: each counts the violations of one guarantee in the evidence. A query's count
