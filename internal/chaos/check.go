@@ -96,7 +96,7 @@ func check(ctx context.Context, pool *pgxpool.Pool) (*summary, error) {
 // ok: no violation, no worker failed on its own, every kind of fault was injected, and the
 // workers got work done.
 func (s *summary) ok() bool {
-	for _, kind := range []string{faultTerminate, faultPartition, faultLatency, faultKill, faultRestart} {
+	for _, kind := range []string{faultTerminate, faultPartition, faultLatency, faultPause, faultKill, faultRestart} {
 		if s.faults[kind] == 0 {
 			s.details = append(s.details, "no "+kind+" fault was injected: run longer")
 			return false
@@ -116,7 +116,7 @@ func (s *summary) line() string {
 	}
 	var faults []string
 	total := 0
-	for _, kind := range []string{faultTerminate, faultPartition, faultLatency, faultKill, faultRestart} {
+	for _, kind := range []string{faultTerminate, faultPartition, faultLatency, faultPause, faultKill, faultRestart} {
 		faults = append(faults, fmt.Sprintf("%s %d", kind, s.faults[kind]))
 		total += s.faults[kind]
 	}

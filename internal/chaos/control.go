@@ -24,6 +24,7 @@ const (
 	faultPartition = "partition"
 	faultLatency   = "latency"
 	faultKill      = "kill-9"
+	faultPause     = "pause"
 	faultRestart   = "restart"
 )
 
@@ -227,8 +228,8 @@ func (c *controller) stopWorkers() {
 // injectFaults injects a fault every 0.3–1.5 s until duration has passed: each kind once first,
 // then at random, PostgreSQL's restart every restartEvery.
 func (c *controller) injectFaults(ctx context.Context, admin *pgxpool.Pool, duration time.Duration) {
-	kinds := []string{faultTerminate, faultPartition, faultLatency, faultKill}
-	weights := []int{40, 30, 10, 20}
+	kinds := []string{faultTerminate, faultPartition, faultLatency, faultKill, faultPause}
+	weights := []int{35, 20, 10, 15, 20}
 	end := time.Now().Add(duration)
 	nextRestart := time.Now().Add(restartEvery / 2)
 	for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
@@ -270,7 +271,7 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 	c.mu.Lock()
 	w := c.workers[c.rng.IntN(len(c.workers))]
 	duration := time.Second + time.Duration(c.rng.Int64N(int64(5*time.Second))) // past lockTTL at times: locks are lost
-	latency := 50 + c.rng.IntN(200)
+	latency := 50 + c.rng.IntN(2000)
 	c.mu.Unlock()
 	switch kind {
 	case faultTerminate:
@@ -303,9 +304,30 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 			w.busy = false
 			c.mu.Unlock()
 		})
+	case faultPause:
+		// A process frozen (a long GC pause, a VM migrated) while its locks' leases run out,
+		// which then carries on as if it still held them: what fencing is for.
+		c.mu.Lock()
+		if w.busy || w.killed {
+			c.mu.Unlock()
+			return
+		}
+		w.busy = true
+		process := w.cmd.Process
+		c.mu.Unlock()
+		if err := process.Signal(syscall.SIGSTOP); err != nil {
+			return
+		}
+		c.pending.Go(func() {
+			time.Sleep(duration)
+			process.Signal(syscall.SIGCONT)
+			c.mu.Lock()
+			w.busy = false
+			c.mu.Unlock()
+		})
 	case faultKill:
 		c.mu.Lock()
-		if w.killed {
+		if w.killed || w.busy {
 			c.mu.Unlock()
 			return
 		}

@@ -2,8 +2,9 @@
 // cluster of its own, worker processes (this same binary) that each run fenced critical
 // sections on a few shared names, a cron scheduler, job deliveries and a leader candidate, every
 // connection through a toxiproxy of the worker's own, and a controller that injects faults:
-// backends terminated, workers partitioned from PostgreSQL or slowed, workers killed with
-// SIGKILL (and restarted), and PostgreSQL restarted in immediate mode. Afterwards a checker
+// backends terminated, workers partitioned from PostgreSQL or slowed, workers frozen (SIGSTOP,
+// then SIGCONT) past their leases, workers killed with SIGKILL (and restarted), and PostgreSQL
+// restarted in immediate mode. Afterwards a checker
 // reads the evidence from the database and prints one line: operations, faults by kind, and
 // violations, which must be 0 (the exit status says so too).
 //

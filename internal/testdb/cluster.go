@@ -150,14 +150,15 @@ func (c *Cluster) Remove() error {
 }
 
 // Standby makes a streaming replica of c with pg_basebackup and starts it with settings (a
-// cluster_name=... setting names it to the primary, for synchronous_standby_names).
-func (c *Cluster) Standby(ctx context.Context, settings ...string) (*Cluster, error) {
+// cluster_name=... setting names it to the primary, for synchronous_standby_names). It reaches
+// c at port: c.Port(), or a Proxy's in front of it, which then carries the replication.
+func (c *Cluster) Standby(ctx context.Context, port int, settings ...string) (*Cluster, error) {
 	s, err := newCluster(c.bin, settings)
 	if err != nil {
 		return nil, err
 	}
 	backup := exec.CommandContext(ctx, filepath.Join(c.bin, "pg_basebackup"), "-h", "127.0.0.1",
-		"-p", strconv.Itoa(c.port), "-U", "postgres", "-D", s.data, "-R", "-X", "stream", "--checkpoint=fast")
+		"-p", strconv.Itoa(port), "-U", "postgres", "-D", s.data, "-R", "-X", "stream", "--checkpoint=fast")
 	if out, err := s.run(backup); err != nil {
 		s.Remove()
 		return nil, fmt.Errorf("testdb: pg_basebackup: %w: %s", err, out)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -16,8 +17,9 @@ import (
 // Proxy is an in-process toxiproxy in front of a PostgreSQL server: what passes through it
 // can be cut off or slowed down without closing anything, as a network would.
 type Proxy struct {
-	proxy *toxiproxy.Proxy
-	Port  int // the loopback port it listens on
+	proxy  *toxiproxy.Proxy
+	Port   int // the loopback port it listens on
+	closed sync.Once
 }
 
 // NewProxy starts a proxy to upstream (host:port) on a free loopback port.
@@ -33,8 +35,20 @@ func NewProxy(upstream string) (*Proxy, error) {
 	return p, nil
 }
 
-// Close stops the proxy and cuts every connection through it.
-func (p *Proxy) Close() { p.proxy.Stop() }
+// Repoint sends new connections to upstream instead, as a virtual IP moved to a new primary
+// does: the connections through it are cut, and the port stays the same.
+func (p *Proxy) Repoint(upstream string) error {
+	p.proxy.Stop()
+	p.proxy.Listen = fmt.Sprintf("127.0.0.1:%d", p.Port)
+	p.proxy.Upstream = upstream
+	if err := p.proxy.Start(); err != nil {
+		return fmt.Errorf("testdb: repoint the proxy to %s: %w", upstream, err)
+	}
+	return nil
+}
+
+// Close stops the proxy and cuts every connection through it. Closing it again does nothing.
+func (p *Proxy) Close() { p.closed.Do(p.proxy.Stop) }
 
 // Partition stops all traffic, both ways, without closing anything: the server sees its
 // sessions go quiet, the client sees its reads and writes hang. heal lets traffic through

@@ -74,6 +74,11 @@ func sourceAvailable(ctx context.Context) bool {
 // version under the usual install directories.
 func findPostgresBin() (string, error) {
 	if initdb, err := exec.LookPath("initdb"); err == nil {
+		// Where a link on PATH leads: the directory that holds PostgreSQL's other programs
+		// (pg_basebackup, pg_ctl) too.
+		if target, err := filepath.EvalSymlinks(initdb); err == nil {
+			initdb = target
+		}
 		dir := filepath.Dir(initdb)
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
