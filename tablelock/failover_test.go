@@ -3,6 +3,7 @@ package tablelock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,12 +18,30 @@ import (
 )
 
 // failoverLoad is what the holders were told: every grant and every fenced write acknowledged
-// to them, which the promoted standby is then asked about.
+// to them, which the promoted standby is then asked about, and when each held its name.
 type failoverLoad struct {
 	mu     sync.Mutex
 	grants map[int64]int    // token → acquisitions acknowledged with it
 	writes map[string]int64 // acknowledged fenced write → its token
-	since  int              // acknowledged writes since mark
+	held   map[string][]interval
+	since  int // acknowledged writes since the count was reset
+}
+
+// interval is a holder's time with its name, from Acquire's return to the call of Release.
+type interval struct{ from, to time.Time }
+
+// overlaps counts, per name, holders whose intervals overlap.
+func (l *failoverLoad) overlaps() int {
+	n := 0
+	for _, spans := range l.held {
+		slices.SortFunc(spans, func(a, b interval) int { return a.from.Compare(b.from) })
+		for i := 1; i < len(spans); i++ {
+			if spans[i].from.Before(spans[i-1].to) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // run runs holders of names through pool until ctx ends: each takes its name, writes a row
@@ -36,6 +55,7 @@ func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
+		from := time.Now()
 		l.mu.Lock()
 		l.grants[lk.Token()]++
 		l.mu.Unlock()
@@ -53,6 +73,9 @@ func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *
 			l.since++
 			l.mu.Unlock()
 		}
+		l.mu.Lock()
+		l.held[name] = append(l.held[name], interval{from, time.Now()})
+		l.mu.Unlock()
 		releaseCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		lk.Release(releaseCtx)
 		cancel()
@@ -97,7 +120,20 @@ func TestFailover(t *testing.T) {
 			admin, err := pgxpool.New(ctx, dbURL(primary.Port()))
 			require.NoError(t, err)
 			require.NoError(t, migrations.Up(ctx, admin))
-			_, err = admin.Exec(ctx, `CREATE TABLE failover_writes (seq bigserial PRIMARY KEY, write text NOT NULL, name text NOT NULL, token bigint NOT NULL)`)
+			// Each grant leaves its token in failover_grants in its own transaction: a grant is
+			// lost on the promoted standby exactly when its row is missing there.
+			_, err = admin.Exec(ctx, `
+				CREATE TABLE failover_writes (seq bigserial PRIMARY KEY, write text NOT NULL, name text NOT NULL, token bigint NOT NULL);
+				CREATE TABLE failover_grants (token bigint NOT NULL);
+				CREATE FUNCTION failover_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					IF TG_OP = 'INSERT' OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token THEN
+						INSERT INTO failover_grants (token) VALUES (NEW.fencing_token);
+					END IF;
+					RETURN NULL;
+				END $$;
+				CREATE TRIGGER failover_log_grant AFTER INSERT OR UPDATE OF fencing_token ON distributed_locks
+					FOR EACH ROW EXECUTE FUNCTION failover_log_grant();`)
 			require.NoError(t, err)
 
 			link, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", primary.Port())) // the replication link
@@ -123,7 +159,7 @@ func TestFailover(t *testing.T) {
 			vip, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", primary.Port())) // where clients connect
 			require.NoError(t, err)
 			t.Cleanup(vip.Close)
-			load := &failoverLoad{grants: map[int64]int{}, writes: map[string]int64{}}
+			load := &failoverLoad{grants: map[int64]int{}, writes: map[string]int64{}, held: map[string][]interval{}}
 			loadCtx, stop := context.WithCancel(ctx)
 			var holders sync.WaitGroup
 			for i := range 4 {
@@ -142,31 +178,35 @@ func TestFailover(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond)
 			_, err = link.Partition() // the standby stops receiving
 			require.NoError(t, err)
+			time.Sleep(100 * time.Millisecond) // commits the standby confirmed before the cut return
 			load.mu.Lock()
 			load.since = 0
 			load.mu.Unlock()
-			// Asynchronous: let the primary acknowledge what the standby will never see. Synchronous:
-			// its commits wait for the standby, and nothing is acknowledged meanwhile.
-			deadline := time.Now().Add(3 * time.Second)
-			for time.Now().Before(deadline) {
+			// Asynchronous: let the primary acknowledge what the standby will never see (more than
+			// the 32 values PostgreSQL logs a sequence ahead). Synchronous: its commits wait for
+			// the standby, and nothing may be acknowledged meanwhile.
+			acknowledged := func() int {
 				load.mu.Lock()
-				since := load.since
-				load.mu.Unlock()
-				if since >= 50 || (tc.synchronous && time.Now().After(deadline.Add(-2*time.Second))) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
+				defer load.mu.Unlock()
+				return load.since
+			}
+			if tc.synchronous {
+				time.Sleep(time.Second)
+				require.Zero(t, acknowledged(), "nothing is acknowledged while the synchronous standby is cut off")
+			} else {
+				require.Eventually(t, func() bool { return acknowledged() >= 100 }, 20*time.Second, 10*time.Millisecond,
+					"the primary acknowledges writes the standby does not receive")
 			}
 			step("crash")
-			require.NoError(t, primary.Crash())
-			// The primary's host is gone with it: the link closes, and the standby's WAL
-			// receiver sees it at once rather than after wal_receiver_timeout.
+			// The primary's host goes, and its network with it: the link closes first, so that
+			// the standby's WAL receiver, reconnecting, finds nothing to wait for.
 			link.Close()
+			require.NoError(t, primary.Crash())
 			load.mu.Lock()
 			grantsBefore, writesBefore := len(load.grants), len(load.writes)
 			load.mu.Unlock()
 
-			require.NoError(t, standby.Promote(ctx))
+			require.NoError(t, standby.Promote(ctx), standby.Log())
 			step("promoted")
 			promoted, err := pgxpool.New(ctx, dbURL(standby.Port()))
 			require.NoError(t, err)
@@ -179,13 +219,25 @@ func TestFailover(t *testing.T) {
 				require.NoError(t, err)
 			}
 			require.NoError(t, vip.Repoint(fmt.Sprintf("127.0.0.1:%d", standby.Port())))
-			time.Sleep(2500 * time.Millisecond)
+			load.mu.Lock()
+			load.since = 0
+			load.mu.Unlock()
+			require.Eventually(t, func() bool { return acknowledged() >= 200 }, 30*time.Second, 10*time.Millisecond,
+				"the holders carry on against the promoted standby")
 			stop()
 			holders.Wait()
 			step("holders stopped")
 
 			// What the promoted standby has against what the clients were told.
-			rows, err := promoted.Query(ctx, `SELECT write FROM failover_writes`)
+			rows, err := promoted.Query(ctx, `SELECT token FROM failover_grants`)
+			require.NoError(t, err)
+			granted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			require.NoError(t, err)
+			known := map[int64]bool{}
+			for _, token := range granted {
+				known[token] = true
+			}
+			rows, err = promoted.Query(ctx, `SELECT write FROM failover_writes`)
 			require.NoError(t, err)
 			kept, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
@@ -194,17 +246,21 @@ func TestFailover(t *testing.T) {
 				present[w] = true
 			}
 			load.mu.Lock()
-			lost, twice := 0, 0
+			lost, lostGrants, twice := 0, 0, 0
 			for w := range load.writes {
 				if !present[w] {
 					lost++
 				}
 			}
-			for _, n := range load.grants {
+			for token, n := range load.grants {
 				if n > 1 {
 					twice++
 				}
+				if !known[token] {
+					lostGrants++
+				}
 			}
+			overlaps := load.overlaps()
 			grantsAfter, writesAfter := len(load.grants)-grantsBefore, len(load.writes)-writesBefore
 			load.mu.Unlock()
 			var disorder int
@@ -212,21 +268,25 @@ func TestFailover(t *testing.T) {
 				SELECT token, max(token) OVER (PARTITION BY name ORDER BY seq ROWS UNBOUNDED PRECEDING) AS newest FROM failover_writes) w
 				WHERE token < newest`).Scan(&disorder))
 			t.Logf("before the failover: %d grants, %d fenced writes acknowledged; after it: %d grants, %d writes; "+
-				"acknowledged writes lost: %d; tokens acknowledged to two holders: %d; writes out of token order: %d",
-				grantsBefore, writesBefore, grantsAfter, writesAfter, lost, twice, disorder)
+				"lost: %d grants, %d fenced writes; tokens acknowledged to two holders: %d; holders overlapping: %d; writes out of token order: %d",
+				grantsBefore, writesBefore, grantsAfter, writesAfter, lostGrants, lost, twice, overlaps, disorder)
 
 			require.Positive(t, writesBefore, "the holders worked before the failover")
 			require.Positive(t, writesAfter, "and after it, on the promoted standby")
 			require.Zero(t, disorder, "fencing keeps each name's writes in token order")
 			switch {
 			case tc.synchronous:
-				require.Zero(t, lost, "synchronous replication loses no acknowledged write")
+				require.Zero(t, lostGrants, "synchronous replication loses no acknowledged grant")
+				require.Zero(t, lost, "nor an acknowledged write")
 				require.Zero(t, twice, "nor hands a token out twice")
+				require.Zero(t, overlaps, "and no two holders of a name overlap")
 			case tc.advanceTokens:
-				require.Positive(t, lost, "what the standby had not received is lost")
+				require.Positive(t, lostGrants, "what the standby had not received is lost: grants")
+				require.Positive(t, lost, "and writes")
 				require.Zero(t, twice, "but advanced sequences hand no token out twice")
 			default:
-				require.Positive(t, lost, "what the standby had not received is lost")
+				require.Positive(t, lostGrants, "what the standby had not received is lost: grants")
+				require.Positive(t, lost, "and writes")
 				require.Positive(t, twice, "and its tokens are handed out again")
 			}
 		})

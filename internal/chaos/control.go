@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -28,8 +29,19 @@ const (
 	faultRestart   = "restart"
 )
 
-// restartEvery is how often PostgreSQL is restarted in immediate mode.
+// restartEvery is how often PostgreSQL is restarted in immediate mode (the first time after
+// half of it).
 const restartEvery = 25 * time.Second
+
+// quietSpell is how long the workers run without faults at the end: more than a lease (3 s), a
+// scheduler's poll (2 s) and a pool's reconnection.
+const quietSpell = 8 * time.Second
+
+// mark records on the database's clock that the run reached a point the checker refers to.
+func mark(ctx context.Context, admin *pgxpool.Pool, what string) error {
+	_, err := admin.Exec(ctx, `INSERT INTO chaos_marks (mark) VALUES ($1)`, what)
+	return err
+}
 
 // workerProc is a worker process and the proxy every connection of it passes through.
 type workerProc struct {
@@ -83,17 +95,31 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 		return fail(err)
 	}
 	defer admin.Close()
+	defer c.stopWorkers()
 	for i := range workers {
 		if err := c.startWorker(i+1, 0); err != nil {
 			return fail(err)
 		}
 	}
-	defer c.stopWorkers()
 	fmt.Printf("chaos: %d workers on PostgreSQL at port %d, faults for %s (seed %d; logs in %s)\n", workers, cluster.Port(), duration, seed, logDir)
 
 	c.injectFaults(ctx, admin, duration)
-	c.pending.Wait() // partitions healed, killed workers back
-	time.Sleep(2 * time.Second)
+	settled := make(chan struct{})
+	go func() { c.pending.Wait(); close(settled) }() // partitions healed, workers resumed and back
+	select {
+	case <-settled:
+	case <-time.After(30 * time.Second):
+		return fail(errors.New("the last faults were not undone within 30 s"))
+	}
+	// A quiet spell: every workload must recover from the last fault (leases run out, pools
+	// reconnect, schedulers catch up), and the checker asks for work done in it.
+	if err := mark(ctx, admin, "faults_ended"); err != nil {
+		return fail(err)
+	}
+	time.Sleep(quietSpell)
+	if err := mark(ctx, admin, "stopping"); err != nil {
+		return fail(err)
+	}
 	stopping := time.Now()
 	c.stopWorkers()
 	if c.verbose {
@@ -169,23 +195,31 @@ func (c *controller) startWorker(id, incarnation int) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0])
+	self, err := os.Executable()
+	if err != nil {
+		logFile.Close()
+		return err
+	}
+	cmd := exec.Command(self)
 	// connect_timeout, as any deployment should have: a connection opened while a partition
 	// drops packets would otherwise wait for its server's answer for ever.
 	cmd.Env = append(os.Environ(), workerEnv+"="+name, fmt.Sprintf(
 		"DATABASE_URL=postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable&application_name=chaos-w%d&connect_timeout=5", w.proxy.Port, id))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
+	// A worker dies with the controller: none is left behind, frozen or retrying a cluster
+	// that is gone.
+	exitedNow, err := testdb.StartChild(cmd)
+	if err != nil {
 		logFile.Close()
 		return err
 	}
 	w.incarnation, w.cmd, w.killed, w.exited = incarnation, cmd, false, make(chan struct{})
 	go func(w *workerProc, cmd *exec.Cmd, exited chan struct{}) {
-		err := cmd.Wait()
+		<-exitedNow
 		logFile.Close()
 		c.mu.Lock()
 		if !w.killed {
-			c.failures = append(c.failures, fmt.Sprintf("worker %s exited on its own (%v); see %s", name, err, logFile.Name()))
+			c.failures = append(c.failures, fmt.Sprintf("worker %s exited on its own (%v); see %s", name, cmd.ProcessState, logFile.Name()))
 		}
 		c.mu.Unlock()
 		close(exited)
@@ -290,19 +324,24 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 		}
 		w.busy = true
 		c.mu.Unlock()
-		undo, err := w.proxy.Partition()
+		var undo func() error
+		var err error
 		if kind == faultLatency {
 			undo, err = w.proxy.Slow(latency, latency/4)
+		} else {
+			undo, err = w.proxy.Partition()
 		}
 		if err != nil {
+			c.fail(fmt.Sprintf("%s of worker %d: %v", kind, w.id, err))
+			c.setBusy(w, false)
 			return
 		}
 		c.pending.Go(func() {
 			time.Sleep(duration)
-			undo()
-			c.mu.Lock()
-			w.busy = false
-			c.mu.Unlock()
+			if err := undo(); err != nil {
+				c.fail(fmt.Sprintf("undoing the %s of worker %d: %v", kind, w.id, err))
+			}
+			c.setBusy(w, false)
 		})
 	case faultPause:
 		// A process frozen (a long GC pause, a VM migrated) while its locks' leases run out,
@@ -316,14 +355,15 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 		process := w.cmd.Process
 		c.mu.Unlock()
 		if err := process.Signal(syscall.SIGSTOP); err != nil {
+			c.setBusy(w, false)
 			return
 		}
 		c.pending.Go(func() {
 			time.Sleep(duration)
-			process.Signal(syscall.SIGCONT)
-			c.mu.Lock()
-			w.busy = false
-			c.mu.Unlock()
+			if err := process.Signal(syscall.SIGCONT); err != nil {
+				c.fail(fmt.Sprintf("resuming worker %d: %v", w.id, err))
+			}
+			c.setBusy(w, false)
 		})
 	case faultKill:
 		c.mu.Lock()
@@ -339,13 +379,24 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 			<-exited
 			time.Sleep(500 * time.Millisecond)
 			if err := c.startWorker(id, next); err != nil {
-				c.mu.Lock()
-				c.failures = append(c.failures, fmt.Sprintf("restarting worker %d: %v", id, err))
-				c.mu.Unlock()
+				c.fail(fmt.Sprintf("restarting worker %d: %v", id, err))
 			}
 		})
 	}
 	c.count(kind, fmt.Sprintf("worker %d", w.id))
+}
+
+// fail records a failure of the suite itself: the run cannot pass.
+func (c *controller) fail(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failures = append(c.failures, what)
+}
+
+func (c *controller) setBusy(w *workerProc, busy bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.busy = busy
 }
 
 // count counts a fault injected, and logs it when asked to.
@@ -362,15 +413,11 @@ func (c *controller) count(kind, detail string) {
 // starts it again, which recovers from the WAL.
 func (c *controller) restart(ctx context.Context) {
 	if err := c.cluster.Crash(); err != nil {
-		c.mu.Lock()
-		c.failures = append(c.failures, fmt.Sprintf("crashing PostgreSQL: %v", err))
-		c.mu.Unlock()
+		c.fail(fmt.Sprintf("crashing PostgreSQL: %v", err))
 	}
 	time.Sleep(300 * time.Millisecond)
 	if err := c.cluster.Start(ctx); err != nil {
-		c.mu.Lock()
-		c.failures = append(c.failures, fmt.Sprintf("restarting PostgreSQL: %v", err))
-		c.mu.Unlock()
+		c.fail(fmt.Sprintf("restarting PostgreSQL: %v", err))
 		return
 	}
 	c.count(faultRestart, "PostgreSQL")

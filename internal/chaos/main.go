@@ -10,6 +10,7 @@
 //
 //	chaos -duration 60s   # the short mode, run in CI
 //	chaos -duration 30m   # a long run
+//	chaos -unfenced       # critical sections without fencing: the checker must find violations
 package main
 
 import (
@@ -19,8 +20,12 @@ import (
 	"time"
 )
 
-// workerEnv, when set to a worker's name, makes this binary a worker (worker.go).
-const workerEnv = "PGLOCK_CHAOS_WORKER"
+// workerEnv, when set to a worker's name, makes this binary a worker (worker.go);
+// unfencedEnv makes its critical sections write without fencing.
+const (
+	workerEnv   = "PGLOCK_CHAOS_WORKER"
+	unfencedEnv = "PGLOCK_CHAOS_UNFENCED"
+)
 
 func main() {
 	if name := os.Getenv(workerEnv); name != "" {
@@ -32,8 +37,12 @@ func main() {
 	}
 	duration := flag.Duration("duration", 60*time.Second, "how long the workers run under faults")
 	workers := flag.Int("workers", 3, "worker processes")
-	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "seeds the choice of faults, to replay a run's schedule")
-	verbose := flag.Bool("v", false, "log each fault as it is injected")
+	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "seeds the choice of faults (their timing still varies)")
+	verbose := flag.Bool("v", false, "log each fault as it is injected, and keep the workers' logs")
+	unfenced := flag.Bool("unfenced", false, "critical sections write without fencing: the checker should find violations")
 	flag.Parse()
+	if *unfenced {
+		os.Setenv(unfencedEnv, "1") // the workers inherit it
+	}
 	os.Exit(control(*duration, *workers, *seed, *verbose))
 }

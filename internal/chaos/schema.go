@@ -1,9 +1,28 @@
 package main
 
-// The evidence the workers leave and the checker reads. Every timestamp is the database's clock.
+// The evidence the workers leave and the checker reads. Every timestamp is the database's
+// clock. One sequence orders grants and writes: a grant draws its number while it holds the
+// lock's row, and a fenced write while its fence holds that row, so for one name the numbers
+// follow the order in which those transactions committed.
 const evidenceSchema = `
-CREATE TABLE chaos_writes (            -- every fenced write of the critical sections
-	seq    bigserial   PRIMARY KEY,       -- drawn under the fence: the order writes to a name committed in
+CREATE SEQUENCE chaos_order;
+CREATE TABLE chaos_grants (              -- every token tablelock handed out for a name
+	seq   bigint      NOT NULL DEFAULT nextval('chaos_order'),
+	name  text        NOT NULL,
+	token bigint      NOT NULL,
+	at    timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION chaos_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'INSERT' OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token THEN
+		INSERT INTO chaos_grants (name, token) VALUES (NEW.lock_name, NEW.fencing_token);
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_log_grant AFTER INSERT OR UPDATE OF fencing_token ON distributed_locks
+	FOR EACH ROW EXECUTE FUNCTION chaos_log_grant();
+CREATE TABLE chaos_writes (              -- every write of the critical sections
+	seq    bigint      NOT NULL DEFAULT nextval('chaos_order'),
 	name   text        NOT NULL,
 	token  bigint      NOT NULL,
 	worker text        NOT NULL,
@@ -22,12 +41,18 @@ CREATE TABLE chaos_ticks (
 	token  bigint      NOT NULL
 );
 CREATE TABLE chaos_effects (
-	key    text NOT NULL,
-	worker text NOT NULL
+	key    text        NOT NULL,
+	worker text        NOT NULL,
+	at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE TABLE chaos_leader_writes (
-	seq    bigserial PRIMARY KEY,    -- drawn under the fence, as chaos_writes.seq
-	term   bigint NOT NULL,
-	worker text   NOT NULL,
-	stale  boolean NOT NULL
+	seq    bigint      NOT NULL DEFAULT nextval('chaos_order'),
+	term   bigint      NOT NULL,
+	worker text        NOT NULL,
+	stale  boolean     NOT NULL,
+	at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE chaos_marks (               -- the controller's: when faults ended, when workers were stopped
+	mark text        PRIMARY KEY CHECK (mark IN ('faults_ended', 'stopping')),
+	at   timestamptz NOT NULL DEFAULT clock_timestamp()
 );`

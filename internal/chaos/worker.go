@@ -30,6 +30,7 @@ const (
 	sectionGoroutines = 4 // per worker
 	lockTTL           = 3 * time.Second
 	election          = "chaos-leader"
+	leaderLock        = "pglock.leader/" + election // the table lock leadership is
 	leaderTTL         = 2 * time.Second
 	schedule          = "chaos-tick"
 	jobKeys           = 5000 // deliveries pick among these, so many are delivered more than once
@@ -62,7 +63,8 @@ func work(name string) error {
 	if err != nil {
 		return err
 	}
-	err = sched.Add(schedule, "@every 1s", &cron.Options{CatchUp: cron.CatchUpAll, TTL: lockTTL},
+	// Every run is kept (cron's default keeps the newest 1,000): the checker reads them all.
+	err = sched.Add(schedule, "@every 1s", &cron.Options{CatchUp: cron.CatchUpAll, TTL: lockTTL, MaxRuns: 1<<31 - 1},
 		func(ctx context.Context, run cron.Run) error {
 			_, err := pool.Exec(ctx, `INSERT INTO chaos_ticks (tick, worker, token) VALUES ($1, $2, $3)`, run.ScheduledTime, name, run.Token)
 			return err
@@ -91,15 +93,21 @@ func work(name string) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+	unfenced := os.Getenv(unfencedEnv) != ""
 	for g := range sectionGoroutines {
-		wg.Go(func() { sections(ctx, pool, locker, name, fmt.Sprint("section-", g%sectionNames)) })
+		wg.Go(func() { sections(ctx, pool, locker, name, fmt.Sprint("section-", g%sectionNames), unfenced) })
 	}
 	for range deliverers {
 		wg.Go(func() { deliver(ctx, dedup, name) })
 	}
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			elector.Run(ctx, leader.Callbacks{OnElected: func(ctx context.Context, term int64) { lead(ctx, pool, elector, name, term) }})
+			err := elector.Run(ctx, leader.Callbacks{OnElected: func(electedCtx context.Context, term int64) {
+				lead(ctx, electedCtx, pool, elector, name, term)
+			}})
+			if err != nil && ctx.Err() == nil {
+				pause(ctx, 200*time.Millisecond) // the database is away: campaign again
+			}
 		}
 	})
 	wg.Wait()
@@ -120,9 +128,10 @@ const insertWrite = `INSERT INTO chaos_writes (name, token, worker, kind) VALUES
 
 // sections runs critical sections on name: enter, a write, leave, each a transaction fenced
 // with the lock's token, so the database holds each section's interval and every write in the
-// order they committed. A lock lost along the way is used once more, as a
-// holder that missed its loss would: a write with its token, which must be refused.
-func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker, worker, name string) {
+// order they committed. A lock lost along the way is used once more, as a holder that missed
+// its loss would: a write with its token, which must be refused. Unfenced, the writes skip the
+// fence (chaos -unfenced, to show the checker finding what fencing prevents).
+func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker, worker, name string, unfenced bool) {
 	for ctx.Err() == nil {
 		lk, err := locker.Acquire(ctx, name, &tablelock.AcquireOptions{TTL: lockTTL})
 		if err != nil {
@@ -131,8 +140,10 @@ func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker,
 		}
 		for _, kind := range []string{"enter", "write", "leave"} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if err := lk.Fence(ctx, tx); err != nil {
-					return err
+				if !unfenced {
+					if err := lk.Fence(ctx, tx); err != nil {
+						return err
+					}
 				}
 				_, err := tx.Exec(ctx, insertWrite, name, lk.Token(), worker, kind)
 				return err
@@ -144,25 +155,31 @@ func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker,
 		}
 		select {
 		case <-lk.Lost():
-			staleWrite(ctx, pool, worker, name, lk.Token())
+			if !unfenced {
+				staleWrite(ctx, pool, "lock", worker, name, lk.Token())
+			}
 		default:
 			lk.Release(ctx)
 		}
 	}
 }
 
-// staleWrite writes with the token of a lock this worker lost, through VerifyFence, the check a
-// process that was handed only the name and token makes: the database alone must refuse it
-// once another holder has the name.
-func staleWrite(ctx context.Context, pool *pgxpool.Pool, worker, name string, token int64) {
+// staleWrite writes with the token of a lock (or leadership) this worker lost, through
+// VerifyFence, the check a process that was handed only the name and token makes: the
+// database alone must refuse it once another holder has the name.
+func staleWrite(ctx context.Context, pool *pgxpool.Pool, kind, worker, name string, token int64) {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := tablelock.VerifyFence(ctx, tx, name, token); err != nil {
+			return err
+		}
+		if kind == "leader" {
+			_, err := tx.Exec(ctx, `INSERT INTO chaos_leader_writes (term, worker, stale) VALUES ($1, $2, true)`, token, worker)
 			return err
 		}
 		_, err := tx.Exec(ctx, insertWrite, name, token, worker, "stale")
 		return err
 	})
-	recordStale(ctx, pool, "lock", worker, token, err)
+	recordStale(ctx, pool, kind, worker, token, err)
 }
 
 // recordStale records a stale write's outcome; one whose outcome is unknown (the connection
@@ -186,33 +203,32 @@ func deliver(ctx context.Context, dedup *jobs.Deduper, worker string) {
 	}
 }
 
-// lead is the leader's loop: a write fenced with its term every 50 ms while it leads; once
-// demoted, one more, as a leader that missed its demotion would, which the fence must refuse.
-func lead(ctx context.Context, pool *pgxpool.Pool, e *leader.Elector, worker string, term int64) {
-	write := func(ctx context.Context, stale bool) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if err := e.Fence(ctx, tx); err != nil {
+// lead is the leader's loop: a write fenced with its term every 50 ms while it leads. Deposed
+// (not stopped), it writes once more with its term, as a leader that missed its demotion would,
+// checked by the database alone (VerifyFence on the election's lock), which must refuse it
+// once another leader has been elected.
+func lead(ctx, electedCtx context.Context, pool *pgxpool.Pool, e *leader.Elector, worker string, term int64) {
+	for electedCtx.Err() == nil {
+		pgx.BeginFunc(electedCtx, pool, func(tx pgx.Tx) error {
+			if err := e.Fence(electedCtx, tx); err != nil {
 				return err
 			}
 			if e.Term() != term { // elected again since: this loop's term is over
 				return errStaleTerm
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO chaos_leader_writes (term, worker, stale) VALUES ($1, $2, $3)`, term, worker, stale)
+			_, err := tx.Exec(electedCtx, `INSERT INTO chaos_leader_writes (term, worker, stale) VALUES ($1, $2, false)`, term, worker)
 			return err
 		})
+		pause(electedCtx, 50*time.Millisecond)
 	}
-	for ctx.Err() == nil {
-		write(ctx, false)
-		pause(ctx, 50*time.Millisecond)
+	if ctx.Err() == nil {
+		staleWrite(ctx, pool, "leader", worker, leaderLock, term)
 	}
-	after, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	recordStale(after, pool, "leader", worker, term, write(after, true))
 }
 
 var errStaleTerm = errors.New("chaos: the elector leads in a later term")
 
 // isRefusal reports whether err is a fence refusing a write, rather than a failure to ask.
 func isRefusal(err error) bool {
-	return errors.Is(err, pglock.ErrNotHeld) || errors.Is(err, pglock.ErrLockLost) || errors.Is(err, errStaleTerm)
+	return errors.Is(err, pglock.ErrNotHeld) || errors.Is(err, pglock.ErrLockLost)
 }

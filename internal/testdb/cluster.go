@@ -84,6 +84,12 @@ func (c *Cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 }
 
+// Log returns what the server has logged so far, for a failure's message.
+func (c *Cluster) Log() string {
+	log, _ := os.ReadFile(filepath.Join(c.dir, "postgres.log"))
+	return string(log)
+}
+
 // Port is the loopback port the cluster listens on.
 func (c *Cluster) Port() int { return c.port }
 
@@ -107,7 +113,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	postgres := exec.Command(filepath.Join(c.bin, "postgres"), args...)
 	postgres.SysProcAttr = childProcAttr(c.owner)
 	postgres.Stdout, postgres.Stderr = logFile, logFile
-	exited, err := startChild(postgres)
+	exited, err := StartChild(postgres)
 	if err != nil {
 		return fmt.Errorf("testdb: start postgres: %w", err)
 	}

@@ -77,7 +77,7 @@ logfile = %s
 	}
 	cmd := exec.Command(bin, ini)
 	cmd.SysProcAttr = childProcAttr(owner)
-	exited, err := startChild(cmd)
+	exited, err := StartChild(cmd)
 	if err != nil {
 		t.Fatalf("testdb: start pgbouncer: %v", err)
 	}

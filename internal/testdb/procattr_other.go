@@ -15,9 +15,9 @@ func childProcAttr(owner *ownerIDs) *syscall.SysProcAttr {
 	return attr
 }
 
-// startChild starts cmd. Outside Linux nothing stops the server if this process is killed
+// StartChild starts cmd. Outside Linux nothing stops the server if this process is killed
 // before Main stops it.
-func startChild(cmd *exec.Cmd) (exited <-chan struct{}, err error) {
+func StartChild(cmd *exec.Cmd) (exited <-chan struct{}, err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
