@@ -44,17 +44,25 @@ chaos:
 
 ## bench: pglock against raw SQL, the seed design, cirello.io/pglock and bsm/redislock in one
 ## run (bench/, a module of its own so peers never enter the library's dependencies), within
-## 5 minutes; it rewrites docs/benchmarks.md and its charts. The module proxy does not serve
-## cirello.io/pglock: its source is unpacked from the clone PGLOCK_CIRELLO_GIT names, and without
-## one its column is left out, with a note. Redis: 127.0.0.1:6379, else a redis-server it starts.
-PGLOCK_CIRELLO_GIT ?= /work/.mirror/cirello-io+pglock/repo
+## 5 minutes; it rewrites docs/benchmarks.md and its charts. cirello.io/pglock is built from
+## its source at PGLOCK_CIRELLO_COMMIT, cloned from PGLOCK_CIRELLO_GIT (a local mirror when there
+## is one, else GitHub) into the ignored bench/.peers/; when that fails its column is left out,
+## with a note. Redis: one it starts if redis-server is on PATH, else 127.0.0.1:6379.
+PGLOCK_CIRELLO_GIT ?= $(firstword $(wildcard /work/.mirror/cirello-io+pglock/repo) https://github.com/cirello-io/pglock.git)
+PGLOCK_CIRELLO_COMMIT ?= 38e8fcfb538beff91c4c8d9f4c26a26785083e72
 bench:
-	@tags=; if [ ! -f bench/.peers/cirello-pglock/go.mod ]; then \
-	  if git --git-dir="$(PGLOCK_CIRELLO_GIT)" rev-parse -q --verify HEAD >/dev/null 2>&1; then \
-	    mkdir -p bench/.peers/cirello-pglock && \
-	    git --git-dir="$(PGLOCK_CIRELLO_GIT)" archive HEAD | tar -x -C bench/.peers/cirello-pglock; \
-	  else echo "bench: no clone of cirello.io/pglock at PGLOCK_CIRELLO_GIT=$(PGLOCK_CIRELLO_GIT): its column is left out"; \
-	    tags=nocirello; fi; fi; \
+	@peer=bench/.peers/cirello-pglock; clone=bench/.peers/cirello.git; \
+	if [ "$$(cat $$peer/COMMIT 2>/dev/null)" != "$(PGLOCK_CIRELLO_COMMIT)" ]; then \
+	  rm -rf $$peer $$clone; mkdir -p $$peer; \
+	  if git clone -q --bare "$(PGLOCK_CIRELLO_GIT)" $$clone && \
+	     git --git-dir=$$clone archive $(PGLOCK_CIRELLO_COMMIT) | tar -x -C $$peer && [ -f $$peer/go.mod ]; then \
+	    echo $(PGLOCK_CIRELLO_COMMIT) > $$peer/COMMIT; \
+	  else \
+	    rm -rf $$peer; echo "bench: no cirello.io/pglock at $(PGLOCK_CIRELLO_COMMIT) from $(PGLOCK_CIRELLO_GIT): its column is left out"; \
+	  fi; \
+	  rm -rf $$clone; \
+	fi; \
+	tags=; [ -f $$peer/COMMIT ] || tags=nocirello; \
 	cd bench && $(GO) run -tags "$$tags" . -out ../docs
 
 ## bench-packages: each package's benchmarks, each comparing pglock with its baseline in the same

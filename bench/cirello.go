@@ -6,6 +6,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
+	"strings"
 	"time"
 
 	cirello "cirello.io/pglock"
@@ -31,6 +33,7 @@ var cirelloDesign = &design{
 			return nil, err
 		}
 		db.SetMaxOpenConns(int(pool.Config().MaxConns))
+		db.SetMaxIdleConns(int(pool.Config().MaxConns)) // database/sql keeps 2 by default: no redialling
 		c, err := cirello.New(db, cirello.WithLeaseDuration(cirelloLease),
 			cirello.WithHeartbeatFrequency(cirelloHeartbeat), cirello.WithCustomTable(cirelloTable))
 		if err != nil {
@@ -43,6 +46,15 @@ var cirelloDesign = &design{
 		}
 		return cirelloLocker{c, db}, nil
 	},
+}
+
+// cirelloCommit is the commit of cirello.io/pglock's source that make bench unpacked.
+func cirelloCommit() string {
+	commit, err := os.ReadFile(".peers/cirello-pglock/COMMIT")
+	if err != nil {
+		return "of unknown commit"
+	}
+	return "commit " + strings.TrimSpace(string(commit))
 }
 
 // cirelloFillSQL makes live rows in cirello's table for the many-rows scenario.

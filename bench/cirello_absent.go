@@ -7,3 +7,5 @@ package main
 var cirelloDesign *design
 
 const cirelloFillSQL = ""
+
+func cirelloCommit() string { return "" }

@@ -21,13 +21,13 @@ const (
 // dedup: 4 instances delivering distinct keys, each delivery's effect one INSERT, through
 // jobs.RunTx against the same INSERT in a raw transaction, in alternating slots.
 func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error {
-	if _, err := e.db.Pool.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL)`); err != nil {
+	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL)`); err != nil {
 		return err
 	}
 	pools := make([]*pgxpool.Pool, dedupWorkers)
 	dedupers := make([]*jobs.Deduper, dedupWorkers)
 	for i := range pools {
-		pool, err := newPool(ctx, e.db.URL(), 4)
+		pool, err := newPool(ctx, e.url, 4)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -25,10 +26,12 @@ import (
 
 // env is what every scenario runs against.
 type env struct {
-	db        *testdb.DB
-	redisAddr string   // "" when no Redis could be had
-	designs   []design // in the report's order, raw SQL first
-	notes     []string // what was left out, and why
+	url        string        // the benchmark database's
+	admin      *pgxpool.Pool // a pool on it, for set-up and reading
+	redisAddr  string        // "" when no Redis could be had
+	redisOwned bool          // started by the benchmark
+	designs    []design      // in the report's order, raw SQL first
+	notes      []string      // what was left out, and why
 }
 
 // newPool opens a pool of its own, an instance, on url with at most maxConns connections.
@@ -63,12 +66,12 @@ func run(ctx context.Context, out string) error {
 	} else {
 		e.notes = append(e.notes, "cirello.io/pglock is left out: this run was built without its source (the module proxy does not serve it; `make bench` unpacks it from a clone named by PGLOCK_CIRELLO_GIT).")
 	}
-	addr, stopRedis, err := findRedis(ctx)
+	addr, owned, stopRedis, err := findRedis(ctx)
 	if err != nil {
 		e.notes = append(e.notes, fmt.Sprintf("bsm/redislock is left out: %v.", err))
 	} else {
 		defer stopRedis()
-		e.redisAddr = addr
+		e.redisAddr, e.redisOwned = addr, owned
 		e.designs = append(e.designs, redisDesign)
 	}
 
@@ -81,7 +84,7 @@ func run(ctx context.Context, out string) error {
 		return err
 	}
 	defer done()
-	e.db = d
+	e.url, e.admin = d.URL(), d.Pool
 	if _, err := d.Pool.Exec(ctx, seedSchema); err != nil {
 		return fmt.Errorf("installing the seed design: %w", err)
 	}
@@ -116,8 +119,8 @@ func run(ctx context.Context, out string) error {
 
 // machine is what the report says the figures were measured on.
 type machine struct {
-	cpu, kernel, postgres, redis, goVersion, commit, date string
-	cores                                                 int
+	cpu, kernel, postgres, redis, goVersion, commit, date, libraries string
+	cores                                                            int
 }
 
 func describeMachine(ctx context.Context, e *env) (machine, error) {
@@ -133,14 +136,40 @@ func describeMachine(ctx context.Context, e *env) (machine, error) {
 	if release, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.kernel = "Linux " + strings.TrimSpace(string(release))
 	}
-	if err := e.db.Pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&m.postgres); err != nil {
+	var version, fsync, syncCommit, sharedBuffers, maxConnections string
+	if err := e.admin.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers'), current_setting('max_connections')`).
+		Scan(&version, &fsync, &syncCommit, &sharedBuffers, &maxConnections); err != nil {
 		return m, err
 	}
+	m.postgres = fmt.Sprintf("%s (fsync %s, synchronous_commit %s, shared_buffers %s, max_connections %s)",
+		version, fsync, syncCommit, sharedBuffers, maxConnections)
+	m.libraries = libraryVersions()
 	if e.redisAddr != "" {
-		m.redis = redisVersion(ctx, e.redisAddr)
+		m.redis = describeRedis(ctx, e.redisAddr, e.redisOwned)
 	}
 	m.commit = gitCommit()
 	return m, nil
+}
+
+// libraryVersions lists the versions of the libraries measured, as this binary was built with
+// them.
+func libraryVersions() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	var out []string
+	for _, dep := range info.Deps {
+		switch dep.Path {
+		case "github.com/jackc/pgx/v5", "github.com/bsm/redislock", "github.com/redis/go-redis/v9", "github.com/lib/pq":
+			out = append(out, dep.Path+" "+dep.Version)
+		}
+	}
+	if cirelloDesign != nil {
+		out = append(out, "cirello.io/pglock "+cirelloCommit())
+	}
+	return strings.Join(out, ", ")
 }
 
 // gitCommit names the commit measured, marked dirty when the work tree has changes.

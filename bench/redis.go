@@ -25,7 +25,7 @@ const redisTTL = 30 * time.Second
 
 var redisDesign = design{
 	name: "bsm/redislock",
-	note: "`github.com/bsm/redislock` on go-redis v9 (pool 20), TTL 30 s, `LinearBackoff(100 ms)` to wait (its README's strategy; by default it does not retry); Redis on loopback, nothing persisted",
+	note: "`github.com/bsm/redislock` on go-redis v9 (a pool of 20), TTL 30 s, `LinearBackoff(100 ms)` to wait (its README's strategy; by default it does not retry)",
 	open: func(ctx context.Context, e *env, _ *pgxpool.Pool) (locker, error) {
 		client := redis.NewClient(&redis.Options{Addr: e.redisAddr, PoolSize: 20})
 		return redisLocker{redislock.New(client), client}, nil
@@ -53,50 +53,47 @@ func (r redisLocker) try(ctx context.Context, name string) (func(context.Context
 }
 
 func (r redisLocker) acquire(ctx context.Context, name string) (func(context.Context) error, error) {
-	release, err := r.obtain(ctx, name, redislock.LinearBackoff(redisRetry))
-	if errors.Is(err, errBusy) && ctx.Err() != nil {
-		return nil, ctx.Err() // redislock gives up with ErrNotObtained when ctx ends
-	}
-	return release, err
+	return r.obtain(ctx, name, redislock.LinearBackoff(redisRetry))
 }
 
 func (r redisLocker) close() { r.client.Close() }
 
-// findRedis returns the address of a Redis server that answers: PGLOCK_BENCH_REDIS_ADDR, else
-// 127.0.0.1:6379, else one it starts on a free loopback port (stop stops it) if redis-server is
-// on PATH. With none, it says why, and the bsm/redislock column is left out.
-func findRedis(ctx context.Context) (addr string, stop func(), err error) {
+// findRedis returns the address of a Redis server for the bsm/redislock column: one it starts on
+// a free loopback port, with nothing persisted, when redis-server is on PATH (so that its
+// counters count the benchmark alone); otherwise the one at PGLOCK_BENCH_REDIS_ADDR or
+// 127.0.0.1:6379, if it answers. owned says which; stop stops a server it started. With
+// neither, it says why, and the column is left out.
+func findRedis(ctx context.Context) (addr string, owned bool, stop func(), err error) {
+	if bin, err := exec.LookPath("redis-server"); err == nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", false, nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--daemonize", "no")
+		if err := cmd.Start(); err != nil {
+			return "", false, nil, err
+		}
+		stop = func() { cmd.Process.Kill(); cmd.Wait() }
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if redisAnswers(ctx, addr) {
+				return addr, true, stop, nil
+			}
+		}
+		stop()
+		return "", false, nil, fmt.Errorf("redis-server started on %s did not answer within 10 s", addr)
+	}
 	addr = os.Getenv("PGLOCK_BENCH_REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
 	if redisAnswers(ctx, addr) {
-		return addr, func() {}, nil
+		return addr, false, func() {}, nil
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", nil, fmt.Errorf("no Redis answers at %s and redis-server is not on PATH", addr)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no")
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop = func() { cmd.Process.Kill(); cmd.Wait() }
-	addr = fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if redisAnswers(ctx, addr) {
-			return addr, stop, nil
-		}
-	}
-	stop()
-	return "", nil, fmt.Errorf("redis-server started on %s did not answer within 10 s", addr)
+	return "", false, nil, fmt.Errorf("redis-server is not on PATH and no Redis answers at %s", addr)
 }
 
 func redisAnswers(ctx context.Context, addr string) bool {
@@ -107,17 +104,20 @@ func redisAnswers(ctx context.Context, addr string) bool {
 	return client.Ping(ctx).Err() == nil
 }
 
-func redisVersion(ctx context.Context, addr string) string {
+// describeRedis says which Redis the column ran on.
+func describeRedis(ctx context.Context, addr string, owned bool) string {
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer client.Close()
-	info, err := client.Info(ctx, "server").Result()
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v + ", on loopback, nothing persisted"
+	version := "unknown version"
+	if info, err := client.Info(ctx, "server").Result(); err == nil {
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				version = v
+			}
 		}
 	}
-	return "unknown"
+	if owned {
+		return version + ", started by the benchmark on loopback, nothing persisted"
+	}
+	return version + ", an existing server at " + addr + " (its counters include any other client's traffic)"
 }

@@ -70,7 +70,7 @@ func index(designs []design, name string) int {
 
 // latencyTable: p50, p99 and operations per second of each design, its median against raw
 // SQL's, and tablelock's median against its.
-func (r *report) latencyTable(_, title, intro string, designs []design, results []latency) {
+func (r *report) latencyTable(title, intro string, designs []design, results []latency) {
 	raw, tl := results[index(designs, rawSQL.name)], results[index(designs, tablelockDesign.name)]
 	var rows [][]string
 	for i, d := range designs {
@@ -91,7 +91,7 @@ func (r *report) manyLocksTable(designs []design, small, big []latency) {
 			ratio(float64(big[i].p50), float64(small[i].p50)), ratio(float64(big[i].p50), float64(big[raw].p50))})
 	}
 	r.add("Acquire among 1k and 1M live locks",
-		fmt.Sprintf("The uncontended try and release of one name while 1,000 or 1,000,000 other locks are live: two databases (for Redis, two logical databases) measured in the same rounds, %d of them. Advisory locks have no rows, and PostgreSQL's lock table could not hold a million of them (`max_locks_per_transaction`), so they are left out here.", len(small[0].samples)),
+		fmt.Sprintf("The uncontended try and release of one name while 1,000 or 1,000,000 other locks are live: two databases on one server (for Redis, two logical databases of one server) measured in the same rounds, %d of them. Advisory locks have no rows, and PostgreSQL's lock table could not hold a million of them (`max_locks_per_transaction`), so they are left out here.", len(small[0].samples)),
 		mdTable([]string{"design", "p50 at 1k", "p50 at 1M", "p99 at 1k", "p99 at 1M", "p50 at 1M ÷ at 1k", "p50 at 1M ÷ raw SQL's"}, rows))
 }
 
@@ -106,24 +106,29 @@ func (r *report) handoffSection(results []handoffResult) {
 		for w, c := range h.perWorker {
 			shares[w] = fmt.Sprintf("%.0f", 100*float64(c)/float64(max(h.acquisitions, 1)))
 		}
-		rows = append(rows, []string{h.design, perSecond(throughput(h)), ms(l.p50), ms(l.p99), ms(l.samples[len(l.samples)-1]),
+		longest := ms(l.samples[len(l.samples)-1])
+		if h.unfinished > 0 {
+			longest = "≥ " + longest // a wait cut short by the slot's end may be the longest
+		}
+		rows = append(rows, []string{h.design, perSecond(throughput(h)), ms(l.p50), ms(l.p99), longest, fmt.Sprint(h.unfinished),
 			strings.Join(shares, " / "), fmt.Sprintf("%.0f %%", 100*float64(h.handoffs)/float64(max(h.acquisitions-1, 1))),
 			fmt.Sprint(h.overlaps), ratio(throughput(h), throughput(raw)), ratio(throughput(tl), throughput(h))})
 	}
 	r.add("4-way contended handoff",
-		fmt.Sprintf("Four instances (a pool each) contend for one name: each waits for it, steps in and out at once, and asks again, for %s per design per round, %d rounds, designs interleaved. *Handoffs* are acquisitions by another worker than the one before; a fair queue hands off nearly every time, a design whose releaser can take the lock straight back hands off rarely. *Overlaps* counts acquisitions made while another worker was inside: it must be 0. A wait still open when a slot ends counts at its length so far. tablelock's handoff is durable (the new holder and its fencing token are committed before it is told); raw SQL's and advisory's are in memory, nothing written, and nothing survives a crash of the server.", handoffSlot, handoffRounds),
-		mdTable([]string{"design", "acquisitions/s", "p50 wait", "p99 wait", "longest wait", "shares (%)", "handoffs", "overlaps", "throughput ÷ raw SQL's", "tablelock's throughput ÷ this"}, rows)+
+		fmt.Sprintf("Four instances (a pool each) contend for one name: each waits for it, steps in and out at once, and asks again, for %s per design per round, %d rounds, designs interleaved. *Handoffs* are acquisitions by another worker than the one before; a fair queue hands off nearly every time, a design whose releaser can take the lock straight back hands off rarely. *Overlaps* counts acquisitions made while another worker was still inside (a cheap check: the critical sections are empty). A wait still open when a slot ends counts at its length so far (*waits cut short*), so the longest wait is then a lower bound. Raw SQL waits here with a blocking `pg_advisory_lock`, the cheapest wait PostgreSQL offers, like pglock advisory: in memory, nothing written, nothing that survives the server. tablelock's handoff is durable: the new holder and its fencing token are committed before it is told (tablelock's own `BenchmarkHandoff`, in `make bench-packages`, compares it with the floor of a durable queue written by hand).", handoffSlot, handoffRounds),
+		mdTable([]string{"design", "acquisitions/s", "p50 wait", "p99 wait", "longest wait", "waits cut short", "shares (%)", "handoffs", "overlaps", "throughput ÷ raw SQL's", "tablelock's throughput ÷ this"}, rows)+
 			"\n![Each acquisition's wait, per design](bench/handoff-waits.png)\n\n![Each worker's share of the acquisitions, per design](bench/handoff-shares.png)\n")
 }
 
 func (r *report) waitersTable(results []waitersResult) {
 	var rows [][]string
 	for _, w := range results {
-		rows = append(rows, []string{w.design, fmt.Sprintf("%d", w.served), ms(w.elapsed),
-			perSecond(float64(w.served) / w.elapsed.Seconds()), fmt.Sprint(w.connections), fmt.Sprintf("%.1f", w.requests)})
+		rows = append(rows, []string{w.design, fmt.Sprintf("%d of %d", w.served, waiters*waitersRounds), ms(w.elapsed),
+			perSecond(float64(w.served) / w.elapsed.Seconds()), fmt.Sprint(w.connections),
+			fmt.Sprintf("%.1f", float64(w.requests)/float64(max(w.served, 1)))})
 	}
 	r.add("1,000 waiters in one process",
-		fmt.Sprintf("One process, %d goroutines waiting for one name; when the holder lets go, each takes the lock once and lets go at once. Every design may use %d connections (Redis: a client pool of %d); designs that wait on a pinned session (raw SQL's `pg_advisory_lock`, pglock advisory) need one per waiter, so the rest wait for a connection. *Connections* is the most the design had open to the server at once. *Requests per acquisition* is what the server did per lock taken, from its own counters (PostgreSQL's transactions in `pg_stat_database`, Redis's `total_commands_processed`): the wake-ups a release costs, polls included. Waiters left after %s are counted as not served.", waiters, waitersPool, waitersPool, waitersTimeout),
+		fmt.Sprintf("One process, %d goroutines waiting for one name; when the holder lets go, each takes the lock once and lets go at once; %d rounds, designs in turn, the order rotated. Every design may use %d connections (Redis: a client pool of %d); designs that wait on a pinned session (raw SQL's `pg_advisory_lock`, pglock advisory) need one per waiter, so the rest queue for a connection in the client (pglock advisory's holder keeps one of the %d; tablelock's one LISTEN connection comes on top). *Connections* is the most the design had open to the server at once. *Requests per acquisition* is what the server did from the release on, per lock taken, from its own counters: PostgreSQL's transactions (`pg_stat_database`), Redis's commands (`total_commands_processed`). For the polling designs it is their polls: the wake-ups a release costs; for the others, the acquisition, release and any session a waiter opens. Waiters still waiting %s after the release are not served.", waiters, waitersRounds, waitersPool, waitersPool, waitersPool, waitersTimeout),
 		mdTable([]string{"design", "served", "time to serve them", "acquisitions/s", "connections", "requests per acquisition"}, rows))
 }
 
@@ -131,7 +136,7 @@ func (r *report) dedupTable(raw, runTx latency, spent [2]time.Duration) {
 	rawRate := float64(len(raw.samples)) / spent[0].Seconds()
 	runTxRate := float64(len(runTx.samples)) / spent[1].Seconds()
 	r.add("Deduplicated delivery",
-		fmt.Sprintf("Four instances deliver distinct keys, each delivery's effect one INSERT: through `jobs.RunTx` (claim, effect and outcome in one transaction) against the INSERT in a raw transaction (BEGIN, INSERT, COMMIT), in alternating slots of %s, %d rounds.", dedupSlot, dedupRounds),
+		fmt.Sprintf("Four instances deliver distinct keys, each delivery's effect one INSERT: through `jobs.RunTx` (claim, effect and outcome in one transaction) against the INSERT in a raw transaction (BEGIN, INSERT, COMMIT), in alternating slots of %s, %d rounds. Where RunTx's time goes: one round trip more (four against three), and its claim and outcome are PL/pgSQL functions that check their input, write the job's record (a row and its index), and bound the transaction's idle time; several times the server's work for one INSERT, and with four workers on two cores the server's CPU is what both ways run out of. What it buys: a duplicate delivery runs nothing, and the effect and its record commit together or not at all.", dedupSlot, dedupRounds),
 		mdTable([]string{"way", "deliveries/s (4 workers)", "p50", "p99", "throughput ÷ raw's"}, [][]string{
 			{"raw INSERT transaction", perSecond(rawRate), ms(raw.p50), ms(raw.p99), "1.00×"},
 			{"pglock jobs.RunTx", perSecond(runTxRate), ms(runTx.p50), ms(runTx.p99), ratio(runTxRate, rawRate)},
@@ -156,8 +161,8 @@ func (r *report) write(dir string) error {
 <!-- Written by make bench (bench/): edit the program, not this page. -->
 
 pglock measured side by side with raw SQL, the seed design it grew from, cirello.io/pglock and
-bsm/redislock, in one run: every scenario interleaves the designs round by round, so the noise
-of a shared machine falls on every column alike. Read the ratios; the absolute figures belong to
+bsm/redislock, in one run: every scenario interleaves the designs (round by round, or in slots
+whose order rotates), so the noise of a shared machine falls on every column alike. Read the ratios; the absolute figures belong to
 this machine. Reproduce with:
 
     make bench    # regenerates this page and its charts (about %.0f minutes)
@@ -166,13 +171,14 @@ this machine. Reproduce with:
 |---|---|
 | measured | %s, commit %s |
 | machine | %s, %d cores, %s |
-| PostgreSQL | %s, on loopback (settings as initdb leaves them; fsync on) |
+| PostgreSQL | %s |
 | Redis | %s |
 | Go | %s |
+| libraries | %s |
 
 ## The designs
 
-`, r.elapsed.Minutes()+0.5, m.date, m.commit, m.cpu, m.cores, m.kernel, m.postgres, orNone(m.redis, "left out"), m.goVersion)
+`, r.elapsed.Minutes()+0.5, m.date, m.commit, m.cpu, m.cores, m.kernel, m.postgres, orNone(m.redis, "left out"), m.goVersion, m.libraries)
 	for _, d := range r.designs {
 		fmt.Fprintf(&b, "- **%s**: %s.\n", d.name, d.note)
 	}
@@ -249,7 +255,7 @@ func (r *report) drawShares(path string) error {
 		}
 		bars.Color = plotutil.Color(w)
 		bars.LineStyle.Width = 0
-		bars.Offset = width * vg.Length(w-handoffWorkers/2)
+		bars.Offset = width * (vg.Length(w) - vg.Length(handoffWorkers-1)/2) // the group centred on its name
 		p.Add(bars)
 		p.Legend.Add(fmt.Sprintf("worker %d", w+1), bars)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/migrations"
 )
 
 // fillPostgres makes rows live locks in every PostgreSQL design's table on pool.
@@ -61,8 +61,40 @@ func fillRedis(ctx context.Context, addr string, db, keys int) (func(), error) {
 	}, err
 }
 
+// siblingDatabase makes another database on the server of dbURL, migrated and with the seed
+// design, so that two sizes are measured on one server; drop drops it.
+func siblingDatabase(ctx context.Context, dbURL string) (url string, drop func(), err error) {
+	admin, err := pgx.Connect(ctx, maintenanceURL(dbURL))
+	if err != nil {
+		return "", nil, err
+	}
+	name := fmt.Sprintf("pglock_bench_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return "", nil, err
+	}
+	drop = func() {
+		admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)")
+		admin.Close(context.Background())
+	}
+	url = withDatabase(dbURL, name)
+	pool, err := newPool(ctx, url, 2)
+	if err == nil {
+		err = migrations.Up(ctx, pool)
+		if err == nil {
+			_, err = pool.Exec(ctx, seedSchema)
+		}
+		pool.Close()
+	}
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	return url, drop, nil
+}
+
 // manyLocks: the uncontended try and release with 1,000 and with 1,000,000 other live locks, in
-// two databases (and two Redis databases) measured in the same rounds.
+// two databases on one server (and two Redis databases) measured in the same rounds.
 func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any)) error {
 	var designs []design
 	for _, d := range e.designs {
@@ -70,22 +102,17 @@ func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any))
 			designs = append(designs, d)
 		}
 	}
-	big, done, err := testdb.Throwaway(ctx)
+	bigURL, dropBig, err := siblingDatabase(ctx, e.url)
 	if err != nil {
 		return err
 	}
-	defer done()
-	if _, err := big.Pool.Exec(ctx, seedSchema); err != nil {
-		return err
-	}
+	defer dropBig()
 	var lockers [2][]locker
 	for size, rows := range []int{1_000, 1_000_000} {
-		db := e.db
-		if size == 1 {
-			db = big
-		}
 		sized := *e
-		sized.db = db
+		if size == 1 {
+			sized.url = bigURL
+		}
 		ls, closeAll, err := instances(ctx, &sized, designs, 4)
 		if err != nil {
 			return err
@@ -93,7 +120,13 @@ func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any))
 		defer closeAll()
 		lockers[size] = ls
 		say("filling %d live locks per design", rows)
-		if err := fillPostgres(ctx, db.Pool, rows); err != nil {
+		pool, err := newPool(ctx, sized.url, 2)
+		if err != nil {
+			return err
+		}
+		err = fillPostgres(ctx, pool, rows)
+		pool.Close()
+		if err != nil {
 			return err
 		}
 		for i, d := range designs {
@@ -126,52 +159,69 @@ func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any))
 	return nil
 }
 
-// waitersResult is what 1,000 waiters on one name did with a design.
+// waitersResult is what 1,000 waiters on one name did with a design, summed over rounds.
 type waitersResult struct {
 	design      string
 	served      int
 	elapsed     time.Duration
-	connections int     // the most connections (or Redis clients) the design had open at once
-	requests    float64 // statements (Redis commands) the server ran per acquisition
+	connections int // the most connections (or Redis clients) the design had open at once
+	requests    int // statements (Redis commands) the server ran from the release on
+}
+
+func (r *waitersResult) add(other waitersResult) {
+	r.served += other.served
+	r.elapsed += other.elapsed
+	r.connections = max(r.connections, other.connections)
+	r.requests += other.requests
 }
 
 const (
 	waiters        = 1000
+	waitersRounds  = 2
 	waitersPool    = 20 // connections each design may use, Redis clients included
-	waitersTimeout = 15 * time.Second
+	waitersTimeout = 10 * time.Second
 )
 
 // thousandWaiters: one process, 1,000 goroutines waiting for one name; the holder lets go and
-// each waiter takes the lock once and lets go at once. What it costs the server: connections
-// and requests per acquisition, read from PostgreSQL's statistics (transactions, which backends
-// flush when they exit) or Redis's INFO.
+// each waiter takes the lock once and lets go at once; designs in turn, in rounds. What it costs
+// the server: connections, and requests per acquisition from the release on, read from
+// PostgreSQL's statistics (transactions, which backends flush when they exit) or Redis's INFO.
 func thousandWaiters(ctx context.Context, e *env, r *report, say func(string, ...any)) error {
-	stats, err := pgx.Connect(ctx, maintenanceURL(e.db.URL()))
+	stats, err := pgx.Connect(ctx, maintenanceURL(e.url))
 	if err != nil {
 		return err
 	}
 	defer stats.Close(context.Background())
-	var results []waitersResult
-	for _, d := range e.designs {
-		res, err := waitersRun(ctx, e, d, stats)
-		if err != nil {
-			return fmt.Errorf("%s: %w", d.name, err)
+	results := make([]waitersResult, len(e.designs))
+	for i, d := range e.designs {
+		results[i].design = d.name
+	}
+	for round := range waitersRounds {
+		for k := range e.designs {
+			i := (round + k) % len(e.designs)
+			res, err := waitersRun(ctx, e, e.designs[i], stats)
+			if err != nil {
+				return fmt.Errorf("%s: %w", e.designs[i].name, err)
+			}
+			say("%s: %d served in %s", e.designs[i].name, res.served, res.elapsed.Round(time.Millisecond))
+			results[i].add(res)
 		}
-		say("%s: %d served in %s", d.name, res.served, res.elapsed.Round(time.Millisecond))
-		results = append(results, res)
 	}
 	r.waitersTable(results)
 	return nil
 }
 
-// maintenanceURL is url on the postgres database, so that sampling the server does not count
+// maintenanceURL is dbURL on the postgres database, so that sampling the server does not count
 // as the benchmark database's work.
-func maintenanceURL(dbURL string) string {
+func maintenanceURL(dbURL string) string { return withDatabase(dbURL, "postgres") }
+
+// withDatabase is dbURL on database name.
+func withDatabase(dbURL, name string) string {
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		return dbURL
 	}
-	u.Path = "/postgres"
+	u.Path = "/" + name
 	return u.String()
 }
 
@@ -215,17 +265,24 @@ func serverCounters(e *env, d design, stats *pgx.Conn, dbName string) (counters,
 func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waitersResult, error) {
 	res := waitersResult{design: d.name}
 	var dbName string
-	if err := e.db.Pool.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+	if err := e.admin.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
 		return res, err
 	}
-	e.db.Pool.Reset() // its idle connections would count as the design's
 	read, closeCounters := serverCounters(e, d, stats, dbName)
 	defer closeCounters()
-	requestsBefore, connectionsBefore, err := read(ctx)
-	if err != nil {
-		return res, err
+	// No connection of an earlier run or of the set-up pool may count as the design's.
+	e.admin.Reset()
+	var connectionsBefore int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if _, connectionsBefore, err = read(ctx); err != nil {
+			return res, err
+		}
+		if d.name == redisDesign.name || connectionsBefore == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
-	pool, err := newPool(ctx, e.db.URL(), waitersPool)
+	pool, err := newPool(ctx, e.url, waitersPool)
 	if err != nil {
 		return res, err
 	}
@@ -250,7 +307,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waiters
 		}
 	}
 
-	run, cancel := context.WithTimeout(ctx, waitersTimeout)
+	run, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		served, peak atomic.Int64
@@ -299,7 +356,18 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waiters
 		})
 	}
 	time.Sleep(time.Second) // let them all queue
+	requestsBefore, _, err := read(ctx)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		stopSampling()
+		sampler.Wait()
+		return res, err
+	}
+	samplesBefore := samples.Load()
 	start := time.Now()
+	timeout := time.AfterFunc(waitersTimeout, cancel) // waiters left then are not served
+	defer timeout.Stop()
 	releaseErr := release(ctx)
 	wg.Wait()
 	res.elapsed = time.Since(start)
@@ -322,11 +390,10 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waiters
 	if len(errs) > 0 {
 		return res, fmt.Errorf("%d waiters failed, the first with: %w", len(errs), errs[0])
 	}
-	requests := requestsAfter - requestsBefore
+	res.requests = requestsAfter - requestsBefore
 	if d.name == redisDesign.name {
-		requests -= int(samples.Load()) + 1 // the sampler's INFO commands, and the last read's
+		res.requests -= int(samples.Load()-samplesBefore) + 1 // the sampler's INFO commands, and the last read's
 	}
 	res.connections = int(peak.Load()) - connectionsBefore
-	res.requests = float64(requests) / float64(max(res.served, 1))
 	return res, nil
 }

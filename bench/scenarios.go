@@ -23,7 +23,7 @@ func instances(ctx context.Context, e *env, designs []design, maxConns int32) (l
 		}
 	}
 	for _, d := range designs {
-		pool, err := newPool(ctx, e.db.URL(), maxConns)
+		pool, err := newPool(ctx, e.url, maxConns)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -56,8 +56,8 @@ func uncontended(ctx context.Context, e *env, r *report, _ func(string, ...any))
 	if err != nil {
 		return err
 	}
-	r.latencyTable("uncontended", "Uncontended acquire and release",
-		"One instance takes a free name with a try and releases it, again and again; every design in turn, round by round. Each operation is two round trips for every design (cirello.io/pglock: three, it reads a sequence first).",
+	r.latencyTable("Uncontended acquire and release",
+		"One instance takes a free name with a try and releases it, again and again; every design in turn, round by round. Each is two round trips for every design but cirello.io/pglock, which reads a sequence first and starts a heartbeat per lock that its release cancels.",
 		e.designs, results)
 	return nil
 }
@@ -95,7 +95,7 @@ func failedTry(ctx context.Context, e *env, r *report, _ func(string, ...any)) e
 	if err != nil {
 		return err
 	}
-	r.latencyTable("failed-try", "A failed try on a held lock",
+	r.latencyTable("A failed try on a held lock",
 		"Another instance holds the name; a try must answer \"held\" at once. Raw SQL is the same lease upsert, which updates nothing.",
 		e.designs, results)
 	return nil

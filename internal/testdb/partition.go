@@ -51,8 +51,9 @@ func (p *Proxy) Repoint(upstream string) error {
 func (p *Proxy) Close() { p.closed.Do(p.proxy.Stop) }
 
 // Partition stops all traffic, both ways, without closing anything: the server sees its
-// sessions go quiet, the client sees its reads and writes hang. heal lets traffic through
-// again.
+// sessions go quiet, the client sees its reads and writes hang (what was sent is dropped).
+// heal ends it: the connections that were cut off are closed (toxiproxy closes them as it
+// removes the toxic), and new ones pass.
 func (p *Proxy) Partition() (heal func() error, err error) {
 	return p.toxics("partition", `"type": "timeout", "attributes": {"timeout": 0}`)
 }
@@ -88,8 +89,8 @@ func (p *Proxy) toxics(name, body string) (func() error, error) {
 }
 
 // PartitionablePool opens a pool on the database whose every connection passes through a
-// Proxy; partition stops all traffic on it (Proxy.Partition), and the function it returns lets
-// traffic through again. configure, when not nil, may change the pool's settings first.
+// Proxy; partition stops all traffic on it (Proxy.Partition), and the function it returns ends
+// the partition. configure, when not nil, may change the pool's settings first.
 func (d *DB) PartitionablePool(t testing.TB, configure func(*pgxpool.Config)) (pool *pgxpool.Pool, partition func() (heal func())) {
 	t.Helper()
 	config, err := pgx.ParseConfig(d.url)
