@@ -121,20 +121,11 @@ func TestFailover(t *testing.T) {
 			admin, err := pgxpool.New(ctx, dbURL(primary.Port()))
 			require.NoError(t, err)
 			require.NoError(t, migrations.Up(ctx, admin))
-			// Each grant leaves its token in failover_grants in its own transaction: a grant is
-			// lost on the promoted standby exactly when its row is missing there.
+			// A grant is lost on the promoted standby exactly when its row in failover_grants is
+			// missing there.
 			_, err = admin.Exec(ctx, `
 				CREATE TABLE failover_writes (seq bigserial PRIMARY KEY, write text NOT NULL, name text NOT NULL, token bigint NOT NULL);
-				CREATE TABLE failover_grants (token bigint NOT NULL);
-				CREATE FUNCTION failover_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
-				BEGIN
-					IF TG_OP = 'INSERT' OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token THEN
-						INSERT INTO failover_grants (token) VALUES (NEW.fencing_token);
-					END IF;
-					RETURN NULL;
-				END $$;
-				CREATE TRIGGER failover_log_grant AFTER INSERT OR UPDATE OF fencing_token ON distributed_locks
-					FOR EACH ROW EXECUTE FUNCTION failover_log_grant();`)
+				CREATE SEQUENCE failover_order;`+testdb.GrantLogSQL("failover_grants", "failover_order"))
 			require.NoError(t, err)
 
 			link, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", primary.Port())) // the replication link

@@ -1,26 +1,14 @@
 package main
 
+import "github.com/pglock/pglock/internal/testdb"
+
 // The evidence the workers leave and the checker reads. Every timestamp is the database's
-// clock. One sequence orders grants and writes: a grant draws its number while it holds the
-// lock's row, and a fenced write while its fence holds that row, so for one name the numbers
-// follow the order in which those transactions committed.
-const evidenceSchema = `
-CREATE SEQUENCE chaos_order;
-CREATE TABLE chaos_grants (              -- every token tablelock handed out for a name
-	seq   bigint      NOT NULL DEFAULT nextval('chaos_order'),
-	name  text        NOT NULL,
-	token bigint      NOT NULL,
-	at    timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE FUNCTION chaos_log_grant() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF TG_OP = 'INSERT' OR NEW.fencing_token IS DISTINCT FROM OLD.fencing_token THEN
-		INSERT INTO chaos_grants (name, token) VALUES (NEW.lock_name, NEW.fencing_token);
-	END IF;
-	RETURN NULL;
-END $$;
-CREATE TRIGGER chaos_log_grant AFTER INSERT OR UPDATE OF fencing_token ON distributed_locks
-	FOR EACH ROW EXECUTE FUNCTION chaos_log_grant();
+// clock. One sequence orders grants (chaos_grants, testdb.GrantLogSQL) and writes: a grant
+// draws its number while it holds the lock's row, and a fenced write while its fence holds
+// that row, so for one name the numbers follow the order in which those transactions
+// committed.
+var evidenceSchema = `
+CREATE SEQUENCE chaos_order;` + testdb.GrantLogSQL("chaos_grants", "chaos_order") + `
 CREATE TABLE chaos_writes (              -- every write of the critical sections
 	seq    bigint      NOT NULL DEFAULT nextval('chaos_order'),
 	name   text        NOT NULL,
