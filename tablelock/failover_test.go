@@ -21,14 +21,17 @@ import (
 // failoverLoad is what the holders were told: every grant and every fenced write acknowledged
 // to them, which the promoted standby is then asked about, and when each held its name.
 type failoverLoad struct {
-	mu     sync.Mutex
-	grants map[int64]int    // token → acquisitions acknowledged with it
-	writes map[string]int64 // acknowledged fenced write → its token
-	held   map[string][]interval
-	since  int // acknowledged writes since the count was reset
+	mu       sync.Mutex
+	acquired int              // acquisitions acknowledged
+	grants   map[int64]int    // token → acquisitions acknowledged with it
+	writes   map[string]int64 // acknowledged fenced write → its token
+	held     map[string][]interval
+	mark     time.Time // writes begun after it are counted in since
+	since    int
 }
 
-// interval is a holder's time with its name, from Acquire's return to the call of Release.
+// interval is a holder's time acting with its name: from Acquire's return to the call of
+// Release.
 type interval struct{ from, to time.Time }
 
 // overlaps counts, per name, holders whose intervals overlap.
@@ -45,6 +48,20 @@ func (l *failoverLoad) overlaps() int {
 	return n
 }
 
+// count starts counting the acknowledged writes begun from now on.
+func (l *failoverLoad) count() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mark, l.since = time.Now(), 0
+}
+
+// counted is how many acknowledged writes began since count was called.
+func (l *failoverLoad) counted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.since
+}
+
 // run runs holders of names through pool until ctx ends: each takes its name, writes a row
 // fenced with the token, and lets go.
 func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *pgxpool.Pool, holder, name string) {
@@ -58,9 +75,11 @@ func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *
 		}
 		from := time.Now()
 		l.mu.Lock()
+		l.acquired++
 		l.grants[lk.Token()]++
 		l.mu.Unlock()
 		write := fmt.Sprintf("%s/%d", holder, n)
+		began := time.Now()
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if err := lk.Fence(ctx, tx); err != nil {
 				return err
@@ -68,18 +87,21 @@ func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *
 			_, err := tx.Exec(ctx, `INSERT INTO failover_writes (write, name, token) VALUES ($1, $2, $3)`, write, name, lk.Token())
 			return err
 		})
-		if err == nil {
-			l.mu.Lock()
-			l.writes[write] = lk.Token()
-			l.since++
-			l.mu.Unlock()
-		}
 		l.mu.Lock()
-		l.held[name] = append(l.held[name], interval{from, time.Now()})
+		if err == nil {
+			l.writes[write] = lk.Token()
+			if began.After(l.mark) {
+				l.since++
+			}
+		}
 		l.mu.Unlock()
+		to := time.Now()
 		releaseCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		lk.Release(releaseCtx)
+		lk.Release(releaseCtx) // one that fails is retried in the background, as its Locker does
 		cancel()
+		l.mu.Lock()
+		l.held[name] = append(l.held[name], interval{from, to})
+		l.mu.Unlock()
 	}
 }
 
@@ -170,23 +192,15 @@ func TestFailover(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond)
 			_, err = link.Partition() // the standby stops receiving
 			require.NoError(t, err)
-			time.Sleep(100 * time.Millisecond) // commits the standby confirmed before the cut return
-			load.mu.Lock()
-			load.since = 0
-			load.mu.Unlock()
+			load.count()
 			// Asynchronous: let the primary acknowledge what the standby will never see (more than
 			// the 32 values PostgreSQL logs a sequence ahead). Synchronous: its commits wait for
-			// the standby, and nothing may be acknowledged meanwhile.
-			acknowledged := func() int {
-				load.mu.Lock()
-				defer load.mu.Unlock()
-				return load.since
-			}
+			// the standby, and none begun after the cut may be acknowledged.
 			if tc.synchronous {
 				time.Sleep(time.Second)
-				require.Zero(t, acknowledged(), "nothing is acknowledged while the synchronous standby is cut off")
+				require.Zero(t, load.counted(), "nothing is acknowledged while the synchronous standby is cut off")
 			} else {
-				require.Eventually(t, func() bool { return acknowledged() >= 100 }, 20*time.Second, 10*time.Millisecond,
+				require.Eventually(t, func() bool { return load.counted() >= 100 }, 20*time.Second, 10*time.Millisecond,
 					"the primary acknowledges writes the standby does not receive")
 			}
 			step("crash")
@@ -195,7 +209,7 @@ func TestFailover(t *testing.T) {
 			link.Close()
 			require.NoError(t, primary.Crash())
 			load.mu.Lock()
-			grantsBefore, writesBefore := len(load.grants), len(load.writes)
+			grantsBefore, writesBefore := load.acquired, len(load.writes)
 			grantedBefore := maps.Clone(load.grants)
 			load.mu.Unlock()
 
@@ -218,10 +232,8 @@ func TestFailover(t *testing.T) {
 				require.NoError(t, err)
 			}
 			require.NoError(t, vip.Repoint(fmt.Sprintf("127.0.0.1:%d", standby.Port())))
-			load.mu.Lock()
-			load.since = 0
-			load.mu.Unlock()
-			require.Eventually(t, func() bool { return acknowledged() >= 200 }, 30*time.Second, 10*time.Millisecond,
+			load.count()
+			require.Eventually(t, func() bool { return load.counted() >= 200 }, 30*time.Second, 10*time.Millisecond,
 				"the holders carry on against the promoted standby")
 			stop()
 			holders.Wait()
@@ -258,7 +270,7 @@ func TestFailover(t *testing.T) {
 				}
 			}
 			overlaps := load.overlaps()
-			grantsAfter, writesAfter := len(load.grants)-grantsBefore, len(load.writes)-writesBefore
+			grantsAfter, writesAfter := load.acquired-grantsBefore, len(load.writes)-writesBefore
 			load.mu.Unlock()
 			var disorder int
 			require.NoError(t, promoted.QueryRow(ctx, `SELECT count(*) FROM (

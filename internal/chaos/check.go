@@ -25,10 +25,11 @@ type summary struct {
 // The checks: each counts the violations of one guarantee in the evidence. A query's count
 // must be 0.
 var checks = []struct{ name, sql string }{
-	// A section lasts from its enter to the last write made with its token, stale ones too.
+	// A section lasts from its enter to the last write made with its token, stale ones too, in
+	// commit order (seq), which no clock step can reorder.
 	{"overlapping sections", `
 		WITH s AS (
-			SELECT name, token, min(at) FILTER (WHERE kind = 'enter') AS entered, max(at) AS ended
+			SELECT name, token, min(seq) FILTER (WHERE kind = 'enter') AS entered, max(seq) AS ended
 			  FROM chaos_writes GROUP BY name, token)
 		SELECT count(*) FROM (
 			SELECT ended, lead(entered) OVER (PARTITION BY name ORDER BY entered) AS next

@@ -179,6 +179,9 @@ func (c *controller) setUp(ctx context.Context) (*pgxpool.Pool, error) {
 func (c *controller) startWorker(id, incarnation int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stopped { // a killed worker's restart, come too late
+		return nil
+	}
 	var w *workerProc
 	if id <= len(c.workers) {
 		w = c.workers[id-1]
@@ -245,11 +248,12 @@ func (c *controller) stopWorkers() {
 		}
 	}
 	c.mu.Unlock()
-	deadline := time.After(20 * time.Second)
+	expired := make(chan struct{})
+	time.AfterFunc(20*time.Second, func() { close(expired) })
 	for _, w := range workers {
 		select {
 		case <-w.exited:
-		case <-deadline:
+		case <-expired:
 			w.cmd.Process.Kill()
 			<-w.exited
 		}

@@ -33,7 +33,8 @@ const (
 	leaderLock        = "pglock.leader/" + election // the table lock leadership is
 	leaderTTL         = 2 * time.Second
 	schedule          = "chaos-tick"
-	jobKeys           = 5000 // deliveries pick among these, so many are delivered more than once
+	jobKeys           = 300 // deliveries pick among these, a new set every jobKeyEvery: each key is delivered many times
+	jobKeyEvery       = 5 * time.Second
 	deliverers        = 2    // per worker
 )
 
@@ -194,7 +195,7 @@ func recordStale(ctx context.Context, pool *pgxpool.Pool, kind, worker string, t
 // deliver delivers random keys through jobs.RunTx, each delivery's effect a row.
 func deliver(ctx context.Context, dedup *jobs.Deduper, worker string) {
 	for ctx.Err() == nil {
-		key := fmt.Sprint("job-", rand.IntN(jobKeys))
+		key := fmt.Sprintf("job-%d-%d", time.Now().UnixNano()/int64(jobKeyEvery), rand.IntN(jobKeys))
 		dedup.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO chaos_effects (key, worker) VALUES ($1, $2)`, key, worker)
 			return err
