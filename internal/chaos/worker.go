@@ -35,7 +35,7 @@ const (
 	schedule          = "chaos-tick"
 	jobKeys           = 300 // deliveries pick among these, a new set every jobKeyEvery: each key is delivered many times
 	jobKeyEvery       = 5 * time.Second
-	deliverers        = 2    // per worker
+	deliverers        = 2 // per worker
 )
 
 // work is one worker process, named like w1.0 (worker 1, first incarnation). It runs until
