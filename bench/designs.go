@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,13 +163,19 @@ func (a advisoryLocker) acquire(ctx context.Context, name string) (func(context.
 
 func (a advisoryLocker) close() { a.s.Close(context.Background()) }
 
-// poll retries try every interval until it takes name or ctx ends: how the seed design, and
-// redislock's linear retry, wait.
+// poll retries try every interval until it takes name or ctx ends: how the seed design waits.
+// A try that fails is retried as a busy one is, as a polling client would, and counted.
 func poll(ctx context.Context, interval time.Duration, try func(context.Context, string) (func(context.Context) error, error), name string) (func(context.Context) error, error) {
 	for {
 		release, err := try(ctx, name)
+		if err == nil {
+			return release, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if !errors.Is(err, errBusy) {
-			return release, err
+			pollFailures.record(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -176,4 +183,22 @@ func poll(ctx context.Context, interval time.Duration, try func(context.Context,
 		case <-time.After(interval):
 		}
 	}
+}
+
+// pollFailures counts the polls that failed, and keeps the first error, for the report.
+var pollFailures failures
+
+type failures struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (f *failures) record(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.first = err
+	}
+	f.n++
 }

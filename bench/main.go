@@ -109,6 +109,9 @@ func run(ctx context.Context, out string) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
+	if pollFailures.n > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("%d of the seed design's polls failed and were retried, the first with: %v.", pollFailures.n, pollFailures.first))
+	}
 	r.elapsed = time.Since(began)
 	if err := r.write(out); err != nil {
 		return err
