@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pglock/pglock/internal/testdb"
 )
 
 // redisRetry is how redislock waiters retry: its README's strategy, a try every 100 ms (it
@@ -27,9 +28,14 @@ var redisDesign = design{
 	name: "bsm/redislock",
 	note: "`github.com/bsm/redislock` on go-redis v9 (a pool of 20), TTL 30 s, `LinearBackoff(100 ms)` to wait (its README's strategy; by default it does not retry)",
 	open: func(ctx context.Context, e *env, _ *pgxpool.Pool) (locker, error) {
-		client := redis.NewClient(&redis.Options{Addr: e.redisAddr, PoolSize: 20})
-		return redisLocker{redislock.New(client), client}, nil
+		return newRedisLocker(e.redisAddr, 0), nil
 	},
+}
+
+// newRedisLocker is an instance's locker on logical database db of the Redis at addr.
+func newRedisLocker(addr string, db int) redisLocker {
+	client := redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: 20})
+	return redisLocker{redislock.New(client), client}
 }
 
 type redisLocker struct {
@@ -65,12 +71,10 @@ func (r redisLocker) close() { r.client.Close() }
 // neither, it says why, and the column is left out.
 func findRedis(ctx context.Context) (addr string, owned bool, stop func(), err error) {
 	if bin, err := exec.LookPath("redis-server"); err == nil {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port, err := testdb.FreePort()
 		if err != nil {
 			return "", false, nil, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--daemonize", "no")
 		if err := cmd.Start(); err != nil {

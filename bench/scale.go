@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -137,9 +136,8 @@ func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any))
 				if err != nil {
 					return err
 				}
-				client := redis.NewClient(&redis.Options{Addr: e.redisAddr, DB: redisDB, PoolSize: 20})
 				lockers[size][i].close()
-				lockers[size][i] = redisLocker{redislock.New(client), client}
+				lockers[size][i] = newRedisLocker(e.redisAddr, redisDB)
 			}
 		}
 	}

@@ -194,12 +194,14 @@ func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([
 	if limit < 1 || limit > 1<<31-1 {
 		return nil, fmt.Errorf("%w: cron: history limit %d must be positive", pglock.ErrInvalidArgument, limit)
 	}
-	if _, err := q.GetCronSchedule(ctx, name); err != nil {
-		return nil, fmt.Errorf("cron: history of %q: %w", name, notFound(err))
-	}
 	rows, err := q.CronHistory(ctx, db.CronHistoryParams{Schedule: name, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("cron: history of %q: %w", name, err)
+	}
+	if len(rows) == 0 { // no runs yet, or no such schedule: only the second is an error
+		if _, err := q.GetCronSchedule(ctx, name); err != nil {
+			return nil, fmt.Errorf("cron: history of %q: %w", name, notFound(err))
+		}
 	}
 	list := make([]RunRecord, len(rows))
 	for i, r := range rows {

@@ -93,10 +93,11 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 			fnErr = errors.Join(fnErr, lost)
 		}
 	}
+	if errors.Is(context.Cause(ctx), pglock.ErrReplaced) {
+		return // the newer run recorded this one canceled: there is no outcome left to record
+	}
 	pending, err := s.finish(e, id, run.Token, status, fnErr)
 	switch {
-	case err != nil && errors.Is(context.Cause(ctx), pglock.ErrReplaced):
-		// The newer run recorded this one canceled.
 	case errors.Is(err, pglock.ErrLockLost):
 		s.cfg.Logger.Warn("pglock: cron run outcome not recorded", "schedule", run.Schedule, "run", id, "status", status, "error", err)
 	case err != nil:

@@ -21,13 +21,21 @@ import (
 // failoverLoad is what the holders were told: every grant and every fenced write acknowledged
 // to them, which the promoted standby is then asked about, and when each held its name.
 type failoverLoad struct {
-	mu       sync.Mutex
-	acquired int              // acquisitions acknowledged
-	grants   map[int64]int    // token → acquisitions acknowledged with it
-	writes   map[string]int64 // acknowledged fenced write → its token
-	held     map[string][]interval
-	mark     time.Time // writes begun after it are counted in since
-	since    int
+	mu     sync.Mutex
+	grants map[int64]int    // token → acquisitions acknowledged with it
+	writes map[string]int64 // acknowledged fenced write → its token
+	held   map[string][]interval
+	mark   time.Time // writes begun after it are counted in since
+	since  int
+}
+
+// acquired is how many acquisitions were acknowledged. The caller holds mu.
+func (l *failoverLoad) acquired() int {
+	n := 0
+	for _, count := range l.grants {
+		n += count
+	}
+	return n
 }
 
 // interval is a holder's time acting with its name: from Acquire's return to the call of
@@ -75,7 +83,6 @@ func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *
 		}
 		from := time.Now()
 		l.mu.Lock()
-		l.acquired++
 		l.grants[lk.Token()]++
 		l.mu.Unlock()
 		write := fmt.Sprintf("%s/%d", holder, n)
@@ -150,7 +157,7 @@ func TestFailover(t *testing.T) {
 				CREATE SEQUENCE failover_order;`+testdb.GrantLogSQL("failover_grants", "failover_order"))
 			require.NoError(t, err)
 
-			link, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", primary.Port())) // the replication link
+			link, err := testdb.NewProxy(primary.Addr()) // the replication link
 			require.NoError(t, err)
 			t.Cleanup(link.Close)
 			standby, err := primary.Standby(ctx, link.Port, "cluster_name=standby")
@@ -170,7 +177,7 @@ func TestFailover(t *testing.T) {
 			}
 			admin.Close()
 
-			vip, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", primary.Port())) // where clients connect
+			vip, err := testdb.NewProxy(primary.Addr()) // where clients connect
 			require.NoError(t, err)
 			t.Cleanup(vip.Close)
 			load := &failoverLoad{grants: map[int64]int{}, writes: map[string]int64{}, held: map[string][]interval{}}
@@ -189,7 +196,9 @@ func TestFailover(t *testing.T) {
 			}
 			defer func() { stop(); holders.Wait() }()
 
-			time.Sleep(1500 * time.Millisecond)
+			load.count()
+			require.Eventually(t, func() bool { return load.counted() >= 100 }, 30*time.Second, 10*time.Millisecond,
+				"the holders work against the primary")
 			_, err = link.Partition() // the standby stops receiving
 			require.NoError(t, err)
 			load.count()
@@ -209,7 +218,7 @@ func TestFailover(t *testing.T) {
 			link.Close()
 			require.NoError(t, primary.Crash())
 			load.mu.Lock()
-			grantsBefore, writesBefore := load.acquired, len(load.writes)
+			grantsBefore, writesBefore := load.acquired(), len(load.writes)
 			grantedBefore := maps.Clone(load.grants)
 			load.mu.Unlock()
 
@@ -231,7 +240,7 @@ func TestFailover(t *testing.T) {
 					FROM pg_sequences WHERE sequencename LIKE '%fencing_token_seq'`)
 				require.NoError(t, err)
 			}
-			require.NoError(t, vip.Repoint(fmt.Sprintf("127.0.0.1:%d", standby.Port())))
+			require.NoError(t, vip.Repoint(standby.Addr()))
 			load.count()
 			require.Eventually(t, func() bool { return load.counted() >= 200 }, 30*time.Second, 10*time.Millisecond,
 				"the holders carry on against the promoted standby")
@@ -270,7 +279,7 @@ func TestFailover(t *testing.T) {
 				}
 			}
 			overlaps := load.overlaps()
-			grantsAfter, writesAfter := load.acquired-grantsBefore, len(load.writes)-writesBefore
+			grantsAfter, writesAfter := load.acquired()-grantsBefore, len(load.writes)-writesBefore
 			load.mu.Unlock()
 			var disorder int
 			require.NoError(t, promoted.QueryRow(ctx, `SELECT count(*) FROM (

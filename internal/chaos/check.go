@@ -111,10 +111,11 @@ func check(ctx context.Context, pool *pgxpool.Pool) (*summary, error) {
 	return s, nil
 }
 
-// ok: no violation, no worker failed on its own, every kind of fault was injected, and the
-// workers got work done.
+// ok: no violation, no failure of the suite itself, and every kind of fault was injected. It
+// adds to the details what is wrong.
 func (s *summary) ok() bool {
-	for _, kind := range []string{faultTerminate, faultPartition, faultLatency, faultPause, faultKill, faultRestart} {
+	s.details = append(s.details, s.failures...)
+	for _, kind := range faultKinds {
 		if s.faults[kind] == 0 {
 			s.details = append(s.details, "no "+kind+" fault was injected: run longer")
 			return false
@@ -130,7 +131,7 @@ func (s *summary) line() string {
 	}
 	var faults []string
 	total := 0
-	for _, kind := range []string{faultTerminate, faultPartition, faultLatency, faultPause, faultKill, faultRestart} {
+	for _, kind := range faultKinds {
 		faults = append(faults, fmt.Sprintf("%s %d", kind, s.faults[kind]))
 		total += s.faults[kind]
 	}
@@ -140,7 +141,6 @@ func (s *summary) line() string {
 		s.staleRefused, s.staleAccepted, total, strings.Join(faults, ", "), violations)
 	if len(s.failures) > 0 {
 		line += fmt.Sprintf("; worker failures %d", len(s.failures))
-		s.details = append(s.details, s.failures...)
 	}
 	return line
 }

@@ -29,6 +29,10 @@ const (
 	faultRestart   = "restart"
 )
 
+// faultKinds are every kind of fault, in the order the summary lists them: the restart, which
+// comes on a schedule, last.
+var faultKinds = []string{faultTerminate, faultPartition, faultLatency, faultPause, faultKill, faultRestart}
+
 // restartEvery is how often PostgreSQL is restarted in immediate mode (the first time after
 // half of it).
 const restartEvery = 25 * time.Second
@@ -57,14 +61,13 @@ type workerProc struct {
 // controller runs the workers and injects the faults.
 type controller struct {
 	cluster *testdb.Cluster
-	dbURL   string // the chaos database's, direct
 	logDir  string
 	rng     *rand.Rand
 
 	mu       sync.Mutex
 	workers  []*workerProc
 	faults   map[string]int
-	failures []string // workers that exited on their own
+	failures []string // the suite's own: a worker that exited on its own, a fault it could not undo
 	stopped  bool
 	verbose  bool
 	began    time.Time
@@ -158,8 +161,7 @@ func (c *controller) setUp(ctx context.Context) (*pgxpool.Pool, error) {
 	if _, err := root.Exec(ctx, "CREATE DATABASE chaos"); err != nil {
 		return nil, err
 	}
-	c.dbURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable", c.cluster.Port())
-	admin, err := pgxpool.New(ctx, c.dbURL)
+	admin, err := pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable", c.cluster.Port()))
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +188,7 @@ func (c *controller) startWorker(id, incarnation int) error {
 	if id <= len(c.workers) {
 		w = c.workers[id-1]
 	} else {
-		proxy, err := testdb.NewProxy(fmt.Sprintf("127.0.0.1:%d", c.cluster.Port()))
+		proxy, err := testdb.NewProxy(c.cluster.Addr())
 		if err != nil {
 			return err
 		}
@@ -266,8 +268,8 @@ func (c *controller) stopWorkers() {
 // injectFaults injects a fault every 0.3–1.5 s until duration has passed: each kind once first,
 // then at random, PostgreSQL's restart every restartEvery.
 func (c *controller) injectFaults(ctx context.Context, admin *pgxpool.Pool, duration time.Duration) {
-	kinds := []string{faultTerminate, faultPartition, faultLatency, faultKill, faultPause}
-	weights := []int{35, 20, 10, 15, 20}
+	kinds := faultKinds[:len(faultKinds)-1]
+	weights := []int{35, 20, 10, 20, 15}
 	end := time.Now().Add(duration)
 	nextRestart := time.Now().Add(restartEvery / 2)
 	for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
@@ -320,55 +322,26 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 			SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'chaos-w%' ORDER BY random() LIMIT 1 + (random() * 3)::int) b`).Scan(&n); err != nil || n == 0 {
 			return
 		}
-	case faultPartition, faultLatency:
-		c.mu.Lock()
-		if w.busy || w.killed {
-			c.mu.Unlock()
+	case faultPartition:
+		if !c.disturb(w, kind, duration, func(*os.Process) (func() error, error) { return w.proxy.Partition() }) {
 			return
 		}
-		w.busy = true
-		c.mu.Unlock()
-		var undo func() error
-		var err error
-		if kind == faultLatency {
-			undo, err = w.proxy.Slow(latency, latency/4)
-		} else {
-			undo, err = w.proxy.Partition()
-		}
-		if err != nil {
-			c.fail(fmt.Sprintf("%s of worker %d: %v", kind, w.id, err))
-			c.setBusy(w, false)
+	case faultLatency:
+		if !c.disturb(w, kind, duration, func(*os.Process) (func() error, error) { return w.proxy.Slow(latency, latency/4) }) {
 			return
 		}
-		c.pending.Go(func() {
-			time.Sleep(duration)
-			if err := undo(); err != nil {
-				c.fail(fmt.Sprintf("undoing the %s of worker %d: %v", kind, w.id, err))
-			}
-			c.setBusy(w, false)
-		})
 	case faultPause:
 		// A process frozen (a long GC pause, a VM migrated) while its locks' leases run out,
-		// which then carries on as if it still held them: what fencing is for.
-		c.mu.Lock()
-		if w.busy || w.killed {
-			c.mu.Unlock()
-			return
-		}
-		w.busy = true
-		process := w.cmd.Process
-		c.mu.Unlock()
-		if err := process.Signal(syscall.SIGSTOP); err != nil {
-			c.setBusy(w, false)
-			return
-		}
-		c.pending.Go(func() {
-			time.Sleep(duration)
-			if err := process.Signal(syscall.SIGCONT); err != nil {
-				c.fail(fmt.Sprintf("resuming worker %d: %v", w.id, err))
+		// which then carries on as if it still held them: what fencing is for. A worker that
+		// has just exited cannot be stopped: no fault then.
+		if !c.disturb(w, kind, duration, func(p *os.Process) (func() error, error) {
+			if err := p.Signal(syscall.SIGSTOP); err != nil {
+				return nil, nil
 			}
-			c.setBusy(w, false)
-		})
+			return func() error { return p.Signal(syscall.SIGCONT) }, nil
+		}) {
+			return
+		}
 	case faultKill:
 		c.mu.Lock()
 		if w.killed || w.busy {
@@ -388,6 +361,36 @@ func (c *controller) inject(ctx context.Context, admin *pgxpool.Pool, kind strin
 		})
 	}
 	c.count(kind, fmt.Sprintf("worker %d", w.id))
+}
+
+// disturb applies a fault to worker w that lasts for duration, unless w is already disturbed or
+// killed, and undoes it after. apply returns how to undo it, or none when there was nothing to
+// disturb. It reports whether the fault was applied.
+func (c *controller) disturb(w *workerProc, kind string, duration time.Duration, apply func(*os.Process) (undo func() error, err error)) bool {
+	c.mu.Lock()
+	if w.busy || w.killed {
+		c.mu.Unlock()
+		return false
+	}
+	w.busy = true
+	process := w.cmd.Process
+	c.mu.Unlock()
+	undo, err := apply(process)
+	if err != nil {
+		c.fail(fmt.Sprintf("%s of worker %d: %v", kind, w.id, err))
+	}
+	if undo == nil {
+		c.setBusy(w, false)
+		return false
+	}
+	c.pending.Go(func() {
+		time.Sleep(duration)
+		if err := undo(); err != nil {
+			c.fail(fmt.Sprintf("undoing the %s of worker %d: %v", kind, w.id, err))
+		}
+		c.setBusy(w, false)
+	})
+	return true
 }
 
 // fail records a failure of the suite itself: the run cannot pass.

@@ -84,7 +84,7 @@ func orchestrate() int {
 	// The scene must end in time: a worker that hangs fails the demo rather than stalling it.
 	ctx, cancel := context.WithTimeout(ctx, sceneTime+30*time.Second)
 	defer cancel()
-	mark(ctx, pool, "scene-start")
+	event(ctx, pool, "scene-start", 0, 0) // a moment of the scene, by the database's clock
 	sceneStart := time.Now()
 	resigned, killed := false, false
 	for elapsed := time.Duration(0); elapsed < sceneTime; elapsed = time.Since(sceneStart) {
@@ -110,7 +110,7 @@ func orchestrate() int {
 		say.status(ctx, pool, elapsed, sceneTime)
 		time.Sleep(250 * time.Millisecond)
 	}
-	mark(ctx, pool, "scene-end")
+	event(ctx, pool, "scene-end", 0, 0)
 	// What an operator would see while the workers run.
 	views := pglockctl(d.URL(), []string{"list"}, []string{"cron", "list"}, []string{"leader", "list"})
 	for _, p := range procs {
@@ -219,11 +219,6 @@ func leading(ctx context.Context, pool *pgxpool.Pool, procs []*workerProc) (*wor
 		return nil, l, fmt.Errorf("leader %q is not a demo worker", l.Instance)
 	}
 	return procs[worker-1], l, nil
-}
-
-// mark records a moment of the scene by the database's clock.
-func mark(ctx context.Context, pool *pgxpool.Pool, kind string) {
-	pool.Exec(ctx, `INSERT INTO demo_events (kind, worker, term) VALUES ($1, 0, 0)`, kind)
 }
 
 // pglockctl returns its view of the database for each command line, as an operator would see

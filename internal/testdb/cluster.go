@@ -27,16 +27,20 @@ type Cluster struct {
 }
 
 // StartCluster runs initdb into a temporary directory and starts a server on a free loopback
-// port with settings (each "name=value", after max_connections=300), as the postgres user when
-// running as root (PostgreSQL refuses root). The server is this process's child and is told to
-// quit when this process dies (on Linux), so a killed test leaves no server behind. Remove
-// stops it and deletes its directory.
-func StartCluster(ctx context.Context, settings ...string) (*Cluster, error) {
+// port (max_connections=300), as the postgres user when running as root (PostgreSQL refuses
+// root), from the binaries findServer would use. The server is this process's child and is
+// told to quit when this process dies (on Linux), so a killed test leaves no server behind.
+// Remove stops it and deletes its directory.
+func StartCluster(ctx context.Context) (*Cluster, error) {
 	bin, err := findPostgresBin()
 	if err != nil {
 		return nil, err
 	}
-	c, err := newCluster(bin, settings)
+	return startCluster(ctx, bin)
+}
+
+func startCluster(ctx context.Context, bin string) (*Cluster, error) {
+	c, err := newCluster(bin, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +68,7 @@ func newCluster(bin string, settings []string) (*Cluster, error) {
 		err = os.Chown(dir, int(c.owner.Uid), int(c.owner.Gid))
 	}
 	if err == nil {
-		c.port, err = freePort()
+		c.port, err = FreePort()
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -92,6 +96,9 @@ func (c *Cluster) Log() string {
 
 // Port is the loopback port the cluster listens on.
 func (c *Cluster) Port() int { return c.port }
+
+// Addr is the cluster's host:port, as a Proxy's upstream.
+func (c *Cluster) Addr() string { return fmt.Sprintf("127.0.0.1:%d", c.port) }
 
 // Start starts the server (again) and waits until it accepts connections.
 func (c *Cluster) Start(ctx context.Context) error {

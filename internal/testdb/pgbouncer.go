@@ -47,7 +47,7 @@ func (d *DB) ThroughPgBouncer(t testing.TB, params string) string {
 			t.Fatalf("testdb: %v", err)
 		}
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}

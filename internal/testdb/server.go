@@ -116,7 +116,7 @@ func majorVersion(path string) int {
 
 // startLocalCluster starts a Cluster of the tests' own from the binaries in bin.
 func startLocalCluster(ctx context.Context, bin string) (*server, error) {
-	c, err := StartCluster(ctx)
+	c, err := startCluster(ctx, bin)
 	if err != nil {
 		return nil, fmt.Errorf("testdb: local cluster from %s: %w", bin, err)
 	}
@@ -146,7 +146,8 @@ func clusterOwner() (*ownerIDs, error) {
 
 type ownerIDs struct{ Uid, Gid uint32 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port free when it was asked, for a server to be started on.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
