@@ -4,11 +4,21 @@ BIN      := $(CURDIR)/bin
 SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 
-.PHONY: test lint generate check-generated bench bench-packages tools demo chaos
+# Modules of their own under the root, so that what they bring never enters the library's graph.
+NESTED := internal/containerdb internal/demo
 
-## test: lint, check that generated code is current, run every test with the race detector.
-test: lint check-generated
+.PHONY: test lint generate check-generated bench bench-packages tools demo chaos postgres
+
+## test: lint, check that generated code is current, run every test with the race detector, in
+## the library and in the nested modules. Installs PostgreSQL first where none is found.
+test: postgres lint check-generated
 	$(GO) test -race -count=1 -timeout 10m ./...
+	for m in $(NESTED); do $(GO) -C $$m test -race -count=1 ./... || exit 1; done
+
+## postgres: find PostgreSQL for the tests and the demo, or install it with apt-get (as root or
+## through sudo), or stop with the command that would.
+postgres:
+	@tools/ensure-postgres.sh
 
 ## lint: gofmt, go vet, staticcheck, and a tidy go.mod.
 lint: $(STATICCHECK)
@@ -17,21 +27,23 @@ lint: $(STATICCHECK)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	$(GO) mod tidy -diff
+	for m in $(NESTED); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) mod tidy -diff) || exit 1; done
 	cd bench && $(GO) vet -tags nocirello ./... && $(STATICCHECK) -tags nocirello ./...
 
-## generate: regenerate db/ from queries/ and migrations/ with sqlc.
+## generate: regenerate internal/db/ from queries/ and migrations/ with sqlc.
 generate: $(SQLC)
 	$(SQLC) generate
 
-## check-generated: fail when db/ is not what sqlc generates from the current SQL.
+## check-generated: fail when internal/db/ is not what sqlc generates from the current SQL.
 check-generated: $(SQLC)
-	@$(SQLC) diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
+	@$(SQLC) diff || { echo "internal/db/ is stale: run 'make generate' and commit the result"; exit 1; }
 
 ## demo: the toolkit doing its job in one command, checked in the database (DATABASE_URL, local
 ## PostgreSQL binaries, or Docker).
-demo:
-	$(GO) build -o bin/ ./cmd/pglockctl ./internal/demo
-	bin/demo
+demo: postgres
+	$(GO) build -o $(BIN)/ ./cmd/pglockctl
+	$(GO) -C internal/demo build -o $(BIN)/demo .
+	$(BIN)/demo
 
 ## chaos: worker processes doing fenced critical sections, cron, job deliveries and leader
 ## election while PostgreSQL backends are terminated, workers partitioned, slowed and killed
@@ -45,10 +57,11 @@ chaos:
 ## bench: pglock against raw SQL, the seed design, cirello.io/pglock and bsm/redislock in one
 ## run (bench/, a module of its own so peers never enter the library's dependencies), within
 ## 5 minutes; it rewrites docs/benchmarks.md and its charts. cirello.io/pglock is built from
-## its source at PGLOCK_CIRELLO_COMMIT, cloned from PGLOCK_CIRELLO_GIT (a local mirror when there
-## is one, else GitHub) into the ignored bench/.peers/; when that fails its column is left out,
+## its source at PGLOCK_CIRELLO_COMMIT, cloned from PGLOCK_CIRELLO_GIT (GitHub by default)
+## into the ignored bench/.peers/; when that fails its column is left out,
 ## with a note. Redis: one it starts if redis-server is on PATH, else 127.0.0.1:6379.
-PGLOCK_CIRELLO_GIT ?= $(firstword $(wildcard /work/.mirror/cirello-io+pglock/repo) https://github.com/cirello-io/pglock.git)
+## Point PGLOCK_CIRELLO_GIT at a local clone to build offline.
+PGLOCK_CIRELLO_GIT ?= https://github.com/cirello-io/pglock.git
 PGLOCK_CIRELLO_COMMIT ?= 38e8fcfb538beff91c4c8d9f4c26a26785083e72
 bench:
 	@peer=bench/.peers/cirello-pglock; clone=bench/.peers/cirello.git; \

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 )
 
 // Key names an advisory lock.

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 )
 
 // Config configures a Session. A nil *Config, and every zero field, means the default.

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock/internal/containerdb"
 	"github.com/pglock/pglock/internal/testdb"
 )
 
@@ -76,10 +76,7 @@ func run(ctx context.Context, out string) error {
 	}
 
 	say("finding PostgreSQL (PGLOCK_TEST_DATABASE_URL or DATABASE_URL, local binaries, or Docker)")
-	d, done, err := testdb.Throwaway(ctx)
-	if errors.Is(err, testdb.ErrNoServer) {
-		return errors.New("no PostgreSQL: set DATABASE_URL, put PostgreSQL's initdb and postgres on PATH, or start a Docker engine")
-	}
+	d, done, err := testdb.Throwaway(ctx, containerdb.Fallback)
 	if err != nil {
 		return err
 	}

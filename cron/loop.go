@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/retry"
 )
 

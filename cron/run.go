@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/retry"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/ident"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"

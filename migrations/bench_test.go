@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglock/pglock/db"
 	"github.com/pglock/pglock/internal/benchkit"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/testdb"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/migrations"
 )

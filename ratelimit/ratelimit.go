@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 )
 
 // Limit is a rate: at most Rate events per Per, of which up to Burst at once.

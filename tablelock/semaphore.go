@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/retry"
 )
 

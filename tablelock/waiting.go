@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/db"
 	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"

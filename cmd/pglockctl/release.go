@@ -13,7 +13,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
-	"github.com/pglock/pglock/db"
+	"github.com/pglock/pglock/internal/db"
 )
 
 // errNotConfirmed ends a release that only showed what it would do.

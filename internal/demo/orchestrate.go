@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock/internal/containerdb"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/leader"
 )
@@ -48,9 +49,9 @@ func orchestrate() int {
 	say := newProgress(os.Stdout)
 
 	say.line("pglock demo: finding PostgreSQL (DATABASE_URL, local binaries, or Docker)…")
-	d, done, err := testdb.Throwaway(ctx)
+	d, done, err := testdb.Throwaway(ctx, containerdb.Fallback)
 	if errors.Is(err, testdb.ErrNoServer) {
-		fmt.Fprintln(os.Stderr, "demo: no PostgreSQL: set DATABASE_URL, put PostgreSQL's initdb and postgres on PATH, or start a Docker engine")
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		return 2
 	}
 	if err != nil {

@@ -1,91 +1,218 @@
 package testdb
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+	"math/rand/v2"
+	"net"
 	"sync"
 	"testing"
+	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 )
 
-// Proxy is an in-process toxiproxy in front of a PostgreSQL server: what passes through it
-// can be cut off or slowed down without closing anything, as a network would.
+// Proxy is a TCP relay in front of a PostgreSQL server: what passes through it can be cut off
+// or slowed down without closing anything, as a network would.
 type Proxy struct {
-	proxy  *toxiproxy.Proxy
-	Port   int // the loopback port it listens on
-	closed sync.Once
+	Port int // the loopback port it listens on
+
+	mu          sync.Mutex
+	listener    net.Listener
+	upstream    string
+	links       map[*link]struct{}
+	partitioned bool
+	latency     time.Duration
+	jitter      time.Duration
+	closed      bool
+	accepting   sync.WaitGroup // the accept loop of the current listener
+	pumping     sync.WaitGroup // every link's two pumps
+}
+
+// link is one client connection and the connection to the upstream it was relayed to.
+type link struct {
+	client, server net.Conn
+	closed         sync.Once
+}
+
+func (l *link) close() {
+	l.closed.Do(func() {
+		l.client.Close()
+		l.server.Close()
+	})
 }
 
 // NewProxy starts a proxy to upstream (host:port) on a free loopback port.
 func NewProxy(upstream string) (*Proxy, error) {
-	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
-		"postgres", "127.0.0.1:0", upstream)
-	if err := proxy.Start(); err != nil {
-		return nil, fmt.Errorf("testdb: toxiproxy: %w", err)
+	p := &Proxy{upstream: upstream, links: map[*link]struct{}{}}
+	if err := p.listen("127.0.0.1:0"); err != nil {
+		return nil, err
 	}
-	_, port, _ := strings.Cut(proxy.Listen, ":")
-	p := &Proxy{proxy: proxy}
-	p.Port, _ = strconv.Atoi(port)
+	p.Port = p.listener.Addr().(*net.TCPAddr).Port
 	return p, nil
+}
+
+func (p *Proxy) listen(address string) error {
+	listener, err := net.Listen("tcp", address)
+	if err != nil {
+		return fmt.Errorf("testdb: proxy: %w", err)
+	}
+	p.listener = listener
+	p.accepting.Add(1)
+	go p.accept(listener)
+	return nil
+}
+
+func (p *Proxy) accept(listener net.Listener) {
+	defer p.accepting.Done()
+	for {
+		client, err := listener.Accept()
+		if err != nil {
+			return // the listener was closed
+		}
+		p.mu.Lock()
+		upstream := p.upstream
+		p.mu.Unlock()
+		server, err := net.DialTimeout("tcp", upstream, 10*time.Second)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		l := &link{client: client, server: server}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			l.close()
+			continue
+		}
+		p.links[l] = struct{}{}
+		p.pumping.Add(2)
+		p.mu.Unlock()
+		go p.pump(l, client, server)
+		go p.pump(l, server, client)
+	}
+}
+
+// pump copies from src to dst until either side closes. While the proxy is partitioned what it
+// reads is dropped; while it is slowed each read waits its delay before it is written.
+func (p *Proxy) pump(l *link, src, dst net.Conn) {
+	defer p.pumping.Done()
+	defer func() {
+		l.close()
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			partitioned, delay := p.partitioned, p.latency
+			if p.jitter > 0 {
+				delay += time.Duration(rand.Int64N(int64(2*p.jitter))) - p.jitter
+			}
+			p.mu.Unlock()
+			if !partitioned {
+				if delay > 0 {
+					time.Sleep(delay)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// closeLinks cuts every connection through the proxy.
+func (p *Proxy) closeLinks() {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		l.close()
+	}
 }
 
 // Repoint sends new connections to upstream instead, as a virtual IP moved to a new primary
 // does: the connections through it are cut, and the port stays the same.
 func (p *Proxy) Repoint(upstream string) error {
-	p.proxy.Stop()
-	p.proxy.Listen = fmt.Sprintf("127.0.0.1:%d", p.Port)
-	p.proxy.Upstream = upstream
-	if err := p.proxy.Start(); err != nil {
-		return fmt.Errorf("testdb: repoint the proxy to %s: %w", upstream, err)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errors.New("testdb: repoint a closed proxy")
+	}
+	p.upstream = upstream
+	listener := p.listener
+	p.mu.Unlock()
+	listener.Close()
+	p.accepting.Wait()
+	p.closeLinks()
+	if err := p.listen(fmt.Sprintf("127.0.0.1:%d", p.Port)); err != nil {
+		return fmt.Errorf("repoint the proxy to %s: %w", upstream, err)
 	}
 	return nil
 }
 
 // Close stops the proxy and cuts every connection through it. Closing it again does nothing.
-func (p *Proxy) Close() { p.closed.Do(p.proxy.Stop) }
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	listener := p.listener
+	p.mu.Unlock()
+	listener.Close()
+	p.accepting.Wait()
+	p.closeLinks()
+	p.pumping.Wait()
+}
 
 // Partition stops all traffic, both ways, without closing anything: the server sees its
 // sessions go quiet, the client sees its reads and writes hang (what was sent is dropped).
-// heal ends it: the connections that were cut off are closed (toxiproxy closes them as it
-// removes the toxic), and new ones pass.
+// heal ends it: the connections that were cut off are closed, as a client's and a server's
+// TCP stacks would eventually close them, and new ones pass.
 func (p *Proxy) Partition() (heal func() error, err error) {
-	return p.toxics("partition", `"type": "timeout", "attributes": {"timeout": 0}`)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.partitioned {
+		return nil, errors.New("testdb: the proxy is already partitioned")
+	}
+	p.partitioned = true
+	return func() error {
+		p.mu.Lock()
+		p.partitioned = false
+		p.mu.Unlock()
+		p.closeLinks()
+		return nil
+	}, nil
 }
 
 // Slow delays traffic both ways by latency, give or take jitter (milliseconds).
 // undo takes the delay away.
 func (p *Proxy) Slow(latencyMS, jitterMS int) (undo func() error, err error) {
-	return p.toxics("latency", fmt.Sprintf(`"type": "latency", "attributes": {"latency": %d, "jitter": %d}`, latencyMS, jitterMS))
-}
-
-// toxics adds a toxic of body to both streams, named after name.
-func (p *Proxy) toxics(name, body string) (func() error, error) {
-	var added []string
-	remove := func() error {
-		var first error
-		for _, toxic := range added {
-			if err := p.proxy.Toxics.RemoveToxic(context.Background(), toxic); err != nil && first == nil {
-				first = fmt.Errorf("testdb: remove toxic %s: %w", toxic, err)
-			}
-		}
-		return first
+	if latencyMS < 0 || jitterMS < 0 || jitterMS > latencyMS {
+		return nil, fmt.Errorf("testdb: latency %d ms with jitter %d ms", latencyMS, jitterMS)
 	}
-	for _, stream := range []string{"upstream", "downstream"} {
-		toxic := name + "_" + stream
-		if _, err := p.proxy.Toxics.AddToxicJson(strings.NewReader(
-			`{"name": "` + toxic + `", "stream": "` + stream + `", ` + body + `}`)); err != nil {
-			remove()
-			return nil, fmt.Errorf("testdb: toxic %s: %w", toxic, err)
-		}
-		added = append(added, toxic)
-	}
-	return remove, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency, p.jitter = time.Duration(latencyMS)*time.Millisecond, time.Duration(jitterMS)*time.Millisecond
+	return func() error {
+		p.mu.Lock()
+		p.latency, p.jitter = 0, 0
+		p.mu.Unlock()
+		return nil
+	}, nil
 }
 
 // PartitionablePool opens a pool on the database whose every connection passes through a

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 )
 
 // server is a PostgreSQL server the tests may create databases on.
@@ -26,13 +24,19 @@ type server struct {
 	stop     func() error
 }
 
-// errNoServer means no way to reach or start PostgreSQL was found.
-var errNoServer = errors.New("testdb: no PostgreSQL: set PGLOCK_TEST_DATABASE_URL, " +
-	"put PostgreSQL's initdb and postgres on PATH, or start a Docker engine")
+// ErrNoServer means no way to reach or start PostgreSQL was found.
+var ErrNoServer = errors.New("no PostgreSQL: set PGLOCK_TEST_DATABASE_URL to a superuser's URL, " +
+	"or install PostgreSQL's server (initdb and postgres on PATH or in the usual directories; " +
+	"make test installs it with apt-get where it can)")
+
+// A Fallback starts a PostgreSQL server where findServer finds none: adminURL is a superuser's
+// URL to a maintenance database, and stop ends the server. It returns an error matching
+// ErrNoServer when it has nothing to start one with.
+type Fallback func(ctx context.Context) (adminURL string, stop func() error, err error)
 
 // findServer tries, in order: the URL in PGLOCK_TEST_DATABASE_URL or DATABASE_URL, a throwaway
-// cluster from local PostgreSQL binaries, and a testcontainers-go container.
-func findServer(ctx context.Context) (*server, error) {
+// cluster from local PostgreSQL binaries, and fallback when not nil.
+func findServer(ctx context.Context, fallback Fallback) (*server, error) {
 	for _, env := range []string{"PGLOCK_TEST_DATABASE_URL", "DATABASE_URL"} {
 		if url := os.Getenv(env); url != "" {
 			return &server{adminURL: url, origin: env, stop: func() error { return nil }}, nil
@@ -46,28 +50,29 @@ func findServer(ctx context.Context) (*server, error) {
 		}
 		errs = append(errs, err)
 	}
-	if dockerAnswers(ctx) {
-		srv, err := startContainer(ctx)
+	if fallback != nil {
+		url, stop, err := fallback(ctx)
 		if err == nil {
-			return srv, nil
+			return &server{adminURL: url, origin: "fallback", stop: stop}, nil
 		}
-		errs = append(errs, err)
+		if !errors.Is(err, ErrNoServer) {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) == 0 {
-		return nil, errNoServer
+		return nil, ErrNoServer
 	}
-	return nil, errors.Join(errs...) // a server could be had but failed: never a skip
+	return nil, errors.Join(errs...)
 }
 
-// sourceAvailable reports whether findServer has anywhere to look, without starting anything.
-func sourceAvailable(ctx context.Context) bool {
+// sourceAvailable reports whether findServer has anywhere to look without a fallback, starting
+// nothing.
+func sourceAvailable() bool {
 	if os.Getenv("PGLOCK_TEST_DATABASE_URL") != "" || os.Getenv("DATABASE_URL") != "" {
 		return true
 	}
-	if _, err := findPostgresBin(); err == nil {
-		return true
-	}
-	return dockerAnswers(ctx)
+	_, err := findPostgresBin()
+	return err == nil
 }
 
 // findPostgresBin returns a directory holding initdb and postgres: from PATH, else the newest
@@ -172,36 +177,4 @@ func waitForServer(ctx context.Context, url string, exited <-chan struct{}) erro
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func dockerAnswers(ctx context.Context) (healthy bool) {
-	defer func() {
-		if recover() != nil { // testcontainers panics when it finds no Docker configuration
-			healthy = false
-		}
-	}()
-	provider, err := testcontainers.ProviderDocker.GetProvider()
-	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return provider.Health(ctx) == nil
-}
-
-func startContainer(ctx context.Context) (*server, error) {
-	container, err := tcpostgres.Run(ctx, "postgres:15-alpine",
-		tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-		tcpostgres.WithDatabase("postgres"), tcpostgres.BasicWaitStrategies())
-	if err != nil {
-		return nil, fmt.Errorf("testdb: container: %w", err)
-	}
-	url, err := container.ConnectionString(ctx, "sslmode=disable")
-	if err != nil {
-		testcontainers.TerminateContainer(container)
-		return nil, fmt.Errorf("testdb: container: %w", err)
-	}
-	return &server{adminURL: url, origin: "testcontainers", stop: func() error {
-		return testcontainers.TerminateContainer(container)
-	}}, nil
 }

@@ -8,17 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrNoServer means no way to reach or start PostgreSQL was found.
-var ErrNoServer = errNoServer
-
 // Throwaway makes a migrated database for a program (make demo) as New makes one for a test,
 // from the same sources: a URL in PGLOCK_TEST_DATABASE_URL or DATABASE_URL, a throwaway cluster
-// from local PostgreSQL binaries, or a container. done drops the database, and the template it
+// from local PostgreSQL binaries, or fallback (make demo's starts a container). done drops the database, and the template it
 // was cloned from if Throwaway built it, and stops any server Throwaway started, whatever fails
 // on the way (a server already shut down by the terminal's Ctrl-C, say). With no source at all
 // the error matches ErrNoServer.
-func Throwaway(ctx context.Context) (d *DB, done func(), err error) {
-	srv, err := connect(ctx)
+func Throwaway(ctx context.Context, fallback Fallback) (d *DB, done func(), err error) {
+	srv, err := connect(ctx, fallback)
 	if err != nil {
 		return nil, nil, err
 	}
