@@ -1,9 +1,38 @@
--- Removes every object of 000001, functions before what they use. Without IF EXISTS: a schema
--- that drifted should fail loudly.
+-- Removes every object of 000001, with every record it holds (locks, jobs, rate limits, cron
+-- schedules and their history): functions before what they use, then types, tables and
+-- sequences. Without IF EXISTS: a schema that drifted should fail loudly.
 BEGIN;
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 
+DROP FUNCTION pglock_cron_collect();
+DROP FUNCTION pglock_cron_backfill(varchar, timestamptz[], text);
+DROP FUNCTION pglock_cron_trigger(varchar, text);
+DROP FUNCTION pglock_cron_resume(varchar);
+DROP FUNCTION pglock_cron_pause(varchar, text, text);
+DROP FUNCTION pglock_cron_lock(varchar);
+DROP FUNCTION pglock_cron_finish(bigint, bigint, text, text);
+DROP FUNCTION pglock_cron_renew(bigint, bigint, bigint);
+DROP FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[]);
+DROP FUNCTION pglock_cron_start(varchar, bigint, timestamptz, text, varchar, bigint, timestamptz);
+DROP FUNCTION pglock_cron_seen(varchar[], varchar);
+DROP FUNCTION pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar);
+DROP FUNCTION pglock_cron_check(varchar, varchar);
+DROP FUNCTION pglock_semaphore_attempt(varchar, varchar, integer, bigint, jsonb, varchar, boolean);
+DROP FUNCTION pglock_rate_take(boolean, varchar, bigint, integer, integer, bigint);
+DROP FUNCTION pglock_job_collect(integer);
+DROP FUNCTION pglock_job_forget(varchar, text);
+DROP FUNCTION pglock_job_unawait(varchar, text, varchar);
+DROP FUNCTION pglock_job_await(varchar, text, varchar, bigint);
+DROP FUNCTION pglock_job_finish_tx(varchar, text, bigint, bigint);
+DROP FUNCTION pglock_job_announce(varchar, text);
+DROP FUNCTION pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint);
+DROP FUNCTION pglock_job_renew(varchar, text, bigint, bigint);
+DROP FUNCTION pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint);
+DROP FUNCTION pglock_job_answer_of(text, pglock_jobs, bigint);
+DROP FUNCTION pglock_job_check_key(varchar, text);
+DROP FUNCTION pglock_job_lock_key(varchar, text);
+DROP FUNCTION pglock_fence(varchar, bigint, bigint);
 DROP FUNCTION pglock_session_holds_advisory(boolean, boolean, integer, integer, bigint);
 DROP FUNCTION advisory_locks();
 DROP FUNCTION register_advisory_name(text, text);
@@ -19,8 +48,19 @@ DROP FUNCTION verify_fence(varchar, bigint);
 DROP FUNCTION pglock_release(varchar, varchar);
 DROP FUNCTION pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean);
 DROP FUNCTION pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean);
+DROP FUNCTION pglock_raise_bad_ttl(bigint, text);
+DROP FUNCTION pglock_ttl_ok(bigint);
 DROP FUNCTION pglock_check_name_and_holder(varchar, varchar);
 DROP FUNCTION pglock_check_schema_is_safe();
+DROP TYPE pglock_cron_claimed;
+DROP SEQUENCE pglock_cron_runs_fencing_token_seq;
+DROP TABLE pglock_cron_runs;
+DROP TABLE pglock_cron_schedules;
+DROP TABLE pglock_rate_limits;
+DROP TYPE pglock_job_answer;
+DROP TABLE pglock_job_waiters;
+DROP SEQUENCE pglock_jobs_fencing_token_seq;
+DROP TABLE pglock_jobs;
 DROP TYPE pglock_acquisition;
 DROP TABLE advisory_lock_names;
 DROP TABLE distributed_lock_waiters;

@@ -325,10 +325,14 @@ func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"n", "h", int64(1) << 62}, "p_ttl_ms"},
 		{"SELECT acquire_lock($1, $2, $3, $4)", []any{"n", "h", 30, `[1, 2]`}, "p_metadata"},
 		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"n", "h", 0}, "p_ttl_ms"},
+		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"n", "h", 99}, "p_ttl_ms"}, // one minimum for every lease: 100 ms
+		{"SELECT pglock_attempt($1, $2, $3)", []any{"n", "h", 99}, "p_ttl_ms"},
 		{"SELECT * FROM acquire_lock_ms($1, $2, $3)", []any{"", "h", 1000}, "p_lock_name"},
 		{extendSQL, []any{"held", "h1", 0}, "p_ttl_seconds"},
 		{extendSQL, []any{nil, "h1", 30}, "p_lock_name"},
 		{"SELECT extend_lock_ms($1, $2, $3)", []any{"held", "h1", -1}, "p_ttl_ms"},
+		{"SELECT extend_lock_ms($1, $2, $3)", []any{"held", "h1", 99}, "p_ttl_ms"},
+		{"SELECT extend_lock_ms($1, $2, $3)", []any{"held", "h1", 86400001}, "p_ttl_ms"},
 		{"SELECT extend_lock_ms($1, $2, $3)", []any{"held", "", 1000}, "p_holder_id"},
 		{releaseSQL, []any{"", "h1"}, "p_lock_name"},
 		{releaseSQL, []any{"held", nil}, "p_holder_id"},
@@ -346,6 +350,8 @@ func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 			require.Equal(t, before, readLocks(t, pool))
 		})
 	}
+	require.True(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms($1, $2, $3)", "shortest", "h", 100),
+		"100 ms, the shortest lease, is taken")
 }
 
 func TestContractFailedAcquireWritesNothing(t *testing.T) {

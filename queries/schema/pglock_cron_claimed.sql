@@ -1,5 +1,5 @@
 -- sqlc sees the columns of a function's composite result only when the type is a table's:
--- this describes the type pglock_cron_claimed, which migration 000007 creates with CREATE TYPE,
+-- this describes the type pglock_cron_claimed, which the migration creates with CREATE TYPE,
 -- to sqlc alone. NOT NULL marks what every answer has.
 CREATE TABLE pglock_cron_claimed (
     outcome          text         NOT NULL,

@@ -1,5 +1,5 @@
 -- sqlc sees the columns of a function's composite result only when the type is a table's:
--- this describes the type pglock_job_answer, which migration 000003 creates with CREATE TYPE, to
+-- this describes the type pglock_job_answer, which the migration creates with CREATE TYPE, to
 -- sqlc alone. NOT NULL marks what every answer has.
 CREATE TABLE pglock_job_answer (
     outcome          text NOT NULL,

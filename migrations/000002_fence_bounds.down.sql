@@ -1,8 +1,0 @@
--- Removes what 000002 added.
-BEGIN;
-
-SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
-
-DROP FUNCTION pglock_fence(varchar, bigint, bigint);
-
-COMMIT;
