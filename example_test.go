@@ -12,7 +12,7 @@ import (
 
 // Code that takes locks depends on pglock.Locker and checks outcomes with errors.Is against the
 // root's sentinels, whichever implementation it is given: tablelock's in production
-// (Locker.Generic), memlock's in unit tests, as here.
+// (Locker.AsLocker), memlock's in unit tests, as here.
 func Example() {
 	var locks pglock.Locker
 	locks, err := memlock.New(nil)

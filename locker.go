@@ -4,7 +4,7 @@ import "context"
 
 // Locker is what code that takes named locks depends on, so that its tests can give it an
 // in-memory Locker (package memlock) where production gives it a table lock Locker
-// (tablelock.Locker.Generic). Both pass one conformance suite: tokens increase, waiters are
+// (tablelock.Locker.AsLocker). Both pass one conformance suite: tokens increase, waiters are
 // served in order, a lost lock says so, WithLock releases what it took.
 type Locker interface {
 	// TryAcquire takes the lock if it is free, or returns an error matching ErrLocked.

@@ -205,17 +205,17 @@ func (o *Options) settings() (settings, *time.Location, error) {
 type RunKind string
 
 const (
-	KindScheduled RunKind = "scheduled" // its tick came (or, buffered, its turn after the previous run)
-	KindCatchUp   RunKind = "catch_up"  // a tick missed while no instance ran the schedule
-	KindManual    RunKind = "manual"    // triggered by hand (Trigger, pglockctl cron trigger)
-	KindBackfill  RunKind = "backfill"  // a past tick queued by Backfill
+	RunKindScheduled RunKind = "scheduled" // its tick came (or, buffered, its turn after the previous run)
+	RunKindCatchUp   RunKind = "catch_up"  // a tick missed while no instance ran the schedule
+	RunKindManual    RunKind = "manual"    // triggered by hand (Trigger, pglockctl cron trigger)
+	RunKindBackfill  RunKind = "backfill"  // a past tick queued by Backfill
 )
 
 // Run is what fn learns about the run it makes.
 type Run struct {
 	Schedule      string
 	ScheduledTime time.Time // the tick, by the database's clock (for a manual run: when it was asked for)
-	Kind          RunKind   // KindManual: triggered by hand
+	Kind          RunKind   // RunKindManual: triggered by hand
 	Attempt       int       // runs of this tick started so far, this one included
 	Token         int64     // fencing token: larger than every earlier run's, of any schedule
 }

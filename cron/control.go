@@ -61,7 +61,7 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	return nil
 }
 
-// Trigger asks for a manual run of the schedule, recorded as such (Run.Kind KindManual), which
+// Trigger asks for a manual run of the schedule, recorded as such (Run.Kind RunKindManual), which
 // an instance that has the schedule starts at once, or once a running run ends unless the
 // schedule allows overlap; it runs even while the schedule is paused. It is never one of the
 // schedule's ticks. It returns the run's id.

@@ -333,7 +333,7 @@ func TestCatchUpAfterEveryInstanceWasDown(t *testing.T) {
 			for _, want := range c.ran {
 				run := l.next(t, "yearly")
 				require.Equal(t, want, run.ScheduledTime.UTC(), "oldest first")
-				require.Equal(t, cron.KindCatchUp, run.Kind)
+				require.Equal(t, cron.RunKindCatchUp, run.Kind)
 			}
 			var records []cron.RunRecord
 			waitFor(t, "the runs recorded", func() bool {
@@ -402,7 +402,7 @@ func TestTriggerStartsAManualRun(t *testing.T) {
 			id, err := cron.Trigger(context.Background(), d.Pool, "yearly", "alice")
 			require.NoError(t, err)
 			run := l.next(t, "yearly")
-			require.Equal(t, cron.KindManual, run.Kind)
+			require.Equal(t, cron.RunKindManual, run.Kind)
 			require.Equal(t, 1, run.Attempt)
 			waitFor(t, "the manual run recorded", func() bool {
 				records := history(t, d.Pool, "yearly")
@@ -411,7 +411,7 @@ func TestTriggerStartsAManualRun(t *testing.T) {
 			records := history(t, d.Pool, "yearly")
 			require.Equal(t, id, records[0].ID)
 			require.Equal(t, "alice", records[0].RequestedBy)
-			require.Equal(t, cron.KindManual, records[0].Kind)
+			require.Equal(t, cron.RunKindManual, records[0].Kind)
 			_, err = cron.Trigger(context.Background(), d.Pool, "no-such", "alice")
 			require.ErrorIs(t, err, pglock.ErrNotFound)
 		})
@@ -432,7 +432,7 @@ func TestBackfillRunsEachPastTickOnce(t *testing.T) {
 	require.Equal(t, 3, n)
 	for i := range 3 {
 		run := l.next(t, "hourly")
-		require.Equal(t, cron.KindBackfill, run.Kind)
+		require.Equal(t, cron.RunKindBackfill, run.Kind)
 		require.Equal(t, from.Add(time.Duration(i)*time.Hour), run.ScheduledTime.UTC())
 	}
 	waitFor(t, "three backfilled runs recorded", func() bool { return statuses(history(t, d.Pool, "hourly"))[cron.StatusRan] == 3 })

@@ -97,7 +97,7 @@ func BenchmarkDuplicateOfDoneKey(b *testing.B) {
 		}},
 		benchkit.Case{Name: "jobs", Run: func() error {
 			res, err := dd.Run(ctx, "done", nil, func(context.Context) error { return fmt.Errorf("ran") })
-			if err == nil && res.Outcome != jobs.AlreadyDone {
+			if err == nil && res.Outcome != jobs.OutcomeAlreadyDone {
 				err = fmt.Errorf("outcome %v", res.Outcome)
 			}
 			return err

@@ -85,7 +85,7 @@ type Options struct {
 	Fingerprint string
 
 	// Wait makes a delivery of a key running elsewhere wait for that attempt's outcome (woken
-	// by a notification, bounded by ctx) instead of returning InProgress: AlreadyDone if it
+	// by a notification, bounded by ctx) instead of returning OutcomeInProgress: OutcomeAlreadyDone if it
 	// succeeded; if it failed, or its runner vanished, this delivery claims and runs it.
 	// Default: false.
 	Wait bool

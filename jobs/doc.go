@@ -4,7 +4,7 @@
 //
 // A Deduper keeps one record per (scope, key) in the table pglock_jobs, on the database's
 // clock. A delivery claims its key in one statement; only a claim runs fn, and a duplicate
-// gets AlreadyDone (with the result the run saved), InProgress (running elsewhere) or, with
+// gets OutcomeAlreadyDone (with the result the run saved), OutcomeInProgress (running elsewhere) or, with
 // Options.Wait, waits for the other attempt's outcome, woken by a notification. A duplicate of
 // a key already done costs one read: no transaction id, no WAL flush.
 //

@@ -16,32 +16,25 @@ import (
 	"github.com/pglock/pglock/internal/ident"
 )
 
-// The errors of this package are pglock's; these are the same values, for errors.Is.
-var (
-	ErrNotFound            = pglock.ErrNotFound
-	ErrGaveUp              = pglock.ErrGaveUp
-	ErrFingerprintMismatch = pglock.ErrFingerprintMismatch
-)
-
 // Outcome is what a delivery did.
 type Outcome int
 
 const (
-	// Ran: this delivery claimed the key and ran fn.
-	Ran Outcome = iota + 1
-	// AlreadyDone: an earlier delivery succeeded; fn did not run.
-	AlreadyDone
-	// InProgress: another delivery is running it; fn did not run.
-	InProgress
+	// OutcomeRan: this delivery claimed the key and ran fn.
+	OutcomeRan Outcome = iota + 1
+	// OutcomeAlreadyDone: an earlier delivery succeeded; fn did not run.
+	OutcomeAlreadyDone
+	// OutcomeInProgress: another delivery is running it; fn did not run.
+	OutcomeInProgress
 )
 
 func (o Outcome) String() string {
 	switch o {
-	case Ran:
+	case OutcomeRan:
 		return "ran"
-	case AlreadyDone:
+	case OutcomeAlreadyDone:
 		return "already done"
-	case InProgress:
+	case OutcomeInProgress:
 		return "in progress"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
@@ -50,15 +43,15 @@ func (o Outcome) String() string {
 // Result is what a delivery found or did.
 type Result struct {
 	Outcome Outcome
-	// Attempts counts the claims of the key, this delivery's included when it Ran.
+	// Attempts counts the claims of the key, this delivery's included when its Outcome is OutcomeRan.
 	Attempts int
-	// Token is the fencing token of the attempt that ran (this delivery's when it Ran): larger
+	// Token is the fencing token of the attempt that ran (this delivery's when its Outcome is OutcomeRan): larger
 	// than every earlier attempt's. 0 when unknown.
 	Token int64
 	// StartedAt and FinishedAt are the attempt's, by the database's clock; zero when unknown
 	// (FinishedAt of an attempt under way).
 	StartedAt, FinishedAt time.Time
-	// Saved is the result an AlreadyDone attempt saved (see Do), as JSON; nil if none.
+	// Saved is the result an OutcomeAlreadyDone attempt saved (see Do), as JSON; nil if none.
 	Saved json.RawMessage
 }
 
@@ -66,9 +59,9 @@ type Result struct {
 type Status string
 
 const (
-	Running   Status = "running"
-	Succeeded Status = "succeeded"
-	Failed    Status = "failed"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
 )
 
 // Record is a key's record.
@@ -140,7 +133,7 @@ func (d *Deduper) Run(ctx context.Context, key string, opts *Options, fn func(ct
 }
 
 // Do is Run for a function with a result: the result is saved, as JSON, with the outcome, and
-// a duplicate delivery gets it back (decoded into T) with AlreadyDone. A result that cannot be
+// a duplicate delivery gets it back (decoded into T) with OutcomeAlreadyDone. A result that cannot be
 // saved (JSON cannot encode it, or it holds the NUL character, which PostgreSQL cannot) is
 // returned with an error matching pglock.ErrInvalidArgument; the job still counts as done, and
 // duplicates get T's zero value.
@@ -165,7 +158,7 @@ func Do[T any](ctx context.Context, d *Deduper, key string, opts *Options, fn fu
 		}
 		return encoded, nil
 	})
-	if err == nil && res.Outcome == AlreadyDone && res.Saved != nil {
+	if err == nil && res.Outcome == OutcomeAlreadyDone && res.Saved != nil {
 		if err := json.Unmarshal(res.Saved, &v); err != nil {
 			return v, res, fmt.Errorf("jobs: decode the result saved for %q: %w", key, err)
 		}

@@ -98,12 +98,12 @@ func TestConcurrentDeliveriesOfOneKeyRunItOnce(t *testing.T) {
 				counts[res.Outcome]++
 			}
 			require.Equal(t, int32(1), ran.Load(), "fn runs once")
-			require.Equal(t, 1, counts[jobs.Ran])
-			require.Equal(t, 15, counts[jobs.AlreadyDone]+counts[jobs.InProgress], "%v", counts)
+			require.Equal(t, 1, counts[jobs.OutcomeRan])
+			require.Equal(t, 15, counts[jobs.OutcomeAlreadyDone]+counts[jobs.OutcomeInProgress], "%v", counts)
 			require.Equal(t, 1, effects(t, d.Pool, "order-1"))
 			rec, err := dedupers[0].Status(context.Background(), "order-1")
 			require.NoError(t, err)
-			require.Equal(t, jobs.Succeeded, rec.Status)
+			require.Equal(t, jobs.StatusSucceeded, rec.Status)
 			require.Equal(t, 1, rec.Attempts)
 		})
 	}
@@ -121,7 +121,7 @@ func TestRunTxCommitsTheOutcomeWithTheEffect(t *testing.T) {
 		return err
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 1, res.Attempts)
 	require.NotZero(t, res.Token)
 	require.True(t, res.FinishedAt.After(res.StartedAt))
@@ -131,7 +131,7 @@ func TestRunTxCommitsTheOutcomeWithTheEffect(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.AlreadyDone, dup.Outcome)
+	require.Equal(t, jobs.OutcomeAlreadyDone, dup.Outcome)
 	require.Equal(t, res.Token, dup.Token)
 	require.Equal(t, 1, effects(t, d.Pool, "k"))
 }
@@ -150,11 +150,11 @@ func TestRunTxRollsBackAFailedAttemptAndTheNextDeliveryRunsIt(t *testing.T) {
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Zero(t, effects(t, d.Pool, "k"), "the failed attempt's writes are rolled back")
 	rec, err := dd.Status(ctx, "k")
 	require.NoError(t, err)
-	require.Equal(t, jobs.Failed, rec.Status)
+	require.Equal(t, jobs.StatusFailed, rec.Status)
 	require.Equal(t, "boom", rec.LastError)
 
 	// An aborted transaction is a failure even when fn says nothing.
@@ -169,7 +169,7 @@ func TestRunTxRollsBackAFailedAttemptAndTheNextDeliveryRunsIt(t *testing.T) {
 		return err
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 3, res.Attempts)
 	require.Equal(t, 1, effects(t, d.Pool, "k"))
 }
@@ -200,7 +200,7 @@ func TestRunTxWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *test
 	})
 	require.NoError(t, err)
 	require.True(t, ran)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 1, effects(t, d.Pool, "k"))
 }
 
@@ -214,7 +214,7 @@ func TestRunFailsThenRetriesUntilMaxAttempts(t *testing.T) {
 
 	res, err := dd.Run(ctx, "k", opts, fail)
 	require.ErrorContains(t, err, "partner API down")
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 1, res.Attempts)
 
 	res, err = dd.Run(ctx, "k", opts, fail)
@@ -225,17 +225,17 @@ func TestRunFailsThenRetriesUntilMaxAttempts(t *testing.T) {
 		t.Error("ran after MaxAttempts")
 		return nil
 	})
-	require.ErrorIs(t, err, jobs.ErrGaveUp)
+	require.ErrorIs(t, err, pglock.ErrGaveUp)
 	require.ErrorContains(t, err, "partner API down")
 
 	// A delivery that allows more attempts retries, and succeeds.
 	res, err = dd.Run(ctx, "k", &jobs.Options{MaxAttempts: 3}, func(context.Context) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 3, res.Attempts)
 	rec, err := dd.Status(ctx, "k")
 	require.NoError(t, err)
-	require.Equal(t, jobs.Succeeded, rec.Status)
+	require.Equal(t, jobs.StatusSucceeded, rec.Status)
 	require.Equal(t, "partner API down", rec.LastError, "the last failure stays on the record")
 }
 
@@ -276,7 +276,7 @@ func TestPartitionedRunnerIsCanceledBeforeItsLeaseExpiresAndItsOutcomeIsRefused(
 	// Another delivery waits for the stale claim to expire, and takes it over.
 	res, err := other.Run(ctx, "k", &jobs.Options{TTL: 3 * time.Second, Wait: true}, func(context.Context) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 2, res.Attempts)
 
 	heal()
@@ -285,7 +285,7 @@ func TestPartitionedRunnerIsCanceledBeforeItsLeaseExpiresAndItsOutcomeIsRefused(
 	require.ErrorIs(t, err, pglock.ErrLockLost, "the stale runner's outcome is refused")
 	rec, err := other.Status(ctx, "k")
 	require.NoError(t, err)
-	require.Equal(t, jobs.Succeeded, rec.Status)
+	require.Equal(t, jobs.StatusSucceeded, rec.Status)
 	require.Equal(t, res.Token, rec.Token, "the record is the second attempt's")
 }
 
@@ -305,7 +305,7 @@ func TestFingerprintMismatchIsRefusedOnEveryPath(t *testing.T) {
 	_, err := dd.Run(ctx, "failed", a, func(context.Context) error { return errors.New("x") })
 	require.Error(t, err)
 	_, err = dd.Run(ctx, "failed", b, noRun)
-	require.ErrorIs(t, err, jobs.ErrFingerprintMismatch)
+	require.ErrorIs(t, err, pglock.ErrFingerprintMismatch)
 
 	// Running record.
 	running := make(chan struct{})
@@ -313,22 +313,22 @@ func TestFingerprintMismatchIsRefusedOnEveryPath(t *testing.T) {
 	go dd.Run(ctx, "running", a, func(context.Context) error { close(running); <-finish; return nil })
 	<-running
 	_, err = dd.Run(ctx, "running", b, noRun)
-	require.ErrorIs(t, err, jobs.ErrFingerprintMismatch)
+	require.ErrorIs(t, err, pglock.ErrFingerprintMismatch)
 	_, err = dd.RunTx(ctx, "running", b, func(context.Context, pgx.Tx) error { return noRun(ctx) })
-	require.ErrorIs(t, err, jobs.ErrFingerprintMismatch)
+	require.ErrorIs(t, err, pglock.ErrFingerprintMismatch)
 	close(finish)
 
 	// Done record: the fast path.
 	_, err = dd.Run(ctx, "done", a, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	_, err = dd.Run(ctx, "done", b, noRun)
-	require.ErrorIs(t, err, jobs.ErrFingerprintMismatch)
+	require.ErrorIs(t, err, pglock.ErrFingerprintMismatch)
 	res, err := dd.Run(ctx, "done", a, noRun)
 	require.NoError(t, err)
-	require.Equal(t, jobs.AlreadyDone, res.Outcome)
+	require.Equal(t, jobs.OutcomeAlreadyDone, res.Outcome)
 	res, err = dd.Run(ctx, "done", nil, noRun)
 	require.NoError(t, err, "a delivery without a fingerprint matches any")
-	require.Equal(t, jobs.AlreadyDone, res.Outcome)
+	require.Equal(t, jobs.OutcomeAlreadyDone, res.Outcome)
 }
 
 func TestDuplicateOfAKeyRunningElsewhereReturnsAtOnceOrWaitsForItsOutcome(t *testing.T) {
@@ -367,7 +367,7 @@ func TestDuplicateOfAKeyRunningElsewhereReturnsAtOnceOrWaitsForItsOutcome(t *tes
 				return nil
 			})
 			require.NoError(t, err)
-			require.Equal(t, jobs.InProgress, res.Outcome, "never blocks behind the other attempt")
+			require.Equal(t, jobs.OutcomeInProgress, res.Outcome, "never blocks behind the other attempt")
 
 			waited := make(chan jobs.Result, 1)
 			var saved string
@@ -389,7 +389,7 @@ func TestDuplicateOfAKeyRunningElsewhereReturnsAtOnceOrWaitsForItsOutcome(t *tes
 			close(finish)
 			require.NoError(t, testdb.Receive(t, firstDone))
 			res = testdb.Receive(t, waited)
-			require.Equal(t, jobs.AlreadyDone, res.Outcome)
+			require.Equal(t, jobs.OutcomeAlreadyDone, res.Outcome)
 			if mode == "Run" {
 				require.Equal(t, "receipt-7", saved, "the saved result reaches the duplicate")
 			}
@@ -415,7 +415,7 @@ func TestWaitingDuplicateRunsAKeyWhoseAttemptFailed(t *testing.T) {
 	waitForWaiter(t, d.Pool, "k")
 	close(finish)
 	res := testdb.Receive(t, waited)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 2, res.Attempts)
 }
 
@@ -432,7 +432,7 @@ func TestDoReturnsTheSavedResultToDuplicates(t *testing.T) {
 		return receipt{ID: "ch_1", Amount: 990}, nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, receipt{ID: "ch_1", Amount: 990}, v)
 
 	v, res, err = jobs.Do(ctx, dd, "charge-9", nil, func(context.Context) (receipt, error) {
@@ -440,7 +440,7 @@ func TestDoReturnsTheSavedResultToDuplicates(t *testing.T) {
 		return receipt{}, nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.AlreadyDone, res.Outcome)
+	require.Equal(t, jobs.OutcomeAlreadyDone, res.Outcome)
 	require.Equal(t, receipt{ID: "ch_1", Amount: 990}, v)
 	require.JSONEq(t, `{"ID":"ch_1","Amount":990}`, string(res.Saved))
 
@@ -449,7 +449,7 @@ func TestDoReturnsTheSavedResultToDuplicates(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	rec, err := dd.Status(ctx, "nul")
 	require.NoError(t, err)
-	require.Equal(t, jobs.Succeeded, rec.Status)
+	require.Equal(t, jobs.StatusSucceeded, rec.Status)
 }
 
 func TestCollectRemovesOnlyExpiredRecords(t *testing.T) {
@@ -483,7 +483,7 @@ func TestCollectRemovesOnlyExpiredRecords(t *testing.T) {
 		if want {
 			require.NoError(t, err, key)
 		} else {
-			require.ErrorIs(t, err, jobs.ErrNotFound, key)
+			require.ErrorIs(t, err, pglock.ErrNotFound, key)
 		}
 	}
 	close(finish)
@@ -501,11 +501,11 @@ func TestForgetLetsTheKeyRunAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, dd.Forget(ctx, "k"))
 	_, err = dd.Status(ctx, "k")
-	require.ErrorIs(t, err, jobs.ErrNotFound)
-	require.ErrorIs(t, dd.Forget(ctx, "k"), jobs.ErrNotFound)
+	require.ErrorIs(t, err, pglock.ErrNotFound)
+	require.ErrorIs(t, dd.Forget(ctx, "k"), pglock.ErrNotFound)
 	res, err := dd.Run(ctx, "k", nil, func(context.Context) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 1, res.Attempts)
 	require.Greater(t, res.Token, first.Token, "tokens never repeat, not even after Forget")
 }

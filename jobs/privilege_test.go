@@ -50,7 +50,7 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	require.ErrorContains(t, err, "x")
 	rec, err := dd.Status(ctx, "tx-failed")
 	require.NoError(t, err)
-	require.Equal(t, jobs.Failed, rec.Status)
+	require.Equal(t, jobs.StatusFailed, rec.Status)
 
 	running := make(chan struct{})
 	finish := make(chan struct{})
@@ -64,7 +64,7 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	}()
 	waitForWaiter(t, d.Pool, "run")
 	close(finish)
-	require.Equal(t, jobs.AlreadyDone, testdb.Receive(t, waited).Outcome)
+	require.Equal(t, jobs.OutcomeAlreadyDone, testdb.Receive(t, waited).Outcome)
 
 	require.NoError(t, dd.Forget(ctx, "run"))
 	_, err = dd.Collect(ctx)

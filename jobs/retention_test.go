@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/jobs"
 )
@@ -60,7 +61,7 @@ func TestALiveLeaseOutlastsTheRecordsWindow(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.InProgress, res.Outcome)
+	require.Equal(t, jobs.OutcomeInProgress, res.Outcome)
 	n, err := dd.Collect(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "Collect keeps a record under a live lease")
@@ -86,7 +87,7 @@ func TestRunTxThatOutlastsItsWindowStillAnswersDuplicates(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.AlreadyDone, dup.Outcome, "the window counts from the outcome")
+	require.Equal(t, jobs.OutcomeAlreadyDone, dup.Outcome, "the window counts from the outcome")
 	rec, err := dd.Status(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, rec.RetainUntil.After(rec.FinishedAt))
@@ -107,12 +108,12 @@ func TestCrashedRunAttemptsCountTowardsMaxAttempts(t *testing.T) {
 		t.Error("ran after MaxAttempts crashed attempts")
 		return nil
 	})
-	require.ErrorIs(t, err, jobs.ErrGaveUp)
+	require.ErrorIs(t, err, pglock.ErrGaveUp)
 	require.ErrorContains(t, err, "vanished")
 
 	res, err := dd.Run(ctx, "k", &jobs.Options{MaxAttempts: 2}, func(context.Context) error { return nil })
 	require.NoError(t, err)
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 2, res.Attempts)
 }
 
@@ -130,15 +131,15 @@ func TestRunTxRefusedAtCommitIsRecordedAsAFailure(t *testing.T) {
 	res, err := dd.RunTx(ctx, "k", nil, insertTwice)
 	require.ErrorContains(t, err, "one_entry")
 	require.NotContains(t, err.Error(), "unknown", "a COMMIT the server refused did not happen")
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	rec, err := dd.Status(ctx, "k")
 	require.NoError(t, err)
-	require.Equal(t, jobs.Failed, rec.Status)
+	require.Equal(t, jobs.StatusFailed, rec.Status)
 	require.Equal(t, 1, rec.Attempts)
 	require.Contains(t, rec.LastError, "one_entry")
 
 	_, err = dd.RunTx(ctx, "k", &jobs.Options{MaxAttempts: 1}, insertTwice)
-	require.ErrorIs(t, err, jobs.ErrGaveUp)
+	require.ErrorIs(t, err, pglock.ErrGaveUp)
 }
 
 func TestRunTxReturnsWhenItsConnectionFreezes(t *testing.T) {
@@ -180,7 +181,7 @@ func TestFnThatEndsItsGoroutineCountsAsAFailure(t *testing.T) {
 		<-ended
 		rec, err := dd.Status(ctx, mode)
 		require.NoError(t, err, mode)
-		require.Equal(t, jobs.Failed, rec.Status, mode)
+		require.Equal(t, jobs.StatusFailed, rec.Status, mode)
 		require.Contains(t, rec.LastError, "Goexit", mode)
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // attemptFunc makes one delivery attempt: it claims the key and, if claimed, runs it. It
-// returns the answer's lock key when the key runs elsewhere (Outcome InProgress).
+// returns the answer's lock key when the key runs elsewhere (OutcomeInProgress).
 type attemptFunc func(ctx context.Context, req request) (res Result, lockKey int64, err error)
 
 // deliver makes attempts until one does not find the key running elsewhere, or, without
@@ -32,7 +32,7 @@ func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc)
 	}()
 	for polls := 0; ; polls++ {
 		res, lockKey, err := attempt(ctx, req)
-		if err != nil || res.Outcome != InProgress || !req.wait {
+		if err != nil || res.Outcome != OutcomeInProgress || !req.wait {
 			return res, err
 		}
 		if w == nil {
@@ -61,17 +61,17 @@ func (req request) answer(a db.ClaimJobRow) (Result, error) {
 	}
 	switch outcome {
 	case "claimed":
-		res.Outcome = Ran
+		res.Outcome = OutcomeRan
 	case "done":
-		res.Outcome = AlreadyDone
+		res.Outcome = OutcomeAlreadyDone
 	case "running":
-		res.Outcome = InProgress
+		res.Outcome = OutcomeInProgress
 	case "mismatch":
 		return Result{}, fmt.Errorf("%w: %s was first delivered with fingerprint %q, now %q",
 			pglock.ErrFingerprintMismatch, req.label(), db.Deref(a.Fingerprint), db.Deref(req.fingerprint))
 	case "gave_up":
 		last := "its runner vanished before recording an outcome (its lease expired)"
-		if db.Deref(a.Status) == string(Failed) {
+		if db.Deref(a.Status) == string(StatusFailed) {
 			last = "the last error: " + db.Deref(a.LastError)
 		}
 		return Result{}, fmt.Errorf("%w: %s was attempted %d times; %s", pglock.ErrGaveUp, req.label(), db.Deref(a.Attempts), last)
@@ -108,7 +108,7 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 			return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
 		}
 		res, err := req.answer(a)
-		if err != nil || res.Outcome != Ran {
+		if err != nil || res.Outcome != OutcomeRan {
 			return res, db.Deref(a.LockKey), err
 		}
 		return d.runLeased(ctx, req, res, start, db.Deref(a.LeaseExpiresAt), fn)

@@ -23,7 +23,7 @@ import (
 // Round trips: BEGIN, the claim, fn's own, and the outcome with COMMIT. The transaction's idle
 // time is bounded by Config.TxIdleTimeout, and so is the wait for the COMMIT's answer: past it,
 // the outcome is reported unknown. A duplicate delivery of a key whose RunTx has not committed
-// yet gets InProgress at once (or, with Options.Wait, waits for its outcome). An attempt whose
+// yet gets OutcomeInProgress at once (or, with Options.Wait, waits for its outcome). An attempt whose
 // connection dies before COMMIT leaves no trace: it does not count towards MaxAttempts.
 func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(ctx context.Context, tx pgx.Tx) error) (Result, error) {
 	if fn == nil {
@@ -67,7 +67,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
 	}
 	res, err = req.answer(a)
-	if err != nil || res.Outcome != Ran {
+	if err != nil || res.Outcome != OutcomeRan {
 		rollback() // nothing was written: no WAL to flush
 		return res, db.Deref(a.LockKey), err
 	}

@@ -44,7 +44,7 @@ func TestFrozenRunTxWorkerHoldsItsKeyNoLongerThanTxIdleTimeout(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, jobs.InProgress, res.Outcome)
+	require.Equal(t, jobs.OutcomeInProgress, res.Outcome)
 
 	// The documented bound: the idle timeout, one poll (at most 1 s), and room for a slow machine.
 	bounded, cancel := context.WithTimeout(ctx, idle+time.Second+3*time.Second)
@@ -55,7 +55,7 @@ func TestFrozenRunTxWorkerHoldsItsKeyNoLongerThanTxIdleTimeout(t *testing.T) {
 		return err
 	})
 	require.NoError(t, err, "the duplicate proceeds within the bound")
-	require.Equal(t, jobs.Ran, res.Outcome)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	t.Logf("the duplicate ran %s after it began waiting (TxIdleTimeout %s)", time.Since(start).Round(time.Millisecond), idle)
 
 	heal()

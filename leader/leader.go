@@ -17,9 +17,6 @@ import (
 	"github.com/pglock/pglock/tablelock"
 )
 
-// ErrNoLeader is pglock.ErrNoLeader, for errors.Is.
-var ErrNoLeader = pglock.ErrNoLeader
-
 // lockPrefix starts the name of an election's lock.
 const lockPrefix = "pglock.leader/"
 

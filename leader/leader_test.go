@@ -375,7 +375,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	e := newElector(t, d.Pool, "x", nil)
 	require.ErrorIs(t, e.Run(ctx, leader.Callbacks{}), pglock.ErrInvalidArgument, "nil OnElected")
 	_, err = leader.Current(ctx, d.Pool, "x")
-	require.ErrorIs(t, err, leader.ErrNoLeader)
+	require.ErrorIs(t, err, pglock.ErrNoLeader)
 	require.ErrorIs(t, e.Fence(ctx, nil), pglock.ErrNotHeld)
 	require.NoError(t, e.Resign(ctx), "resigning without leading does nothing")
 	var rows int
@@ -409,7 +409,7 @@ func TestForceResignDeposesTheLeaderWithinAHeartbeat(t *testing.T) {
 	require.ErrorIs(t, testdb.Receive(t, causes), pglock.ErrLockLost, "told at its next renewal")
 	require.Greater(t, testdb.Receive(t, elected), first, "the next term is higher")
 	_, err = leader.ForceResign(ctx, d.Pool, "nobody")
-	require.ErrorIs(t, err, leader.ErrNoLeader)
+	require.ErrorIs(t, err, pglock.ErrNoLeader)
 }
 
 // A fenced transaction keeps its term: no successor is elected before it commits, and the

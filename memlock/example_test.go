@@ -10,7 +10,7 @@ import (
 )
 
 // runNightlyReport is application code: it depends on pglock.Locker, which production gives
-// it as tablelock.Locker.Generic(nil) and its unit tests as a memlock.Locker.
+// it as tablelock.Locker.AsLocker(nil) and its unit tests as a memlock.Locker.
 func runNightlyReport(ctx context.Context, locks pglock.Locker) (string, error) {
 	lk, err := locks.TryAcquire(ctx, "report:nightly")
 	if err != nil {

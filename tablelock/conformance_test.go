@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 			dbs.Store(t, d)
 			a := newLocker(t, d.NewPool(t, nil), nil)
 			b := newLocker(t, d.NewPool(t, nil), nil)
-			return a.Generic(opts), b.Generic(opts)
+			return a.AsLocker(opts), b.AsLocker(opts)
 		},
 		ForceRelease: func(t *testing.T, name string) {
 			_, err := db(t).Pool.Exec(context.Background(), `SELECT force_release_lock($1)`, name)

@@ -22,7 +22,7 @@
 //
 // AcquireSemaphore and TryAcquireSemaphore take one of N places of a counting semaphore: each
 // place is a Lock like the others (a lease, a token, Lost, Fence), and waiters are served in
-// order (docs/semaphore.md). Generic gives a Locker as the interface pglock.Locker, which
+// order (docs/semaphore.md). AsLocker gives a Locker as the interface pglock.Locker, which
 // package memlock implements in memory for unit tests.
 //
 // For writes that must not come from a holder whose lock was lost, Lock.Fence verifies inside

@@ -12,27 +12,27 @@ type EventKind int
 
 // The kinds of Event.
 const (
-	EventAcquired      EventKind = iota + 1 // a lock was acquired; Wait is how long Acquire waited
-	EventLocked                             // TryAcquire found the lock held
-	EventReleased                           // a lock was released; Held is how long it was held
-	EventLost                               // a held lock was lost; Err says why
-	EventRenewFailed                        // a renewal failed and will be retried; Err says why
-	EventWaitAbandoned                      // Acquire stopped waiting; Err says why
+	EventKindAcquired      EventKind = iota + 1 // a lock was acquired; Wait is how long Acquire waited
+	EventKindLocked                             // TryAcquire found the lock held
+	EventKindReleased                           // a lock was released; Held is how long it was held
+	EventKindLost                               // a held lock was lost; Err says why
+	EventKindRenewFailed                        // a renewal failed and will be retried; Err says why
+	EventKindWaitAbandoned                      // Acquire stopped waiting; Err says why
 )
 
 func (k EventKind) String() string {
 	switch k {
-	case EventAcquired:
+	case EventKindAcquired:
 		return "acquired"
-	case EventLocked:
+	case EventKindLocked:
 		return "locked"
-	case EventReleased:
+	case EventKindReleased:
 		return "released"
-	case EventLost:
+	case EventKindLost:
 		return "lost"
-	case EventRenewFailed:
+	case EventKindRenewFailed:
 		return "renew_failed"
-	case EventWaitAbandoned:
+	case EventKindWaitAbandoned:
 		return "wait_abandoned"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
@@ -47,9 +47,9 @@ type Event struct {
 	// Latency is the round trip behind the event, when there was one; for a lock handed over,
 	// the time since the start of the poll that queued for it.
 	Latency time.Duration
-	Wait    time.Duration // EventAcquired, EventWaitAbandoned: time spent waiting
-	Held    time.Duration // EventReleased, EventLost: time the lock was held
-	Err     error         // EventLost, EventRenewFailed, EventWaitAbandoned
+	Wait    time.Duration // EventKindAcquired, EventKindWaitAbandoned: time spent waiting
+	Held    time.Duration // EventKindReleased, EventKindLost: time the lock was held
+	Err     error         // EventKindLost, EventKindRenewFailed, EventKindWaitAbandoned
 }
 
 // Stats is a snapshot of a Locker.

@@ -40,11 +40,11 @@ func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Tim
 		OnLost: func(err error) {
 			l.forget(lk)
 			l.cfg.Logger.Error("pglock: lock lost", "lock", lk.name, "token", lk.token, "error", err)
-			l.emit(Event{Kind: EventLost, Name: lk.name, Token: lk.token, Held: time.Since(lk.heldFrom), Err: err})
+			l.emit(Event{Kind: EventKindLost, Name: lk.name, Token: lk.token, Held: time.Since(lk.heldFrom), Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
-			l.emit(Event{Kind: EventRenewFailed, Name: lk.name, Token: lk.token, Err: err})
+			l.emit(Event{Kind: EventKindRenewFailed, Name: lk.name, Token: lk.token, Err: err})
 		},
 	})
 	return lk
@@ -129,7 +129,7 @@ func (lk *Lock) releaseRow(ctx context.Context) error {
 		}
 		return nil // declared lost before, by Close: that loss is the one told
 	}
-	lk.l.emit(Event{Kind: EventReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
+	lk.l.emit(Event{Kind: EventKindReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
 	return nil
 }
 

@@ -124,7 +124,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 	}
 	if !row.Acquired {
 		locked := lockedError(name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
-		l.emit(Event{Kind: EventLocked, Name: name, Latency: time.Since(start)})
+		l.emit(Event{Kind: EventKindLocked, Name: name, Latency: time.Since(start)})
 		return nil, locked
 	}
 	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
@@ -326,7 +326,7 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 	l.mu.Unlock()
 	lk.lease.Start()
 	l.cfg.Logger.Debug("pglock: acquired", "lock", req.name, "token", token, "waited", waited)
-	l.emit(Event{Kind: EventAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
+	l.emit(Event{Kind: EventKindAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
 	return lk, nil
 }
 
@@ -365,24 +365,24 @@ func lockedError(name, holder, instance string, metadata json.RawMessage, expire
 	return e
 }
 
-// Generic returns l as a pglock.Locker, for code that takes locks through that interface (and
-// is tested with package memlock): each acquisition uses opts.
-func (l *Locker) Generic(opts *AcquireOptions) pglock.Locker { return generic{l, opts} }
+// AsLocker returns l as a pglock.Locker whose every acquisition uses opts, for code that takes
+// locks through that interface (and is tested with package memlock).
+func (l *Locker) AsLocker(opts *AcquireOptions) pglock.Locker { return boundLocker{l, opts} }
 
-type generic struct {
+type boundLocker struct {
 	l    *Locker
 	opts *AcquireOptions
 }
 
-func (g generic) TryAcquire(ctx context.Context, name string) (pglock.Lock, error) {
+func (g boundLocker) TryAcquire(ctx context.Context, name string) (pglock.Lock, error) {
 	return asLock(g.l.TryAcquire(ctx, name, g.opts))
 }
 
-func (g generic) Acquire(ctx context.Context, name string) (pglock.Lock, error) {
+func (g boundLocker) Acquire(ctx context.Context, name string) (pglock.Lock, error) {
 	return asLock(g.l.Acquire(ctx, name, g.opts))
 }
 
-func (g generic) WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error {
+func (g boundLocker) WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	return g.l.WithLock(ctx, name, g.opts, fn)
 }
 

@@ -682,7 +682,7 @@ func TestHeartbeatWaitingAtTheDeadlineLeavesTheLossToTell(t *testing.T) {
 			require.ErrorIs(t, <-extended, pglock.ErrLockLost)
 			mu.Lock()
 			defer mu.Unlock()
-			require.NotContains(t, kinds, tablelock.EventRenewFailed)
+			require.NotContains(t, kinds, tablelock.EventKindRenewFailed)
 		})
 	}
 }

@@ -306,7 +306,7 @@ func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 	l := newLocker(t, pool, &tablelock.Config{
 		HeartbeatInterval: 200 * time.Millisecond, // pgxpool checks connections idle over 1 s before use
 		OnEvent: func(e tablelock.Event) {
-			if e.Kind == tablelock.EventRenewFailed {
+			if e.Kind == tablelock.EventKindRenewFailed {
 				failed.Add(1)
 			}
 		},

@@ -153,7 +153,7 @@ func (l *Locker) waitError(ctx context.Context, req request, start time.Time, ti
 	default:
 		err = fmt.Errorf("pglock: acquire %q: %w", req.name, cause)
 	}
-	l.emit(Event{Kind: EventWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
+	l.emit(Event{Kind: EventKindWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
 	return err
 }
 

@@ -37,7 +37,7 @@ func TestCronListHistoryPauseResumeTriggerBackfill(t *testing.T) {
 	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "trigger", "nightly", "--by", "alice")
 	require.Equal(t, exitOK, code, stderr)
 	require.Regexp(t, `^triggered "nightly": run \d+\n$`, out)
-	require.Equal(t, cron.KindManual, testdb.Receive(t, ran).Kind)
+	require.Equal(t, cron.RunKindManual, testdb.Receive(t, ran).Kind)
 
 	from := time.Now().UTC().Add(-72 * time.Hour).Format(time.RFC3339)
 	to := time.Now().UTC().Add(-24 * time.Hour).Format(time.RFC3339)
@@ -45,7 +45,7 @@ func TestCronListHistoryPauseResumeTriggerBackfill(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "queued 2 ticks of \"nightly\"\n", out)
 	for range 2 {
-		require.Equal(t, cron.KindBackfill, testdb.Receive(t, ran).Kind)
+		require.Equal(t, cron.RunKindBackfill, testdb.Receive(t, ran).Kind)
 	}
 
 	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "pause", "nightly", "--note", "db upgrade", "--by", "bob")

@@ -36,7 +36,7 @@ func (a *app) jobsCommand() *cobra.Command {
 		Short: "List job records in key order",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if status != "" && status != string(jobs.Running) && status != string(jobs.Succeeded) && status != string(jobs.Failed) {
+			if status != "" && status != string(jobs.StatusRunning) && status != string(jobs.StatusSucceeded) && status != string(jobs.StatusFailed) {
 				return usagef("--status must be running, succeeded or failed, not %q", status)
 			}
 			if limit < 1 {
