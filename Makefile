@@ -15,10 +15,10 @@ test: postgres lint check-generated
 	$(GO) test -race -count=1 -timeout 10m ./...
 	for m in $(NESTED); do $(GO) -C $$m test -race -count=1 ./... || exit 1; done
 
-## postgres: find PostgreSQL for the tests and the demo, or install it with apt-get (as root or
-## through sudo), or stop with the command that would.
+## postgres: find PostgreSQL (and the locales the tests read errors in) for the tests and the
+## demo, or install them with apt-get (as root or through sudo), or stop with the command that would.
 postgres:
-	@tools/ensure-postgres.sh
+	@tools/setup.sh
 
 ## lint: gofmt, go vet, staticcheck, and a tidy go.mod.
 lint: $(STATICCHECK)
