@@ -1,6 +1,9 @@
 package pglock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Locker is what code that takes named locks depends on, so that its tests can give it an
 // in-memory Locker (package memlock) where production gives it a table lock Locker
@@ -28,3 +31,9 @@ type Lock interface {
 	// Release gives the lock up; a second Release returns an error matching ErrNotHeld.
 	Release(ctx context.Context) error
 }
+
+// DefaultTTL is the lease a table lock, a job attempt, a cron run or an in-memory lock gets when
+// its configuration names none: long enough to ride out a failover or a long pause, short
+// enough that a vanished holder's work is taken over well within a minute. tablelock, jobs,
+// cron and memlock each export it as their DefaultTTL; leader elects with a shorter one.
+const DefaultTTL = 30 * time.Second

@@ -23,11 +23,12 @@ import (
 // Config configures a Session. A nil *Config, and every zero field, means the default.
 type Config struct {
 	// HealthCheckInterval is how often an idle session checks that its connection answers.
-	// Default: 1 s.
+	// Default: DefaultHealthCheckInterval.
 	HealthCheckInterval time.Duration
 
 	// KeepAlive is the TCP keepalive idle time and probe interval of the session's connection,
-	// so that a dead peer is noticed even by a session blocked in a wait. Default: 5 s.
+	// so that a dead peer is noticed even by a session blocked in a wait.
+	// Default: DefaultKeepAlive.
 	KeepAlive time.Duration
 
 	// RegisterNames records the name behind each string key the session locks, the first time
@@ -37,6 +38,30 @@ type Config struct {
 
 	// Logger receives the session's logs. Default: slog.Default().
 	Logger *slog.Logger
+}
+
+// The defaults of Config.
+const (
+	DefaultHealthCheckInterval = time.Second
+	DefaultKeepAlive           = 5 * time.Second
+)
+
+// withDefaults fills the zero fields of c (nil for none) with the defaults.
+func (c *Config) withDefaults() Config {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	if cfg.HealthCheckInterval == 0 {
+		cfg.HealthCheckInterval = DefaultHealthCheckInterval
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = DefaultKeepAlive
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
 }
 
 // Session holds advisory locks on one connection, pinned from a pool until Close. Its methods
@@ -66,24 +91,12 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Session, error
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
+	c := cfg.withDefaults()
 	if c.HealthCheckInterval < 0 {
 		return nil, fmt.Errorf("%w: Config.HealthCheckInterval is negative", pglock.ErrInvalidArgument)
 	}
 	if c.KeepAlive < 0 {
 		return nil, fmt.Errorf("%w: Config.KeepAlive is negative", pglock.ErrInvalidArgument)
-	}
-	if c.HealthCheckInterval == 0 {
-		c.HealthCheckInterval = time.Second
-	}
-	if c.KeepAlive == 0 {
-		c.KeepAlive = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

@@ -21,7 +21,7 @@ type Config struct {
 	// a claim records runs abandoned by vanished instances and starts pending runs (manual,
 	// backfilled, buffered) whose notification was lost. It is shortened to the heartbeat of
 	// the shortest run lease, so that an abandoned run is recorded within its TTL plus a
-	// heartbeat. Default: 2 s.
+	// heartbeat. Default: DefaultPollInterval.
 	PollInterval time.Duration
 
 	// DisableNotifications makes the scheduler rely on polling alone, for a pool that cannot
@@ -57,6 +57,17 @@ const (
 	CatchUpAll    CatchUp = "all"    // each missed tick in the window runs, oldest first (at most MaxCatchUp)
 )
 
+// The defaults of Config and Options.
+const (
+	DefaultPollInterval  = 2 * time.Second
+	DefaultOverlap       = OverlapSkip
+	DefaultCatchUp       = CatchUpSkip
+	DefaultCatchUpWindow = 24 * time.Hour
+	DefaultTTL           = pglock.DefaultTTL
+	DefaultRetention     = 7 * 24 * time.Hour
+	DefaultMaxRuns       = 1000
+)
+
 // Limits.
 const (
 	MaxCatchUp   = 100              // missed ticks a CatchUpAll schedule runs at once; older ones are recorded missed
@@ -72,14 +83,14 @@ type Options struct {
 	// read it the same way, so the default is UTC, not the host's zone.
 	Location *time.Location
 
-	// Overlap is the overlap policy. Default: OverlapSkip.
+	// Overlap is the overlap policy. Default: DefaultOverlap (OverlapSkip).
 	Overlap Overlap
 
-	// CatchUp is the catch-up policy. Default: CatchUpSkip.
+	// CatchUp is the catch-up policy. Default: DefaultCatchUp (CatchUpSkip).
 	CatchUp CatchUp
 
 	// CatchUpWindow is how old a missed tick may be and still run under CatchUpLatest or
-	// CatchUpAll. Default: 24 h.
+	// CatchUpAll. Default: DefaultCatchUpWindow.
 	CatchUpWindow time.Duration
 
 	// Timeout bounds a run: its context ends then (context.DeadlineExceeded) and the run is
@@ -89,14 +100,14 @@ type Options struct {
 	// TTL is a run's lease, renewed every third of it. A run whose lease cannot be renewed has
 	// its context canceled (pglock.ErrLockLost) a tenth of it before the lease could expire on
 	// the database; a run whose instance vanished is recorded abandoned within the TTL plus a
-	// heartbeat. From 100 ms to 24 h. Default: 30 s.
+	// heartbeat. From 100 ms to 24 h. Default: DefaultTTL.
 	TTL time.Duration
 
 	// Retention is how long run history is kept, from when a run finished or was recorded.
-	// Default: 7 days.
+	// Default: DefaultRetention.
 	Retention time.Duration
 
-	// MaxRuns is how many runs of history are kept at most (up to 2³¹−1). Default: 1,000.
+	// MaxRuns is how many runs of history are kept at most (up to 2³¹−1). Default: DefaultMaxRuns.
 	MaxRuns int
 }
 
@@ -111,36 +122,67 @@ type settings struct {
 	maxRuns   int
 }
 
-func (c *Config) withDefaults() (Config, error) {
+// withDefaults fills the zero fields of c (nil for none) with the defaults.
+func (c *Config) withDefaults() Config {
 	var cfg Config
 	if c != nil {
 		cfg = *c
 	}
-	switch {
-	case cfg.PollInterval == 0:
-		cfg.PollInterval = 2 * time.Second
-	case cfg.PollInterval < 10*time.Millisecond:
-		return Config{}, fmt.Errorf("%w: Config.PollInterval (%s) must be at least 10ms", pglock.ErrInvalidArgument, cfg.PollInterval)
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return cfg, nil
+	return cfg
 }
 
-func (o *Options) settings() (settings, *time.Location, error) {
-	if o == nil {
-		o = &Options{}
+// validate checks a Config after withDefaults, with errors matching pglock.ErrInvalidArgument.
+func (c *Config) validate() error {
+	if c.PollInterval < 10*time.Millisecond {
+		return fmt.Errorf("%w: Config.PollInterval (%s) must be at least 10ms", pglock.ErrInvalidArgument, c.PollInterval)
 	}
+	return nil
+}
+
+// withDefaults fills the zero fields of o (nil for none) with the defaults.
+func (o *Options) withDefaults() Options {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	if opts.Location == nil {
+		opts.Location = time.UTC
+	}
+	if opts.Overlap == "" {
+		opts.Overlap = DefaultOverlap
+	}
+	if opts.CatchUp == "" {
+		opts.CatchUp = DefaultCatchUp
+	}
+	if opts.CatchUpWindow == 0 {
+		opts.CatchUpWindow = DefaultCatchUpWindow
+	}
+	if opts.Retention == 0 {
+		opts.Retention = DefaultRetention
+	}
+	if opts.MaxRuns == 0 {
+		opts.MaxRuns = DefaultMaxRuns
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	return opts
+}
+
+// settings checks o (after withDefaults), with errors matching pglock.ErrInvalidArgument, and
+// returns what the scheduler keeps of it.
+func (o *Options) settings() (settings, *time.Location, error) {
+	opts := o.withDefaults()
 	invalid := func(format string, args ...any) (settings, *time.Location, error) {
 		return settings{}, nil, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
-	s := settings{overlap: o.Overlap, catchUp: o.CatchUp, window: o.CatchUpWindow, timeout: o.Timeout,
-		retention: o.Retention, maxRuns: o.MaxRuns}
-	loc := o.Location
-	if loc == nil {
-		loc = time.UTC
-	}
+	loc := opts.Location
 	switch name := loc.String(); {
 	case loc == time.Local || name == "Local":
 		return invalid("Options.Location: time.Local differs from host to host; name the zone (time.LoadLocation)")
@@ -151,54 +193,34 @@ func (o *Options) settings() (settings, *time.Location, error) {
 			return invalid("Options.Location %q cannot be loaded by its name (time.LoadLocation), as every instance must", name)
 		}
 	}
-	switch s.overlap {
-	case "":
-		s.overlap = OverlapSkip
+	switch opts.Overlap {
 	case OverlapSkip, OverlapBufferOne, OverlapAllow, OverlapReplace:
 	default:
-		return invalid("Options.Overlap %q is not one of the Overlap constants", s.overlap)
+		return invalid("Options.Overlap %q is not one of the Overlap constants", opts.Overlap)
 	}
-	switch s.catchUp {
-	case "":
-		s.catchUp = CatchUpSkip
+	switch opts.CatchUp {
 	case CatchUpSkip, CatchUpLatest, CatchUpAll:
 	default:
-		return invalid("Options.CatchUp %q is not one of the CatchUp constants", s.catchUp)
+		return invalid("Options.CatchUp %q is not one of the CatchUp constants", opts.CatchUp)
 	}
-	for _, d := range []struct {
-		name  string
-		value *time.Duration
-		def   time.Duration
-	}{
-		{"CatchUpWindow", &s.window, 24 * time.Hour},
-		{"Retention", &s.retention, 7 * 24 * time.Hour},
-	} {
-		switch {
-		case *d.value == 0:
-			*d.value = d.def
-		case *d.value < time.Millisecond:
-			return invalid("Options.%s (%s) must be at least 1ms", d.name, *d.value)
-		}
+	if opts.CatchUpWindow < time.Millisecond {
+		return invalid("Options.CatchUpWindow (%s) must be at least 1ms", opts.CatchUpWindow)
 	}
-	if s.timeout < 0 {
-		return invalid("Options.Timeout (%s) must not be negative", s.timeout)
+	if opts.Retention < time.Millisecond {
+		return invalid("Options.Retention (%s) must be at least 1ms", opts.Retention)
 	}
-	switch {
-	case s.maxRuns == 0:
-		s.maxRuns = 1000
-	case s.maxRuns < 0 || s.maxRuns > 1<<31-1:
-		return invalid("Options.MaxRuns (%d) must be from 1 to %d", s.maxRuns, 1<<31-1)
+	if opts.Timeout < 0 {
+		return invalid("Options.Timeout (%s) must not be negative", opts.Timeout)
 	}
-	ttl := o.TTL
-	if ttl == 0 {
-		ttl = 30 * time.Second
+	if opts.MaxRuns < 0 || opts.MaxRuns > 1<<31-1 {
+		return invalid("Options.MaxRuns (%d) must be from 1 to %d", opts.MaxRuns, 1<<31-1)
 	}
-	timing, err := lease.NewTiming(ttl, 0, 0)
+	timing, err := lease.NewTiming(opts.TTL, 0, 0)
 	if err != nil {
 		return settings{}, nil, fmt.Errorf("Options.TTL: %w", err)
 	}
-	s.timing = timing
-	return s, loc, nil
+	return settings{overlap: opts.Overlap, catchUp: opts.CatchUp, window: opts.CatchUpWindow, timeout: opts.Timeout,
+		timing: timing, retention: opts.Retention, maxRuns: opts.MaxRuns}, loc, nil
 }
 
 // RunKind says why a run started.

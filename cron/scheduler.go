@@ -71,8 +71,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	c, err := cfg.withDefaults()
-	if err != nil {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	instance, err := ident.Instance(c.AppName)

@@ -13,6 +13,13 @@ import (
 	"github.com/pglock/pglock/internal/lease"
 )
 
+// The defaults of Config and Options.
+const (
+	DefaultTTL           = pglock.DefaultTTL
+	DefaultWindow        = 7 * 24 * time.Hour // Kafka's default retention
+	DefaultTxIdleTimeout = 30 * time.Second
+)
+
 // Limits of what a delivery may ask for.
 const (
 	MaxKeyLen   = 1024                  // bytes of a key
@@ -39,7 +46,7 @@ type Config struct {
 	// client silent between statements) before PostgreSQL ends its session: a worker that
 	// vanishes mid-transaction (a frozen VM, a silent partition) leaves its key in progress no
 	// longer than this, not for the hours TCP takes to notice. A stricter
-	// idle_in_transaction_session_timeout already in force is kept. Default: 30 s. Negative:
+	// idle_in_transaction_session_timeout already in force is kept. Default: DefaultTxIdleTimeout. Negative:
 	// no bound (the server's setting applies).
 	TxIdleTimeout time.Duration
 
@@ -65,7 +72,7 @@ type Options struct {
 
 	// Window is how long the record is kept after its outcome (and after each claim), so that
 	// a delivery within it is recognised as a duplicate; after it, the key may run again. Up to
-	// MaxWindow. Default: 7 days (Kafka's default retention).
+	// MaxWindow. Default: DefaultWindow.
 	Window time.Duration
 
 	// MaxAttempts is how many claims a key may have before deliveries give up on it
@@ -74,7 +81,7 @@ type Options struct {
 
 	// TTL is the lease of a Run or Do attempt, renewed every third of it; the attempt is lost
 	// (fn's context canceled) a tenth of it before it could expire on the database, when
-	// renewals stop getting through. From lease.MinTTL (100 ms) to 24 h. Default: 30 s. RunTx
+	// renewals stop getting through. From 100 ms to 24 h. Default: DefaultTTL. RunTx
 	// has no lease: Config.TxIdleTimeout bounds it instead.
 	TTL time.Duration
 
@@ -91,25 +98,31 @@ type Options struct {
 	Wait bool
 }
 
-func (c *Config) withDefaults() (Config, error) {
+// withDefaults fills the zero fields of c (nil for none) with the defaults.
+func (c *Config) withDefaults() Config {
 	var cfg Config
 	if c != nil {
 		cfg = *c
 	}
-	if err := checkScope(cfg.Scope); err != nil {
-		return Config{}, fmt.Errorf("%w: Config.Scope %w", pglock.ErrInvalidArgument, err)
-	}
 	if cfg.TxIdleTimeout == 0 {
-		cfg.TxIdleTimeout = 30 * time.Second
-	}
-	if cfg.TxIdleTimeout > 0 && (cfg.TxIdleTimeout < time.Millisecond || cfg.TxIdleTimeout.Milliseconds() > 1<<31-1) {
-		return Config{}, fmt.Errorf("%w: Config.TxIdleTimeout (%s) must be from 1 ms to %d ms", pglock.ErrInvalidArgument,
-			cfg.TxIdleTimeout, 1<<31-1)
+		cfg.TxIdleTimeout = DefaultTxIdleTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return cfg, nil
+	return cfg
+}
+
+// validate checks a Config after withDefaults, with errors matching pglock.ErrInvalidArgument.
+func (c *Config) validate() error {
+	if err := checkScope(c.Scope); err != nil {
+		return fmt.Errorf("%w: Config.Scope %w", pglock.ErrInvalidArgument, err)
+	}
+	if c.TxIdleTimeout > 0 && (c.TxIdleTimeout < time.Millisecond || c.TxIdleTimeout.Milliseconds() > 1<<31-1) {
+		return fmt.Errorf("%w: Config.TxIdleTimeout (%s) must be from 1 ms to %d ms", pglock.ErrInvalidArgument,
+			c.TxIdleTimeout, 1<<31-1)
+	}
+	return nil
 }
 
 // request is one delivery's arguments, checked.
@@ -122,38 +135,44 @@ type request struct {
 	wait        bool
 }
 
-func (d *Deduper) newRequest(key string, opts *Options) (request, error) {
-	if opts == nil {
-		opts = &Options{}
+// withDefaults fills the zero fields of o (nil for none) with the defaults, Config's among them.
+func (o *Options) withDefaults(cfg Config) Options {
+	var opts Options
+	if o != nil {
+		opts = *o
 	}
+	if opts.Scope == "" {
+		opts.Scope = cfg.Scope
+	}
+	if opts.Window == 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultTTL
+	}
+	return opts
+}
+
+// newRequest checks key and opts (after withDefaults), with errors matching
+// pglock.ErrInvalidArgument.
+func (d *Deduper) newRequest(key string, o *Options) (request, error) {
+	opts := o.withDefaults(d.cfg)
 	invalid := func(format string, args ...any) (request, error) {
 		return request{}, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
 	if err := checkKey(key); err != nil {
 		return request{}, err
 	}
-	scope := opts.Scope
-	if scope == "" {
-		scope = d.cfg.Scope
-	}
-	if err := checkScope(scope); err != nil {
+	if err := checkScope(opts.Scope); err != nil {
 		return invalid("Options.Scope %v", err)
 	}
-	window := opts.Window
-	switch {
-	case window == 0:
-		window = 7 * 24 * time.Hour
-	case window < time.Millisecond || window > MaxWindow:
-		return invalid("Options.Window (%s) must be from 1 ms to %s", window, MaxWindow)
+	if opts.Window < time.Millisecond || opts.Window > MaxWindow {
+		return invalid("Options.Window (%s) must be from 1 ms to %s", opts.Window, MaxWindow)
 	}
 	if opts.MaxAttempts < 0 || opts.MaxAttempts > 1<<31-1 {
 		return invalid("Options.MaxAttempts (%d) must be 0 (no limit) or more", opts.MaxAttempts)
 	}
-	ttl := opts.TTL
-	if ttl == 0 {
-		ttl = 30 * time.Second
-	}
-	timing, err := lease.NewTiming(ttl, 0, 0)
+	timing, err := lease.NewTiming(opts.TTL, 0, 0)
 	if err != nil {
 		return request{}, fmt.Errorf("Options.TTL: %w", err)
 	}
@@ -165,7 +184,7 @@ func (d *Deduper) newRequest(key string, opts *Options) (request, error) {
 		fingerprint = &opts.Fingerprint
 	}
 	return request{
-		scope: scope, key: key, fingerprint: fingerprint, window: window,
+		scope: opts.Scope, key: key, fingerprint: fingerprint, window: opts.Window,
 		maxAttempts: int32(opts.MaxAttempts), timing: timing, wait: opts.Wait,
 	}, nil
 }

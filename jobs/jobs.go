@@ -104,8 +104,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	resolved, err := cfg.withDefaults()
-	if err != nil {
+	resolved := cfg.withDefaults()
+	if err := resolved.validate(); err != nil {
 		return nil, err
 	}
 	instance, err := ident.Instance(resolved.AppName)

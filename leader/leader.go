@@ -33,7 +33,7 @@ type Config struct {
 	// TTL is the leader's lease, renewed every third of it. A leader that crashes is replaced
 	// once it expires (plus a poll); a leader cut off from the database stops (its OnElected
 	// context is canceled) a tenth of it before. From tablelock.MinTTL to tablelock.MaxTTL.
-	// Default: 15 s.
+	// Default: DefaultTTL.
 	TTL time.Duration
 
 	// DisableNotifications and ListenerConnConfig are tablelock.Config's: for a pool that
@@ -76,6 +76,25 @@ type Elector struct {
 	changed  chan struct{}           // wakes the OnNewLeader watcher
 }
 
+// DefaultTTL is Config.TTL's default: shorter than a lock's (pglock.DefaultTTL), so that a
+// crashed leader is replaced sooner (docs/leader.md).
+const DefaultTTL = 15 * time.Second
+
+// withDefaults fills the zero fields of c (nil for none) with the defaults.
+func (c *Config) withDefaults() Config {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
 // New returns an Elector for the election name (1 to MaxNameLen bytes of UTF-8 without NUL)
 // that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
@@ -85,18 +104,9 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	if c.TTL == 0 {
-		c.TTL = 15 * time.Second
-	}
+	c := cfg.withDefaults()
 	if c.TTL < tablelock.MinTTL || c.TTL > tablelock.MaxTTL {
 		return nil, fmt.Errorf("%w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	// tablelock checks the rest: make one now, so that a mistake is found here.
 	l, err := newLocker(pool, c)
@@ -119,7 +129,7 @@ func validateName(name string) error {
 
 func newLocker(pool *pgxpool.Pool, c Config) (*tablelock.Locker, error) {
 	cfg := &tablelock.Config{
-		AppName: c.AppName, DefaultTTL: c.TTL, DisableNotifications: c.DisableNotifications,
+		AppName: c.AppName, TTL: c.TTL, DisableNotifications: c.DisableNotifications,
 		ListenerConnConfig: c.ListenerConnConfig, Logger: c.Logger,
 	}
 	if !c.DisableNotifications {

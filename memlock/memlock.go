@@ -12,11 +12,24 @@ import (
 	"github.com/pglock/pglock/internal/lease"
 )
 
-// Clock tells the time and runs functions later; FakeClock is one a test advances.
-type (
-	Clock     = clock.Clock
-	FakeClock = clock.Fake
-)
+// Clock tells the time and runs functions later. NewFakeClock returns one a test advances;
+// tests may also bring their own.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed, unless the timer is stopped.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc, as *time.Timer is for time.AfterFunc.
+type Timer = interface {
+	// Stop prevents the call; false if it has already started or the timer was stopped.
+	Stop() bool
+	// Reset makes the call due d from now (again, if it had already run).
+	Reset(d time.Duration) bool
+}
+
+// FakeClock is a Clock that stands still until a test advances it.
+type FakeClock = clock.Fake
 
 // NewFakeClock returns a clock that stands at start until advanced: Advance runs what falls
 // due, concurrently.
@@ -25,7 +38,7 @@ func NewFakeClock(start time.Time) *FakeClock { return clock.NewFake(start) }
 // Config configures a Locker. A nil *Config, and every zero field, means the default.
 type Config struct {
 	// TTL is each lock's lease, renewed every third of it, and declared lost a tenth of it
-	// before it expires when renewals fail. Default: 30 s.
+	// before it expires when renewals fail. Default: DefaultTTL.
 	TTL time.Duration
 	// Clock is the time the leases are kept on. Default: real time.
 	Clock Clock
@@ -46,18 +59,27 @@ type Locker struct {
 
 var _ pglock.Locker = (*Locker)(nil)
 
+// DefaultTTL is Config.TTL's default.
+const DefaultTTL = pglock.DefaultTTL
+
+// withDefaults fills the zero fields of c (nil for none) with the defaults.
+func (c *Config) withDefaults() Config {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
+	return cfg
+}
+
 // New returns an in-memory Locker. A nil cfg means the defaults.
 func New(cfg *Config) (*Locker, error) {
-	var c Config
-	if cfg != nil {
-		c = *cfg
-	}
-	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
-	}
-	if c.Clock == nil {
-		c.Clock = clock.Real
-	}
+	c := cfg.withDefaults()
 	t, err := lease.NewTiming(c.TTL, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Config.TTL: %w", pglock.ErrInvalidArgument, err)

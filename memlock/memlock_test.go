@@ -111,3 +111,21 @@ func TestCloseEndsTheLocksStillHeld(t *testing.T) {
 	require.NoError(t, err, "freed")
 	require.NoError(t, again.Release(ctx))
 }
+
+// wallClock is a Clock of the caller's own, on real time: Config.Clock is an interface a user
+// implements without naming anything internal.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+func (wallClock) AfterFunc(d time.Duration, f func()) memlock.Timer {
+	return time.AfterFunc(d, f)
+}
+
+func TestConfigClockTakesTheCallersClock(t *testing.T) {
+	t.Parallel()
+	l, err := memlock.New(&memlock.Config{TTL: time.Second, Clock: wallClock{}})
+	require.NoError(t, err)
+	lk, err := l.TryAcquire(context.Background(), "mine")
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(context.Background()))
+}

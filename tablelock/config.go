@@ -11,10 +11,13 @@ import (
 	"github.com/pglock/pglock/internal/lease"
 )
 
-// The TTLs a lock may have.
+// The TTLs a lock may have, and the defaults of Config.
 const (
 	MinTTL = lease.MinTTL
 	MaxTTL = lease.MaxTTL
+
+	DefaultTTL             = pglock.DefaultTTL
+	DefaultMaxPollInterval = time.Second
 )
 
 // Config configures a Locker. A nil *Config, and every zero field, means the default.
@@ -23,18 +26,18 @@ type Config struct {
 	// Default: the executable's base name.
 	AppName string
 
-	// DefaultTTL is the lease of a lock acquired without AcquireOptions.TTL. Default: 30 s.
-	DefaultTTL time.Duration
+	// TTL is the lease of a lock acquired without AcquireOptions.TTL. Default: DefaultTTL.
+	TTL time.Duration
 
 	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL.
 	// Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
-	// is called. New refuses one that could not renew a lock of DefaultTTL before its safety
+	// is called. New refuses one that could not renew a lock of Config.TTL before its safety
 	// margin; a lock acquired with a TTL too short for it is renewed every third of that TTL.
 	HeartbeatInterval time.Duration
 
 	// SafetyMargin is how long before the database could give a lock away its holder declares
 	// it lost. Default: a tenth of the lock's TTL. It must leave more than a third of
-	// DefaultTTL before it (New refuses it otherwise), and of any TTL a lock is acquired or
+	// Config.TTL before it (New refuses it otherwise), and of any TTL a lock is acquired or
 	// extended with (pglock.ErrInvalidTTL otherwise): room for a heartbeat.
 	SafetyMargin time.Duration
 
@@ -51,7 +54,8 @@ type Config struct {
 	// AfterConnect.
 	ListenerConnConfig *pgx.ConnConfig
 
-	// MaxPollInterval caps the backoff of the first waiter of a name between polls. Default: 1 s.
+	// MaxPollInterval caps the backoff of the first waiter of a name between polls.
+	// Default: DefaultMaxPollInterval.
 	MaxPollInterval time.Duration
 
 	// Logger receives the Locker's logs. Default: slog.Default().
@@ -65,7 +69,7 @@ type Config struct {
 
 // AcquireOptions configure one acquisition. A nil *AcquireOptions means the defaults.
 type AcquireOptions struct {
-	// TTL is the lease, from MinTTL to MaxTTL, in whole milliseconds. Default: Config.DefaultTTL.
+	// TTL is the lease, from MinTTL to MaxTTL, in whole milliseconds. Default: Config.TTL.
 	TTL time.Duration
 
 	// Metadata is stored with the lock, shown to operators and to contenders in LockedError.
@@ -79,46 +83,50 @@ type AcquireOptions struct {
 	WaitTimeout time.Duration
 }
 
-// withDefaults resolves the defaults and checks what was given: every mistake is found here,
-// as an error matching pglock.ErrInvalidArgument that names the field, so that no acquisition
-// fails later for one.
-func (c *Config) withDefaults() (Config, error) {
+// withDefaults fills the zero fields of c (nil for none) with the defaults.
+func (c *Config) withDefaults() Config {
 	var cfg Config
 	if c != nil {
 		cfg = *c
 	}
-	invalid := func(field, format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("%w: Config.%s %w", pglock.ErrInvalidArgument, field, fmt.Errorf(format, args...))
-	}
-	if cfg.DefaultTTL == 0 {
-		cfg.DefaultTTL = 30 * time.Second
-	}
-	if cfg.DefaultTTL < MinTTL || cfg.DefaultTTL > MaxTTL {
-		return invalid("DefaultTTL", "(%s) is outside [%s, %s]", cfg.DefaultTTL, MinTTL, MaxTTL)
-	}
-	if cfg.SafetyMargin < 0 {
-		return invalid("SafetyMargin", "is negative")
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
 	}
 	if cfg.MaxPollInterval == 0 {
-		cfg.MaxPollInterval = time.Second
-	}
-	if cfg.MaxPollInterval < 0 {
-		return invalid("MaxPollInterval", "is negative")
-	}
-	// DefaultTTL must be kept as configured: the rules for any TTL (timing), applied to it,
-	// with none of timing's fallbacks.
-	t, err := cfg.timing(cfg.DefaultTTL)
-	if err != nil {
-		return invalid("SafetyMargin", "(%s) leaves no room for a heartbeat in DefaultTTL: %w", cfg.SafetyMargin, err)
-	}
-	if cfg.HeartbeatInterval > 0 && cfg.HeartbeatInterval != t.Heartbeat {
-		return invalid("HeartbeatInterval", "(%s) could not renew a lock of DefaultTTL (%s) before its safety margin (%s)",
-			cfg.HeartbeatInterval, t.TTL, t.Margin)
+		cfg.MaxPollInterval = DefaultMaxPollInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return cfg, nil
+	return cfg
+}
+
+// validate checks a Config after withDefaults: every mistake is found here, as an error matching
+// pglock.ErrInvalidArgument that names the field, so that no acquisition fails later for one.
+func (c *Config) validate() error {
+	invalid := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: Config.%s %w", pglock.ErrInvalidArgument, field, fmt.Errorf(format, args...))
+	}
+	if c.TTL < MinTTL || c.TTL > MaxTTL {
+		return invalid("TTL", "(%s) is outside [%s, %s]", c.TTL, MinTTL, MaxTTL)
+	}
+	if c.SafetyMargin < 0 {
+		return invalid("SafetyMargin", "is negative")
+	}
+	if c.MaxPollInterval < 0 {
+		return invalid("MaxPollInterval", "is negative")
+	}
+	// Config.TTL must be kept as configured: the rules for any TTL (timing), applied to it,
+	// with none of timing's fallbacks.
+	t, err := c.timing(c.TTL)
+	if err != nil {
+		return invalid("SafetyMargin", "(%s) leaves no room for a heartbeat in Config.TTL: %w", c.SafetyMargin, err)
+	}
+	if c.HeartbeatInterval > 0 && c.HeartbeatInterval != t.Heartbeat {
+		return invalid("HeartbeatInterval", "(%s) could not renew a lock of Config.TTL (%s) before its safety margin (%s)",
+			c.HeartbeatInterval, t.TTL, t.Margin)
+	}
+	return nil
 }
 
 // timing is how a lock with a given TTL is kept: with the configured margin, and the configured

@@ -53,8 +53,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	resolved, err := cfg.withDefaults()
-	if err != nil {
+	resolved := cfg.withDefaults()
+	if err := resolved.validate(); err != nil {
 		return nil, err
 	}
 	instance, err := ident.Instance(resolved.AppName)
@@ -274,7 +274,7 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
-		ttl = l.cfg.DefaultTTL
+		ttl = l.cfg.TTL
 	}
 	t, err := l.cfg.timing(ttl)
 	if err != nil {

@@ -213,13 +213,13 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		field string
 		cfg   *tablelock.Config
 	}{
-		{"DefaultTTL", &tablelock.Config{DefaultTTL: time.Millisecond}},
+		{"TTL", &tablelock.Config{TTL: time.Millisecond}},
 		{"SafetyMargin", &tablelock.Config{SafetyMargin: -time.Second}},
 		{"SafetyMargin", &tablelock.Config{SafetyMargin: 30 * time.Second}},
 		{"SafetyMargin", &tablelock.Config{SafetyMargin: 20 * time.Second}}, // no room for a heartbeat
-		{"SafetyMargin", &tablelock.Config{DefaultTTL: time.Second, SafetyMargin: 1500 * time.Millisecond}},
+		{"SafetyMargin", &tablelock.Config{TTL: time.Second, SafetyMargin: 1500 * time.Millisecond}},
 		{"HeartbeatInterval", &tablelock.Config{HeartbeatInterval: 27 * time.Second}},
-		{"HeartbeatInterval", &tablelock.Config{DefaultTTL: time.Second, SafetyMargin: 500 * time.Millisecond, HeartbeatInterval: 600 * time.Millisecond}},
+		{"HeartbeatInterval", &tablelock.Config{TTL: time.Second, SafetyMargin: 500 * time.Millisecond, HeartbeatInterval: 600 * time.Millisecond}},
 		{"MaxPollInterval", &tablelock.Config{MaxPollInterval: -time.Second}},
 		{"AppName", &tablelock.Config{AppName: "bad\x00app"}},
 		{"AppName", &tablelock.Config{AppName: "bad\xc3\x28"}},
@@ -228,7 +228,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument, "%+v", tc.cfg)
 		require.ErrorContains(t, err, "Config."+tc.field)
 	}
-	// A heartbeat that fits DefaultTTL but not a shorter TTL: that lock is renewed every third
+	// A heartbeat that fits Config.TTL but not a shorter TTL: that lock is renewed every third
 	// of its TTL instead of being refused.
 	fitting, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: 10 * time.Second})
 	require.NoError(t, err)

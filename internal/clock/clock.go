@@ -15,8 +15,9 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
-// Timer is a pending AfterFunc, as time.Timer is for time.AfterFunc.
-type Timer interface {
+// Timer is a pending AfterFunc, as time.Timer is for time.AfterFunc. It is an alias of an
+// unnamed interface, so that a public package can declare the same type without naming this one.
+type Timer = interface {
 	// Stop prevents the call; false if it has already started or the timer was stopped.
 	Stop() bool
 	// Reset makes the call due d from now (again, if it had already run).
