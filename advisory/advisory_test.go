@@ -120,9 +120,9 @@ func TestBlockingLockWaitsForUnlock(t *testing.T) {
 
 	acquired := make(chan error)
 	go func() { acquired <- waiter.Lock(ctx, key) }()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return slicesContains(advisoryLocks(t, pool), fmt.Sprintf("%d ExclusiveLock false", waiter.PID()))
-	}, 5*time.Second, 5*time.Millisecond, "the waiter waits on the server")
+	}, "the waiter waits on the server")
 	select {
 	case err := <-acquired:
 		t.Fatalf("acquired while held: %v", err)
@@ -155,9 +155,9 @@ func TestCanceledWaitLeavesNoServerSideWaiter(t *testing.T) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- waiter.Lock(waitCtx, key) }()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return slicesContains(advisoryLocks(t, pool), fmt.Sprintf("%d ExclusiveLock false", waiter.PID()))
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.NotContains(t, advisoryLocks(t, pool), fmt.Sprintf("%d ExclusiveLock false", waiter.PID()))
@@ -207,7 +207,7 @@ func TestWithLockCancelsTheFunctionWhenTheSessionIsLost(t *testing.T) {
 			return nil
 		})
 	require.ErrorIs(t, err, pglock.ErrLockLost)
-	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 0 }, 5*time.Second, 5*time.Millisecond,
+	testdb.WaitFor(t, func() bool { return pool.Stat().AcquiredConns() == 0 },
 		"the dead connection went back to the pool (which destroys it)")
 }
 
@@ -266,7 +266,7 @@ func TestNoLeakOverManyCycles(t *testing.T) {
 	require.ErrorIs(t, doomed.Err(), pglock.ErrLockLost)
 	require.NoError(t, doomed.Close(ctx))
 	require.Empty(t, advisoryLocks(t, d.Pool))
-	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 0 }, 5*time.Second, 5*time.Millisecond)
+	testdb.WaitFor(t, func() bool { return pool.Stat().AcquiredConns() == 0 })
 
 	// A session closed while holding locks frees them.
 	held := open(t, pool, nil)
@@ -431,12 +431,12 @@ func TestListShowsHoldersWaitersAndNames(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	var locks []advisory.LockInfo
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		var err error
 		locks, err = advisory.List(ctx, d.Pool)
 		require.NoError(t, err)
 		return len(locks) == 4
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 
 	byKey := map[string]advisory.LockInfo{}
 	for _, l := range locks {

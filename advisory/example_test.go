@@ -5,30 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
-	"github.com/pglock/pglock/internal/testdb"
 )
 
 // A session lock held by one process makes another's try fail at once; a transaction lock is
 // released with its transaction.
 func Example() {
-	d, done := testdb.Example()
-	defer done()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
 	ctx := context.Background()
 	key := advisory.StringKey("maintenance/reindex")
 
-	s, err := advisory.Open(ctx, d.Pool, nil)
+	s, err := advisory.Open(ctx, pool, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	if err := s.Lock(ctx, key); err != nil {
 		log.Fatal(err)
 	}
-	other, err := advisory.Open(ctx, d.Pool, nil)
+	other, err := advisory.Open(ctx, pool, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -37,7 +42,7 @@ func Example() {
 	other.Close(ctx)
 	s.Close(ctx) // unlocks
 
-	err = advisory.WithXactLock(ctx, d.Pool, key, nil, func(ctx context.Context, tx pgx.Tx) error {
+	err = advisory.WithXactLock(ctx, pool, key, nil, func(ctx context.Context, tx pgx.Tx) error {
 		fmt.Println("in the transaction, holding", key)
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // Key names an advisory lock.
@@ -43,7 +44,7 @@ func NamespacedKey(namespace, name string) Key {
 	}
 	if namespace != "" {
 		if err := pglock.ValidateName(namespace); err != nil {
-			k.err = fmt.Errorf("namespace: %w", err)
+			k.err = errs.Errorf("namespace: %w", err)
 			return k
 		}
 	}

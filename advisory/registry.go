@@ -2,7 +2,6 @@ package advisory
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 	"weak"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // LockInfo is one advisory lock held or awaited in the database, as List reports it.
@@ -31,11 +31,11 @@ type LockInfo struct {
 // Seeing other roles' sessions takes the pg_read_all_stats role.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]LockInfo, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	rows, err := db.New(db.Translating(pool)).AdvisoryLocks(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: list advisory locks: %w", err)
+		return nil, errs.Errorf("list advisory locks: %w", err)
 	}
 	locks := make([]LockInfo, len(rows))
 	for i, r := range rows {
@@ -60,7 +60,7 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]LockInfo, error) {
 // process), so that List and pglockctl can show it. Keys made from numbers have no name.
 func Register(ctx context.Context, pool *pgxpool.Pool, key Key) error {
 	if pool == nil {
-		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	return register(ctx, pool, key)
 }
@@ -86,7 +86,7 @@ func register(ctx context.Context, pool *pgxpool.Pool, key Key) error {
 		return nil
 	}
 	if err := db.New(db.Translating(pool)).RegisterAdvisoryName(ctx, db.RegisterAdvisoryNameParams{Name: key.name, Namespace: key.namespace}); err != nil {
-		return fmt.Errorf("pglock: register %s: %w", key, err)
+		return errs.Errorf("register %s: %w", key, err)
 	}
 	registered.Store(r, true)
 	return nil

@@ -21,9 +21,9 @@ import (
 // waitUntilWaiting blocks until pid has an ungranted advisory lock request.
 func waitUntilWaiting(t *testing.T, pool *pgxpool.Pool, pid uint32) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return slicesContains(advisoryLocks(t, pool), fmt.Sprintf("%d ExclusiveLock false", pid))
-	}, 5*time.Second, 2*time.Millisecond)
+	})
 }
 
 // slowDialPool is a pool whose new connections (and so pgx's cancel-request connections) are

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // Config configures a Session. A nil *Config, and every zero field, means the default.
@@ -89,18 +89,18 @@ type Session struct {
 // Open pins a connection from pool for a new Session.
 func Open(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Session, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	c := cfg.withDefaults()
 	if c.HealthCheckInterval < 0 {
-		return nil, fmt.Errorf("%w: Config.HealthCheckInterval is negative", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: Config.HealthCheckInterval is negative", pglock.ErrInvalidArgument)
 	}
 	if c.KeepAlive < 0 {
-		return nil, fmt.Errorf("%w: Config.KeepAlive is negative", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: Config.KeepAlive is negative", pglock.ErrInvalidArgument)
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: open advisory session: %w", err)
+		return nil, errs.Errorf("open advisory session: %w", err)
 	}
 	setKeepAlive(conn.Conn().PgConn().Conn(), c.KeepAlive)
 
@@ -193,7 +193,7 @@ func (s *Session) begin(key Key, shared bool) (lockID, error) {
 	switch {
 	case s.closed:
 		s.mu.Unlock()
-		return lockID{}, fmt.Errorf("pglock: %s: %w", key, pglock.ErrClosed)
+		return lockID{}, errs.Errorf("%s: %w", key, pglock.ErrClosed)
 	case s.lostCtx.Err() != nil:
 		s.mu.Unlock()
 		return lockID{}, s.Err()
@@ -224,7 +224,7 @@ func (s *Session) try(ctx context.Context, key Key, shared bool) error {
 		return s.failed(key, err)
 	}
 	if !acquired {
-		return fmt.Errorf("pglock: %s: %w", key, pglock.ErrLocked)
+		return errs.Errorf("%s: %w", key, pglock.ErrLocked)
 	}
 	s.held[id]++
 	return nil
@@ -275,7 +275,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	// Canceled, lock_timeout or deadlock: yet PostgreSQL may have granted the lock just before,
 	// and a session lock outlives the aborted statement. Ask.
 	if s.held[id] > 0 { // a second hold is indistinguishable from none: trust nothing
-		return s.failed(key, fmt.Errorf("%w (and whether it was granted cannot be known)", err))
+		return s.failed(key, errs.Errorf("%w (and whether it was granted cannot be known)", err))
 	}
 	granted, checkErr := s.queries.AdvisoryHeldBySession(context.Background(), db.AdvisoryHeldBySessionParams(id.params()))
 	switch {
@@ -287,7 +287,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	case pgErr.Code == pgerrcode.QueryCanceled && ctx.Err() != nil:
 		return waitError(ctx, key)
 	}
-	return fmt.Errorf("pglock: %s: %w", key, err) // lock_timeout (ErrLockTimeout), deadlock: the session stays
+	return errs.Errorf("%s: %w", key, err) // lock_timeout (ErrLockTimeout), deadlock: the session stays
 }
 
 // absorbCancel runs statements until one is not canceled: a cancel request that arrived after
@@ -304,9 +304,9 @@ func (s *Session) absorbCancel() {
 
 func waitError(ctx context.Context, key Key) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("pglock: %s: %w: %w", key, pglock.ErrLockTimeout, context.Cause(ctx))
+		return errs.Errorf("%s: %w: %w", key, pglock.ErrLockTimeout, context.Cause(ctx))
 	}
-	return fmt.Errorf("pglock: %s: %w", key, context.Cause(ctx))
+	return errs.Errorf("%s: %w", key, context.Cause(ctx))
 }
 
 func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
@@ -316,14 +316,14 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 	}
 	defer s.mu.Unlock()
 	if s.held[id] == 0 {
-		return fmt.Errorf("pglock: %s: %w", key, pglock.ErrNotHeld)
+		return errs.Errorf("%s: %w", key, pglock.ErrNotHeld)
 	}
 	released, err := s.queries.AdvisoryUnlock(ctx, db.AdvisoryUnlockParams(id.params()))
 	if err != nil {
 		return s.failed(key, err) // unsure whether it still holds the lock: the session goes
 	}
 	if !released { // PostgreSQL disagrees with our count: trust nothing on this connection
-		return s.failed(key, fmt.Errorf("%w: PostgreSQL says the session did not hold it", pglock.ErrNotHeld))
+		return s.failed(key, errs.Errorf("%w: PostgreSQL says the session did not hold it", pglock.ErrNotHeld))
 	}
 	if s.held[id]--; s.held[id] == 0 {
 		delete(s.held, id)
@@ -334,7 +334,7 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 // failed ends a session whose connection failed, or whose state is unknown: it is closed (so
 // PostgreSQL frees whatever it held) and the session is lost. Called with mu held.
 func (s *Session) failed(key Key, err error) error {
-	err = fmt.Errorf("pglock: %s: %w", key, err)
+	err = errs.Errorf("%s: %w", key, err)
 	if pgconn.SafeToRetry(err) { // never sent (ctx ended first): the connection is as it was
 		return err
 	}
@@ -346,7 +346,7 @@ func (s *Session) lose(cause error) {
 	if s.lostCtx.Err() != nil {
 		return
 	}
-	s.markLost(fmt.Errorf("%w: advisory session: %w", pglock.ErrLockLost, cause))
+	s.markLost(errs.Errorf("%w: advisory session: %w", pglock.ErrLockLost, cause))
 	s.conn.Conn().PgConn().Close(context.Background())
 	s.cfg.Logger.Error("pglock: advisory session lost", "error", cause)
 }
@@ -372,7 +372,7 @@ func (s *Session) checkHealth(ctx context.Context) {
 			// Not ctx: Close cancels that, and a ping cut short would close a healthy connection.
 			pingCtx, cancel := context.WithTimeout(context.Background(), s.cfg.HealthCheckInterval)
 			if err := s.queries.SessionPing(pingCtx); err != nil {
-				s.lose(fmt.Errorf("health check: %w", err))
+				s.lose(errs.Errorf("health check: %w", err))
 			}
 			cancel()
 		}

@@ -3,7 +3,6 @@ package advisory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // XactLock waits for the exclusive lock on key for the rest of tx: it is released when tx
@@ -48,7 +48,7 @@ const maxIdleTimeout = math.MaxInt32 * time.Millisecond
 // fn, and commits, or rolls back if fn (or anything else) fails, returning that error.
 func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, opts *XactOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if pool == nil {
-		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	if _, err := key.lock(false); err != nil {
 		return err
@@ -58,13 +58,13 @@ func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, opts *XactOp
 		idle = opts.IdleTimeout
 	}
 	if idle < 0 || idle > maxIdleTimeout {
-		return fmt.Errorf("%w: XactOptions.IdleTimeout %s is outside [0, %s]", pglock.ErrInvalidArgument, idle, maxIdleTimeout)
+		return errs.Errorf("%w: XactOptions.IdleTimeout %s is outside [0, %s]", pglock.ErrInvalidArgument, idle, maxIdleTimeout)
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if idle > 0 {
 			ms := (idle + time.Millisecond - 1).Milliseconds()
 			if err := db.New(db.Translating(tx)).BoundIdleInTransaction(ctx, ms); err != nil {
-				return fmt.Errorf("pglock: %s: bound the transaction's idle time: %w", key, err)
+				return errs.Errorf("%s: bound the transaction's idle time: %w", key, err)
 			}
 		}
 		if err := XactLock(ctx, tx, key); err != nil {
@@ -108,9 +108,9 @@ func xactWait(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
 	}
 	if err := db.New(db.Translating(tx)).AdvisoryXactLock(ctx, db.AdvisoryXactLockParams(id.params())); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("pglock: %s: %w: %w", key, pglock.ErrLockTimeout, err)
+			return errs.Errorf("%s: %w: %w", key, pglock.ErrLockTimeout, err)
 		}
-		return fmt.Errorf("pglock: %s: %w", key, err)
+		return errs.Errorf("%s: %w", key, err)
 	}
 	return nil
 }
@@ -122,17 +122,17 @@ func xactTry(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
 	}
 	acquired, err := db.New(db.Translating(tx)).AdvisoryTryXactLock(ctx, db.AdvisoryTryXactLockParams(id.params()))
 	if err != nil {
-		return fmt.Errorf("pglock: %s: %w", key, err)
+		return errs.Errorf("%s: %w", key, err)
 	}
 	if !acquired {
-		return fmt.Errorf("pglock: %s: %w", key, pglock.ErrLocked)
+		return errs.Errorf("%s: %w", key, pglock.ErrLocked)
 	}
 	return nil
 }
 
 func xactBegin(tx pgx.Tx, key Key, shared bool) (lockID, error) {
 	if tx == nil {
-		return lockID{}, fmt.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
+		return lockID{}, errs.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
 	}
 	return key.lock(shared)
 }

@@ -39,12 +39,12 @@ func TestClaimsDoNotDeadlockOverAnExpiredRun(t *testing.T) {
 			ARRAY[now()]::timestamptz[], ARRAY[30000]::bigint[], '{}', '{}', '{}', '{}', '{}')`)
 		claimed <- err
 	}()
-	waitFor(t, "the claim to wait for the schedule", func() bool {
+	testdb.WaitFor(t, func() bool {
 		var waiting bool
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pglock_cron_claim%')`).Scan(&waiting))
 		return waiting
-	})
+	}, "the claim to wait for the schedule")
 	_, err = b.Exec(ctx, `UPDATE pglock_cron_runs SET status = 'canceled' WHERE schedule = 's' AND status = 'running'`)
 	require.NoError(t, err)
 	require.NoError(t, b.Commit(ctx))
@@ -70,7 +70,7 @@ func TestBackfillLeavesTicksNotYetAccountedForToTheScheduler(t *testing.T) {
 	start(t, d.Pool, nil, func(s *cron.Scheduler) { require.NoError(t, s.Add("yearly", "0 0 1 1 *", opts, l.fn)) })
 	require.Equal(t, year(y-1), l.next(t, "yearly").ScheduledTime.UTC())
 	require.Equal(t, year(y), l.next(t, "yearly").ScheduledTime.UTC())
-	waitFor(t, "both recorded", func() bool { return statuses(history(t, d.Pool, "yearly"))[cron.StatusRan] == 2 })
+	testdb.WaitFor(t, func() bool { return statuses(history(t, d.Pool, "yearly"))[cron.StatusRan] == 2 }, "both recorded")
 	require.Len(t, history(t, d.Pool, "yearly"), 2, "each tick once")
 	n, err = cron.Backfill(ctx, d.Pool, "yearly", year(y-1), year(y), "bob")
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestRetentionKeepsARecentRunOfAnOldTick(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	l.next(t, "hourly")
-	waitFor(t, "the backfilled run recorded", func() bool { return statuses(history(t, d.Pool, "hourly"))[cron.StatusRan] == 1 })
+	testdb.WaitFor(t, func() bool { return statuses(history(t, d.Pool, "hourly"))[cron.StatusRan] == 1 }, "the backfilled run recorded")
 	_, err = cron.Collect(ctx, d.Pool)
 	require.NoError(t, err)
 	require.Len(t, history(t, d.Pool, "hourly"), 1)
@@ -167,7 +167,7 @@ func TestKilledBackendsNeverRunATickTwice(t *testing.T) {
 		require.Equal(t, 1, byTick[r.ScheduledTime], "tick %s ran twice", r.ScheduledTime)
 	}
 	last := first.ScheduledTime.Add(5 * time.Second)
-	waitFor(t, "every tick up to the last recorded", func() bool {
+	testdb.WaitFor(t, func() bool {
 		records := map[time.Time]cron.Status{}
 		for _, r := range history(t, d.Pool, "tough") {
 			records[r.ScheduledTime] = r.Status
@@ -180,7 +180,7 @@ func TestKilledBackendsNeverRunATickTwice(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}, "every tick up to the last recorded")
 }
 
 // Recording that an instance still has its schedules never deadlocks with claims, which lock

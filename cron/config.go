@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 )
 
@@ -140,7 +141,7 @@ func (c *Config) withDefaults() Config {
 // validate checks a Config after withDefaults, with errors matching pglock.ErrInvalidArgument.
 func (c *Config) validate() error {
 	if c.PollInterval < 10*time.Millisecond {
-		return fmt.Errorf("%w: Config.PollInterval (%s) must be at least 10ms", pglock.ErrInvalidArgument, c.PollInterval)
+		return errs.Errorf("%w: Config.PollInterval (%s) must be at least 10ms", pglock.ErrInvalidArgument, c.PollInterval)
 	}
 	return nil
 }
@@ -180,7 +181,7 @@ func (o *Options) withDefaults() Options {
 func (o *Options) settings() (settings, *time.Location, error) {
 	opts := o.withDefaults()
 	invalid := func(format string, args ...any) (settings, *time.Location, error) {
-		return settings{}, nil, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+		return settings{}, nil, errs.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
 	loc := opts.Location
 	switch name := loc.String(); {
@@ -217,7 +218,7 @@ func (o *Options) settings() (settings, *time.Location, error) {
 	}
 	timing, err := lease.NewTiming(opts.TTL, 0, 0)
 	if err != nil {
-		return settings{}, nil, fmt.Errorf("Options.TTL: %w", err)
+		return settings{}, nil, errs.Errorf("Options.TTL: %w", err)
 	}
 	return settings{overlap: opts.Overlap, catchUp: opts.CatchUp, window: opts.CatchUpWindow, timeout: opts.Timeout,
 		timing: timing, retention: opts.Retention, maxRuns: opts.MaxRuns}, loc, nil

@@ -3,7 +3,6 @@ package cron
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // Status is where a run stands.
@@ -43,7 +43,7 @@ func Pause(ctx context.Context, pool *pgxpool.Pool, name, note, by string) error
 		return err
 	}
 	if err := q.PauseCronSchedule(ctx, db.PauseCronScheduleParams{Name: name, Note: &note, PausedBy: &by}); err != nil {
-		return fmt.Errorf("cron: pause %q: %w", name, err)
+		return errs.Errorf("pause %q: %w", name, err)
 	}
 	return nil
 }
@@ -56,7 +56,7 @@ func Resume(ctx context.Context, pool *pgxpool.Pool, name string) error {
 		return err
 	}
 	if err := q.ResumeCronSchedule(ctx, name); err != nil {
-		return fmt.Errorf("cron: resume %q: %w", name, err)
+		return errs.Errorf("resume %q: %w", name, err)
 	}
 	return nil
 }
@@ -72,7 +72,7 @@ func Trigger(ctx context.Context, pool *pgxpool.Pool, name, by string) (int64, e
 	}
 	id, err := q.TriggerCronSchedule(ctx, db.TriggerCronScheduleParams{Name: name, RequestedBy: &by})
 	if err != nil {
-		return 0, fmt.Errorf("cron: trigger %q: %w", name, err)
+		return 0, errs.Errorf("trigger %q: %w", name, err)
 	}
 	return id, nil
 }
@@ -87,23 +87,23 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to tim
 		return 0, err
 	}
 	if to.Before(from) {
-		return 0, fmt.Errorf("%w: cron: backfill %q: from %s is after to %s", pglock.ErrInvalidArgument, name, from, to)
+		return 0, errs.Errorf("%w: backfill %q: from %s is after to %s", pglock.ErrInvalidArgument, name, from, to)
 	}
 	sched, err := readSchedule(ctx, q, name)
 	if err != nil {
-		return 0, fmt.Errorf("cron: backfill %q: %w", name, err)
+		return 0, errs.Errorf("backfill %q: %w", name, err)
 	}
 	var ticks []time.Time
 	for at := sched.next(from.Add(-time.Nanosecond)); !at.IsZero() && !at.After(to); at = sched.next(at) {
 		if len(ticks) == MaxBackfill {
-			return 0, fmt.Errorf("%w: cron: backfill %q: more than %d ticks from %s to %s", pglock.ErrInvalidArgument,
+			return 0, errs.Errorf("%w: backfill %q: more than %d ticks from %s to %s", pglock.ErrInvalidArgument,
 				name, MaxBackfill, from, to)
 		}
 		ticks = append(ticks, at)
 	}
 	n, err := q.BackfillCronSchedule(ctx, db.BackfillCronScheduleParams{Name: name, Ticks: ticks, RequestedBy: &by})
 	if err != nil {
-		return 0, fmt.Errorf("cron: backfill %q: %w", name, err)
+		return 0, errs.Errorf("backfill %q: %w", name, err)
 	}
 	return int(n), nil
 }
@@ -153,7 +153,7 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]ScheduleInfo, error) {
 	}
 	rows, err := q.ListCronSchedules(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cron: list: %w", err)
+		return nil, errs.Errorf("list: %w", err)
 	}
 	list := make([]ScheduleInfo, 0, len(rows))
 	for _, r := range rows {
@@ -192,15 +192,15 @@ func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([
 		return nil, err
 	}
 	if limit < 1 || limit > 1<<31-1 {
-		return nil, fmt.Errorf("%w: cron: history limit %d must be positive", pglock.ErrInvalidArgument, limit)
+		return nil, errs.Errorf("%w: history limit %d must be positive", pglock.ErrInvalidArgument, limit)
 	}
 	rows, err := q.CronHistory(ctx, db.CronHistoryParams{Schedule: name, MaxRows: int32(limit)})
 	if err != nil {
-		return nil, fmt.Errorf("cron: history of %q: %w", name, err)
+		return nil, errs.Errorf("history of %q: %w", name, err)
 	}
 	if len(rows) == 0 { // no runs yet, or no such schedule: only the second is an error
 		if _, err := q.GetCronSchedule(ctx, name); err != nil {
-			return nil, fmt.Errorf("cron: history of %q: %w", name, notFound(err))
+			return nil, errs.Errorf("history of %q: %w", name, notFound(err))
 		}
 	}
 	list := make([]RunRecord, len(rows))
@@ -231,7 +231,7 @@ func runRecord(r db.PglockCronRun) RunRecord {
 
 func queries(pool *pgxpool.Pool) (*db.Queries, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	return db.New(db.Translating(pool)), nil
 }
@@ -248,7 +248,7 @@ func readSchedule(ctx context.Context, q *db.Queries, name string) (schedule, er
 func parseStored(spec, zone string) (schedule, error) {
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
-		return nil, fmt.Errorf("%w: time zone %q: %w", pglock.ErrInvalidSpec, zone, err)
+		return nil, errs.Errorf("%w: time zone %q: %w", pglock.ErrInvalidSpec, zone, err)
 	}
 	sched, _, err := parseSpec(spec, loc)
 	return sched, err
@@ -256,7 +256,7 @@ func parseStored(spec, zone string) (schedule, error) {
 
 func notFound(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: no such schedule", pglock.ErrNotFound)
+		return errs.Errorf("%w: no such schedule", pglock.ErrNotFound)
 	}
 	return err
 }
@@ -270,7 +270,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	}
 	n, err := q.CollectCronRuns(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("cron: collect: %w", err)
+		return 0, errs.Errorf("collect: %w", err)
 	}
 	return int(n), nil
 }

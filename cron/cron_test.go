@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -88,18 +89,6 @@ func history(t *testing.T, pool *pgxpool.Pool, name string) []cron.RunRecord {
 		list[i], list[j] = list[j], list[i]
 	}
 	return list
-}
-
-// waitFor polls cond (a database read) until it holds, failing after 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 30 s for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func statuses(records []cron.RunRecord) map[cron.Status]int {
@@ -268,7 +257,7 @@ func TestOverlapPolicies(t *testing.T) {
 			})
 			first := testdb.Receive(t, firstDone)
 			var records []cron.RunRecord
-			waitFor(t, "four settled runs", func() bool {
+			testdb.WaitFor(t, func() bool {
 				records = history(t, d.Pool, "slow")
 				settled := 0
 				for _, r := range records {
@@ -277,7 +266,7 @@ func TestOverlapPolicies(t *testing.T) {
 					}
 				}
 				return len(records) >= 4 && settled >= 4
-			})
+			}, "four settled runs")
 			c.check(t, first, records)
 		})
 	}
@@ -336,10 +325,10 @@ func TestCatchUpAfterEveryInstanceWasDown(t *testing.T) {
 				require.Equal(t, cron.RunKindCatchUp, run.Kind)
 			}
 			var records []cron.RunRecord
-			waitFor(t, "the runs recorded", func() bool {
+			testdb.WaitFor(t, func() bool {
 				records = history(t, d.Pool, "yearly")
 				return len(records) == 1+len(c.ran) && statuses(records)[cron.StatusRan] == len(c.ran)
-			})
+			}, "the runs recorded")
 			missed := records[0]
 			require.Equal(t, cron.StatusMissed, missed.Status)
 			require.Equal(t, c.missed.ScheduledTime, missed.ScheduledTime.UTC())
@@ -360,9 +349,9 @@ func TestPauseAndResume(t *testing.T) {
 	require.NoError(t, cron.Pause(ctx, d.Pool, "pausable", "maintenance window", "ops@example"))
 	var pausedAt time.Time
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&pausedAt))
-	waitFor(t, "two ticks skipped while paused", func() bool {
+	testdb.WaitFor(t, func() bool {
 		return statuses(history(t, d.Pool, "pausable"))[cron.StatusSkipped] >= 2
-	})
+	}, "two ticks skipped while paused")
 	for _, r := range l.of("pausable") {
 		require.False(t, r.ScheduledTime.After(pausedAt.Add(time.Second)), "no tick after the pause ran")
 	}
@@ -404,10 +393,10 @@ func TestTriggerStartsAManualRun(t *testing.T) {
 			run := l.next(t, "yearly")
 			require.Equal(t, cron.RunKindManual, run.Kind)
 			require.Equal(t, 1, run.Attempt)
-			waitFor(t, "the manual run recorded", func() bool {
+			testdb.WaitFor(t, func() bool {
 				records := history(t, d.Pool, "yearly")
 				return len(records) == 1 && records[0].Status == cron.StatusRan
-			})
+			}, "the manual run recorded")
 			records := history(t, d.Pool, "yearly")
 			require.Equal(t, id, records[0].ID)
 			require.Equal(t, "alice", records[0].RequestedBy)
@@ -435,7 +424,7 @@ func TestBackfillRunsEachPastTickOnce(t *testing.T) {
 		require.Equal(t, cron.RunKindBackfill, run.Kind)
 		require.Equal(t, from.Add(time.Duration(i)*time.Hour), run.ScheduledTime.UTC())
 	}
-	waitFor(t, "three backfilled runs recorded", func() bool { return statuses(history(t, d.Pool, "hourly"))[cron.StatusRan] == 3 })
+	testdb.WaitFor(t, func() bool { return statuses(history(t, d.Pool, "hourly"))[cron.StatusRan] == 3 }, "three backfilled runs recorded")
 	n, err = cron.Backfill(ctx, d.Pool, "hourly", from.Add(-time.Hour), to, "bob")
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only the tick that has not run")
@@ -467,11 +456,11 @@ func TestPanicIsRecordedAsAFailedRun(t *testing.T) {
 	testdb.Receive(t, ran)
 	testdb.Receive(t, ran)
 	var records []cron.RunRecord
-	waitFor(t, "a failed and a successful run", func() bool {
+	testdb.WaitFor(t, func() bool {
 		records = history(t, d.Pool, "panicky")
 		s := statuses(records)
 		return s[cron.StatusFailed] == 1 && s[cron.StatusRan] >= 1
-	})
+	}, "a failed and a successful run")
 	for _, r := range records {
 		if r.Status == cron.StatusFailed {
 			require.True(t, strings.HasPrefix(r.Error, "panic: boom\n"), r.Error)
@@ -604,7 +593,7 @@ func TestTimeoutBoundsARun(t *testing.T) {
 			}))
 	})
 	require.ErrorIs(t, testdb.Receive(t, causes), context.DeadlineExceeded)
-	waitFor(t, "the run recorded failed", func() bool { return statuses(history(t, d.Pool, "bounded"))[cron.StatusFailed] >= 1 })
+	testdb.WaitFor(t, func() bool { return statuses(history(t, d.Pool, "bounded"))[cron.StatusFailed] >= 1 }, "the run recorded failed")
 	require.Contains(t, history(t, d.Pool, "bounded")[0].Error, "past its timeout")
 }
 
@@ -637,7 +626,7 @@ func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 		heal = partition()
 		<-fnCtx.Done()
 		var valid bool
-		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT lease_expires_at > clock_timestamp() FROM pglock_cron_runs WHERE fencing_token = $1`,
+		assert.NoError(t, d.Pool.QueryRow(ctx, `SELECT lease_expires_at > clock_timestamp() FROM pglock_cron_runs WHERE fencing_token = $1`,
 			run.Token).Scan(&valid))
 		lost <- loss{run, context.Cause(fnCtx), valid}
 		return context.Cause(fnCtx)
@@ -652,12 +641,12 @@ func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 	require.True(t, got.stillValid, "fn's ctx ended before the lease expired on the database")
 
 	var recordedAt time.Time // by the database's clock, within a poll of waitFor's
-	waitFor(t, "the partitioned run recorded abandoned", func() bool {
+	testdb.WaitFor(t, func() bool {
 		var status string
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT status, clock_timestamp() FROM pglock_cron_runs WHERE fencing_token = $1`,
 			got.run.Token).Scan(&status, &recordedAt))
 		return status == string(cron.StatusAbandoned)
-	})
+	}, "the partitioned run recorded abandoned")
 	var expired time.Time
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT finished_at FROM pglock_cron_runs WHERE fencing_token = $1`, got.run.Token).Scan(&expired))
 	// The documented bound: the TTL (to expired) plus a heartbeat of the instance that has the
@@ -687,11 +676,11 @@ func TestALiveInstanceKeepsItsScheduleFromLookingOrphaned(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
 	_, err = d.Pool.Exec(ctx, `UPDATE pglock_cron_schedules SET last_seen_at = clock_timestamp() - interval '6 minutes'`)
 	require.NoError(t, err)
-	waitFor(t, "the schedule seen again", func() bool {
+	testdb.WaitFor(t, func() bool {
 		list, err := cron.List(ctx, d.Pool)
 		require.NoError(t, err)
 		return !list[0].Orphaned
-	})
+	}, "the schedule seen again")
 }
 
 // Retention keeps at most MaxRuns runs per schedule; List shows a schedule no instance has
@@ -707,7 +696,7 @@ func TestRetentionAndOrphans(t *testing.T) {
 	for range 4 {
 		l.next(t, "kept")
 	}
-	waitFor(t, "four runs recorded", func() bool { return statuses(history(t, d.Pool, "kept"))[cron.StatusRan] >= 4 })
+	testdb.WaitFor(t, func() bool { return statuses(history(t, d.Pool, "kept"))[cron.StatusRan] >= 4 }, "four runs recorded")
 	require.NoError(t, s.Remove("kept"))
 	n, err := cron.Collect(ctx, d.Pool)
 	require.NoError(t, err)

@@ -4,23 +4,28 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglock/pglock/cron"
-	"github.com/pglock/pglock/internal/testdb"
 )
 
 // Two instances add the same nightly schedule; an operator triggers it by hand, and exactly
 // one instance runs it. The history records the run as manual.
 func Example() {
-	d, done := testdb.Example()
-	defer done()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
 	ctx := context.Background()
 
 	ran := make(chan cron.Run, 2)
 	var instances []*cron.Scheduler
 	for range 2 {
-		s, err := cron.New(d.Pool, &cron.Config{AppName: "billing"})
+		s, err := cron.New(pool, &cron.Config{AppName: "billing"})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -38,7 +43,7 @@ func Example() {
 		instances = append(instances, s)
 	}
 
-	if _, err := cron.Trigger(ctx, d.Pool, "nightly-report", "alice"); err != nil {
+	if _, err := cron.Trigger(ctx, pool, "nightly-report", "alice"); err != nil {
 		log.Fatal(err)
 	}
 	run := <-ran
@@ -49,7 +54,7 @@ func Example() {
 			log.Fatal(err)
 		}
 	}
-	history, err := cron.History(ctx, d.Pool, "nightly-report", 10)
+	history, err := cron.History(ctx, pool, "nightly-report", 10)
 	if err != nil {
 		log.Fatal(err)
 	}

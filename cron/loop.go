@@ -2,11 +2,11 @@ package cron
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/retry"
 )
 
@@ -27,7 +27,7 @@ func (s *Scheduler) measureOffset(ctx context.Context) error {
 		sent := s.clock.Now()
 		dbNow, err := s.queries.DatabaseNow(ctx)
 		if err != nil {
-			return fmt.Errorf("cron: read the database clock: %w", err)
+			return errs.Errorf("read the database clock: %w", err)
 		}
 		received := s.clock.Now()
 		half := received.Sub(sent) / 2
@@ -112,14 +112,14 @@ func (s *Scheduler) housekeep(ctx context.Context, entries []*entry, now time.Ti
 		}
 		gone, err := s.queries.SeenCronSchedules(ctx, db.SeenCronSchedulesParams{Names: names, Instance: s.instance})
 		if err != nil {
-			return fmt.Errorf("cron: record schedules seen: %w", err)
+			return errs.Errorf("record schedules seen: %w", err)
 		}
 		s.forget(entries, gone)
 		*lastSeen = now
 	}
 	if now.Sub(*lastCollect) >= collectEvery {
 		if _, err := s.queries.CollectCronRuns(ctx); err != nil {
-			return fmt.Errorf("cron: apply run retention: %w", err)
+			return errs.Errorf("apply run retention: %w", err)
 		}
 		*lastCollect = now
 	}
@@ -178,7 +178,7 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 	sent := s.clock.Now()
 	claimed, err := s.queries.ClaimCronTicks(ctx, p)
 	if err != nil {
-		return 0, fmt.Errorf("cron: claim: %w", err)
+		return 0, errs.Errorf("claim: %w", err)
 	}
 	again := time.Duration(-1)
 	measured := false
@@ -207,7 +207,7 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 			e.registered = false
 			again = 0
 		default:
-			return 0, fmt.Errorf("cron: claim answered %q for %q", c.Outcome, c.Schedule)
+			return 0, errs.Errorf("claim answered %q for %q", c.Outcome, c.Schedule)
 		}
 		delete(untils, c.Schedule)
 	}

@@ -65,7 +65,7 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 	list, err := cron.List(ctx, opsPool)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	waitFor(t, "two runs recorded", func() bool { return statuses(history(t, opsPool, "hourly"))[cron.StatusRan] == 2 })
+	testdb.WaitFor(t, func() bool { return statuses(history(t, opsPool, "hourly"))[cron.StatusRan] == 2 }, "two runs recorded")
 	_, err = cron.Collect(ctx, opsPool)
 	require.NoError(t, err)
 }

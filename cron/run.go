@@ -11,6 +11,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/retry"
 )
@@ -31,7 +32,7 @@ func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
 	s.runs.Add(1)
 	s.mu.Unlock()
 	if replaced {
-		cancel(fmt.Errorf("%w: %s", pglock.ErrReplaced, why))
+		cancel(errs.Errorf("%w: %s", pglock.ErrReplaced, why))
 	}
 	go func() {
 		defer s.runs.Done()
@@ -73,7 +74,7 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 	if e.set.timeout > 0 {
 		var cancel context.CancelFunc
 		fnCtx, cancel = context.WithTimeoutCause(fnCtx, e.set.timeout,
-			fmt.Errorf("cron: %s ran past its timeout of %s: %w", label, e.set.timeout, context.DeadlineExceeded))
+			errs.Errorf("%s ran past its timeout of %s: %w", label, e.set.timeout, context.DeadlineExceeded))
 		defer cancel()
 	}
 	fnErr := callRecovering(fnCtx, e.fn, run)
@@ -129,9 +130,9 @@ func (s *Scheduler) finish(e *entry, id, token int64, status string, fnErr error
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, fmt.Errorf("%w: run %d was no longer running (abandoned or replaced); that record stands", pglock.ErrLockLost, id)
+		return false, errs.Errorf("%w: run %d was no longer running (abandoned or replaced); that record stands", pglock.ErrLockLost, id)
 	case err != nil:
-		return false, fmt.Errorf("cron: record the outcome of run %d: %w", id, err)
+		return false, errs.Errorf("record the outcome of run %d: %w", id, err)
 	}
 	return pending, nil
 }

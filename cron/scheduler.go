@@ -3,7 +3,6 @@ package cron
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/notify"
 )
@@ -69,7 +69,7 @@ type entry struct {
 // New returns a Scheduler that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
@@ -77,7 +77,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	}
 	instance, err := ident.Instance(c.AppName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
+		return nil, errs.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	return &Scheduler{
 		pool: pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,
@@ -95,26 +95,26 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 // at Start, or at once (in the background) once started.
 func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if err := pglock.ValidateName(name); err != nil {
-		return fmt.Errorf("cron: schedule name: %w", err)
+		return errs.Errorf("schedule name: %w", err)
 	}
 	if fn == nil {
-		return fmt.Errorf("%w: cron: nil fn for schedule %q", pglock.ErrInvalidArgument, name)
+		return errs.Errorf("%w: nil fn for schedule %q", pglock.ErrInvalidArgument, name)
 	}
 	set, loc, err := opts.settings()
 	if err != nil {
-		return fmt.Errorf("cron: schedule %q: %w", name, err)
+		return errs.Errorf("schedule %q: %w", name, err)
 	}
 	sched, zone, err := parseSpec(spec, loc)
 	if err != nil {
-		return fmt.Errorf("cron: schedule %q: %w", name, err)
+		return errs.Errorf("schedule %q: %w", name, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return fmt.Errorf("%w: cron: the scheduler was stopped", pglock.ErrClosed)
+		return errs.Errorf("%w: the scheduler was stopped", pglock.ErrClosed)
 	}
 	if _, dup := s.entries[name]; dup {
-		return fmt.Errorf("%w: cron: schedule %q was already added", pglock.ErrInvalidArgument, name)
+		return errs.Errorf("%w: schedule %q was already added", pglock.ErrInvalidArgument, name)
 	}
 	s.entries[name] = &entry{name: name, spec: strings.TrimSpace(spec), zone: zone, sched: sched, set: set, fn: fn}
 	s.wakeUp()
@@ -128,7 +128,7 @@ func (s *Scheduler) Remove(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.entries[name]; !ok {
-		return fmt.Errorf("%w: cron: schedule %q was not added", pglock.ErrNotFound, name)
+		return errs.Errorf("%w: schedule %q was not added", pglock.ErrNotFound, name)
 	}
 	delete(s.entries, name)
 	return nil
@@ -143,10 +143,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	switch {
 	case s.stopped:
 		s.mu.Unlock()
-		return fmt.Errorf("%w: cron: the scheduler was stopped", pglock.ErrClosed)
+		return errs.Errorf("%w: the scheduler was stopped", pglock.ErrClosed)
 	case s.started:
 		s.mu.Unlock()
-		return fmt.Errorf("%w: cron: the scheduler was already started", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: the scheduler was already started", pglock.ErrInvalidArgument)
 	}
 	s.started = true
 	s.mu.Unlock()
@@ -163,7 +163,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.stopped { // Stop came while Start registered
 		s.mu.Unlock()
-		return fmt.Errorf("%w: cron: the scheduler was stopped while it started", pglock.ErrClosed)
+		return errs.Errorf("%w: the scheduler was stopped while it started", pglock.ErrClosed)
 	}
 	stopping, stopLoop := context.WithCancel(context.Background())
 	statements, abortStatements := context.WithCancel(context.Background())
@@ -202,7 +202,7 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		case <-done:
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("cron: stop: %w", ctx.Err())
+			return errs.Errorf("stop: %w", ctx.Err())
 		}
 	}
 	s.stopped = true
@@ -230,9 +230,9 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		s.endRuns(nil)
 		return nil
 	case <-ctx.Done():
-		s.endRuns(fmt.Errorf("%w: cron: the scheduler stopped", pglock.ErrClosed))
+		s.endRuns(errs.Errorf("%w: the scheduler stopped", pglock.ErrClosed))
 		<-done
-		return fmt.Errorf("cron: stop: running runs were canceled: %w", ctx.Err())
+		return errs.Errorf("stop: running runs were canceled: %w", ctx.Err())
 	}
 }
 
@@ -317,7 +317,7 @@ func (s *Scheduler) cancelRun(id int64, why string) {
 	}
 	s.mu.Unlock()
 	if cancel != nil {
-		cancel(fmt.Errorf("%w: %s", pglock.ErrReplaced, why))
+		cancel(errs.Errorf("%w: %s", pglock.ErrReplaced, why))
 	}
 }
 
@@ -329,7 +329,7 @@ func (s *Scheduler) register(ctx context.Context, e *entry) error {
 		KeepRuns: int32(e.set.maxRuns), Instance: s.instance,
 	})
 	if err != nil {
-		return fmt.Errorf("cron: register schedule %q: %w", e.name, err)
+		return errs.Errorf("register schedule %q: %w", e.name, err)
 	}
 	e.registered, e.watermark = true, until
 	return nil

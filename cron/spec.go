@@ -8,6 +8,7 @@ import (
 	robfig "github.com/robfig/cron/v3"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // schedule is a parsed spec: every instance that parses the same spec in the same location
@@ -30,7 +31,7 @@ const maxSpecLen = 1024
 // count.
 func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, err error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w %.80q: %s", pglock.ErrInvalidSpec, spec, fmt.Sprintf(format, args...))
+		return errs.Errorf("%w %.80q: %s", pglock.ErrInvalidSpec, spec, fmt.Sprintf(format, args...))
 	}
 	trimmed := strings.TrimSpace(spec)
 	body := trimmed

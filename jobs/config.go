@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 )
 
@@ -116,10 +117,10 @@ func (c *Config) withDefaults() Config {
 // validate checks a Config after withDefaults, with errors matching pglock.ErrInvalidArgument.
 func (c *Config) validate() error {
 	if err := checkScope(c.Scope); err != nil {
-		return fmt.Errorf("%w: Config.Scope %w", pglock.ErrInvalidArgument, err)
+		return errs.Errorf("%w: Config.Scope %w", pglock.ErrInvalidArgument, err)
 	}
 	if c.TxIdleTimeout > 0 && (c.TxIdleTimeout < time.Millisecond || c.TxIdleTimeout.Milliseconds() > 1<<31-1) {
-		return fmt.Errorf("%w: Config.TxIdleTimeout (%s) must be from 1 ms to %d ms", pglock.ErrInvalidArgument,
+		return errs.Errorf("%w: Config.TxIdleTimeout (%s) must be from 1 ms to %d ms", pglock.ErrInvalidArgument,
 			c.TxIdleTimeout, 1<<31-1)
 	}
 	return nil
@@ -158,7 +159,7 @@ func (o *Options) withDefaults(cfg Config) Options {
 func (d *Deduper) newRequest(key string, o *Options) (request, error) {
 	opts := o.withDefaults(d.cfg)
 	invalid := func(format string, args ...any) (request, error) {
-		return request{}, fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+		return request{}, errs.Errorf("%w: %s", pglock.ErrInvalidArgument, fmt.Sprintf(format, args...))
 	}
 	if err := checkKey(key); err != nil {
 		return request{}, err
@@ -174,7 +175,7 @@ func (d *Deduper) newRequest(key string, o *Options) (request, error) {
 	}
 	timing, err := lease.NewTiming(opts.TTL, 0, 0)
 	if err != nil {
-		return request{}, fmt.Errorf("Options.TTL: %w", err)
+		return request{}, errs.Errorf("Options.TTL: %w", err)
 	}
 	var fingerprint *string
 	if opts.Fingerprint != "" {
@@ -204,7 +205,7 @@ func checkKey(key string) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("%w: %s", pglock.ErrInvalidArgument, problem)
+	return errs.Errorf("%w: %s", pglock.ErrInvalidArgument, problem)
 }
 
 func checkScope(scope string) error {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglock/pglock/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglock/pglock/jobs"
 )
 
@@ -15,9 +17,12 @@ import (
 // database, so RunTx commits it with the outcome. The email is sent elsewhere, so Do runs it
 // under a lease and saves the provider's receipt for duplicates.
 func Example() {
-	d, done := testdb.Example()
-	defer done()
-	pool, ctx := d.Pool, context.Background()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE payments (order_id text PRIMARY KEY, cents int NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 )
 
@@ -102,7 +103,7 @@ type Deduper struct {
 // New returns a Deduper that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	resolved := cfg.withDefaults()
 	if err := resolved.validate(); err != nil {
@@ -110,7 +111,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 	}
 	instance, err := ident.Instance(resolved.AppName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
+		return nil, errs.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	return &Deduper{
 		pool: pool, queries: db.New(db.Translating(pool)), cfg: resolved, instance: instance,
@@ -127,7 +128,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 // or pglock.ErrFingerprintMismatch when nothing ran.
 func (d *Deduper) Run(ctx context.Context, key string, opts *Options, fn func(ctx context.Context) error) (Result, error) {
 	if fn == nil {
-		return Result{}, fmt.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
+		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
 	}
 	return d.run(ctx, key, opts, func(ctx context.Context) (json.RawMessage, error) { return nil, fn(ctx) })
 }
@@ -140,7 +141,7 @@ func (d *Deduper) Run(ctx context.Context, key string, opts *Options, fn func(ct
 func Do[T any](ctx context.Context, d *Deduper, key string, opts *Options, fn func(ctx context.Context) (T, error)) (T, Result, error) {
 	var v T
 	if fn == nil {
-		return v, Result{}, fmt.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
+		return v, Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
 	}
 	var unsaved error
 	res, err := d.run(ctx, key, opts, func(ctx context.Context) (json.RawMessage, error) {
@@ -153,14 +154,14 @@ func Do[T any](ctx context.Context, d *Deduper, key string, opts *Options, fn fu
 			err = errors.New("PostgreSQL's jsonb cannot hold the NUL character")
 		}
 		if err != nil {
-			unsaved = fmt.Errorf("%w: the result of %q was not saved: %w", pglock.ErrInvalidArgument, key, err)
+			unsaved = errs.Errorf("%w: the result of %q was not saved: %w", pglock.ErrInvalidArgument, key, err)
 			return nil, nil
 		}
 		return encoded, nil
 	})
 	if err == nil && res.Outcome == OutcomeAlreadyDone && res.Saved != nil {
 		if err := json.Unmarshal(res.Saved, &v); err != nil {
-			return v, res, fmt.Errorf("jobs: decode the result saved for %q: %w", key, err)
+			return v, res, errs.Errorf("decode the result saved for %q: %w", key, err)
 		}
 	}
 	return v, res, errors.Join(err, unsaved)
@@ -173,10 +174,10 @@ func (d *Deduper) Status(ctx context.Context, key string) (Record, error) {
 	}
 	row, err := d.queries.GetJob(ctx, db.GetJobParams{Scope: d.cfg.Scope, JobKey: key})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Record{}, fmt.Errorf("%w: no record of job %.80q", pglock.ErrNotFound, key)
+		return Record{}, errs.Errorf("%w: no record of job %.80q", pglock.ErrNotFound, key)
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("jobs: status of %.80q: %w", key, err)
+		return Record{}, errs.Errorf("status of %.80q: %w", key, err)
 	}
 	return recordOf(row.PglockJob), nil
 }
@@ -191,9 +192,9 @@ func (d *Deduper) Forget(ctx context.Context, key string) error {
 	_, err := d.queries.ForgetJob(ctx, db.ForgetJobParams{Scope: d.cfg.Scope, JobKey: key})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: no record of job %.80q", pglock.ErrNotFound, key)
+		return errs.Errorf("%w: no record of job %.80q", pglock.ErrNotFound, key)
 	case err != nil:
-		return fmt.Errorf("jobs: forget %.80q: %w", key, err)
+		return errs.Errorf("forget %.80q: %w", key, err)
 	}
 	return nil
 }
@@ -213,7 +214,7 @@ func Collect(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 		n, err := q.CollectJobs(ctx, collectSize)
 		total += int(n)
 		if err != nil {
-			return total, fmt.Errorf("jobs: collect: %w", err)
+			return total, errs.Errorf("collect: %w", err)
 		}
 		if n < collectSize {
 			return total, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -86,7 +87,7 @@ func TestConcurrentDeliveriesOfOneKeyRunItOnce(t *testing.T) {
 							return err
 						})
 					}
-					require.NoError(t, err)
+					assert.NoError(t, err)
 					results <- res
 				}()
 			}
@@ -261,7 +262,7 @@ func TestPartitionedRunnerIsCanceledBeforeItsLeaseExpiresAndItsOutcomeIsRefused(
 			heal = partition()
 			<-ctx.Done()
 			var live bool
-			require.NoError(t, d.Pool.QueryRow(context.Background(),
+			assert.NoError(t, d.Pool.QueryRow(context.Background(),
 				`SELECT lease_expires_at > clock_timestamp() FROM pglock_jobs WHERE job_key = 'k'`).Scan(&live))
 			seen <- canceled{cause: context.Cause(ctx), leaseLive: live}
 			<-resume
@@ -376,7 +377,7 @@ func TestDuplicateOfAKeyRunningElsewhereReturnsAtOnceOrWaitsForItsOutcome(t *tes
 					t.Error("a waiting duplicate ran although the first succeeded")
 					return "", nil
 				})
-				require.NoError(t, err)
+				assert.NoError(t, err)
 				saved = v
 				waited <- res
 			}()
@@ -409,7 +410,7 @@ func TestWaitingDuplicateRunsAKeyWhoseAttemptFailed(t *testing.T) {
 	waited := make(chan jobs.Result, 1)
 	go func() {
 		res, err := dd.Run(ctx, "k", &jobs.Options{Wait: true}, func(context.Context) error { return nil })
-		require.NoError(t, err)
+		assert.NoError(t, err)
 		waited <- res
 	}()
 	waitForWaiter(t, d.Pool, "k")

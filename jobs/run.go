@@ -12,6 +12,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/retry"
@@ -41,7 +42,7 @@ func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc)
 			w = d.startWaiting(lockKey)
 			polls = 0
 		} else if err := w.wait(ctx, polls); err != nil {
-			return res, fmt.Errorf("jobs: wait for %s: %w", req.label(), err)
+			return res, errs.Errorf("wait for %s: %w", req.label(), err)
 		}
 		if err := d.register(ctx, req, w); err != nil {
 			return res, err
@@ -67,16 +68,16 @@ func (req request) answer(a db.ClaimJobRow) (Result, error) {
 	case "running":
 		res.Outcome = OutcomeInProgress
 	case "mismatch":
-		return Result{}, fmt.Errorf("%w: %s was first delivered with fingerprint %q, now %q",
+		return Result{}, errs.Errorf("%w: %s was first delivered with fingerprint %q, now %q",
 			pglock.ErrFingerprintMismatch, req.label(), db.Deref(a.Fingerprint), db.Deref(req.fingerprint))
 	case "gave_up":
 		last := "its runner vanished before recording an outcome (its lease expired)"
 		if db.Deref(a.Status) == string(StatusFailed) {
 			last = "the last error: " + db.Deref(a.LastError)
 		}
-		return Result{}, fmt.Errorf("%w: %s was attempted %d times; %s", pglock.ErrGaveUp, req.label(), db.Deref(a.Attempts), last)
+		return Result{}, errs.Errorf("%w: %s was attempted %d times; %s", pglock.ErrGaveUp, req.label(), db.Deref(a.Attempts), last)
 	default:
-		return Result{}, fmt.Errorf("jobs: claim of %s: unknown outcome %q", req.label(), a.Outcome)
+		return Result{}, errs.Errorf("claim of %s: unknown outcome %q", req.label(), a.Outcome)
 	}
 	return res, nil
 }
@@ -105,7 +106,7 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 		start := time.Now()
 		a, err := d.queries.ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), false))
 		if err != nil {
-			return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
+			return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), err)
 		}
 		res, err := req.answer(a)
 		if err != nil || res.Outcome != OutcomeRan {
@@ -169,10 +170,10 @@ func (d *Deduper) finish(ctx context.Context, req request, token int64, saved js
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return time.Time{}, fmt.Errorf("%w: %s was taken over or forgotten while this attempt (token %d) ran; its outcome was not recorded",
+		return time.Time{}, errs.Errorf("%w: %s was taken over or forgotten while this attempt (token %d) ran; its outcome was not recorded",
 			pglock.ErrLockLost, req.label(), token)
 	case err != nil:
-		return time.Time{}, fmt.Errorf("jobs: record the outcome of %s (it will run again once its lease expires): %w", req.label(), err)
+		return time.Time{}, errs.Errorf("record the outcome of %s (it will run again once its lease expires): %w", req.label(), err)
 	}
 	return finishedAt, nil
 }

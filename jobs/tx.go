@@ -3,13 +3,13 @@ package jobs
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 )
 
@@ -27,7 +27,7 @@ import (
 // connection dies before COMMIT leaves no trace: it does not count towards MaxAttempts.
 func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(ctx context.Context, tx pgx.Tx) error) (Result, error) {
 	if fn == nil {
-		return Result{}, fmt.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
+		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
 	}
 	req, err := d.newRequest(key, opts)
 	if err != nil {
@@ -41,7 +41,7 @@ func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(
 func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx context.Context, tx pgx.Tx) error) (res Result, lockKey int64, err error) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), db.Translate(err))
+		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), db.Translate(err))
 	}
 	// The connection goes back to the pool idle, or is closed: pgxpool closes one still in a
 	// transaction. A transaction that commits ends with the COMMIT pipelined after the
@@ -49,7 +49,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	defer conn.Release()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), db.Translate(err))
+		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), db.Translate(err))
 	}
 	// Bounded: on a connection that stopped answering, a rollback would wait for TCP to give up.
 	// pgx closes a connection whose rollback fails, and the server then rolls back.
@@ -64,7 +64,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	a, err := db.New(db.Translating(tx)).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
 	if err != nil {
 		rollback()
-		return Result{}, 0, fmt.Errorf("jobs: claim %s: %w", req.label(), err)
+		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), err)
 	}
 	res, err = req.answer(a)
 	if err != nil || res.Outcome != OutcomeRan {
@@ -78,7 +78,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	})
 	switch conn.Conn().PgConn().TxStatus() {
 	case 'I':
-		return res, 0, errors.Join(fnErr, fmt.Errorf("%w: fn ended the transaction of %s itself; whatever it committed counts as done",
+		return res, 0, errors.Join(fnErr, errs.Errorf("%w: fn ended the transaction of %s itself; whatever it committed counts as done",
 			pglock.ErrInvalidArgument, req.label()))
 	case 'E':
 		if fnErr == nil {
@@ -104,13 +104,13 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		// The server refused the statement or the COMMIT (a deferred constraint, a
 		// serialization failure): nothing was committed.
 		rollback()
-		err = fmt.Errorf("jobs: commit %s: %w", req.label(), err)
+		err = errs.Errorf("commit %s: %w", req.label(), err)
 		return res, 0, errors.Join(err, d.recordFailure(ctx, req, err))
 	case err != nil:
 		rollback()
 		// The commit may have happened with the connection lost on the way back: the next
 		// delivery finds out.
-		return res, 0, fmt.Errorf("jobs: commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
+		return res, 0, errs.Errorf("commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
 			req.label(), err)
 	}
 	res.FinishedAt = finishedAt
@@ -129,7 +129,7 @@ func (d *Deduper) recordFailure(ctx context.Context, req request, fnErr error) e
 		Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
 	})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("jobs: record the failure of %s: %w", req.label(), err)
+		return errs.Errorf("record the failure of %s: %w", req.label(), err)
 	}
 	return nil
 }

@@ -2,11 +2,11 @@ package jobs
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"
@@ -68,7 +68,7 @@ func (d *Deduper) register(ctx context.Context, req request, w *waiter) error {
 	}
 	_, err := d.queries.AwaitJob(ctx, db.AwaitJobParams{Scope: req.scope, JobKey: req.key, WaiterID: w.id, TtlMs: waiterTTL.Milliseconds()})
 	if err != nil {
-		return fmt.Errorf("jobs: wait for %s: %w", req.label(), err)
+		return errs.Errorf("wait for %s: %w", req.label(), err)
 	}
 	return nil
 }

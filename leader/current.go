@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/notify"
 )
 
@@ -42,9 +42,9 @@ func current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, time
 	r, err := db.New(db.Translating(pool)).GetLeader(ctx, lockPrefix+name)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Leader{}, time.Time{}, fmt.Errorf("%w: election %q", pglock.ErrNoLeader, name)
+		return Leader{}, time.Time{}, errs.Errorf("%w: election %q", pglock.ErrNoLeader, name)
 	case err != nil:
-		return Leader{}, time.Time{}, fmt.Errorf("pglock: leader of %q: %w", name, err)
+		return Leader{}, time.Time{}, errs.Errorf("leader of %q: %w", name, err)
 	}
 	return Leader{
 		Election: name, Holder: r.HolderID, Instance: r.Instance, Term: r.FencingToken,
@@ -54,7 +54,7 @@ func current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, time
 
 func checkArgs(pool *pgxpool.Pool, name string) error {
 	if pool == nil {
-		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	return validateName(name)
 }
@@ -63,11 +63,11 @@ func checkArgs(pool *pgxpool.Pool, name string) error {
 // without a leader has a zero Term.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]Leader, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	rows, err := db.New(db.Translating(pool)).ListLeaders(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: list leaders: %w", err)
+		return nil, errs.Errorf("list leaders: %w", err)
 	}
 	leaders := make([]Leader, 0, len(rows))
 	for _, r := range rows {
@@ -88,9 +88,9 @@ func ForceResign(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, 
 	released, err := db.New(db.Translating(pool)).ForceReleaseLock(ctx, lockPrefix+name)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Leader{}, fmt.Errorf("%w: election %q", pglock.ErrNoLeader, name)
+		return Leader{}, errs.Errorf("%w: election %q", pglock.ErrNoLeader, name)
 	case err != nil:
-		return Leader{}, fmt.Errorf("pglock: force %q to resign: %w", name, err)
+		return Leader{}, errs.Errorf("force %q to resign: %w", name, err)
 	}
 	return Leader{Election: name, Holder: released.HolderID, Instance: released.Instance,
 		Term: released.FencingToken, ExpiresAt: released.ExpiresAt}, nil

@@ -4,30 +4,35 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglock/pglock/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglock/pglock/leader"
 )
 
 // One candidate is elected, fences a write with its term, and resigns. Run campaigns again
 // after every term, until its ctx ends: here, once the first term is over.
 func Example() {
-	d, done := testdb.Example()
-	defer done()
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	if _, err := d.Pool.Exec(ctx, `CREATE TABLE reconciled (term bigint NOT NULL)`); err != nil {
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
 		log.Fatal(err)
 	}
-	e, err := leader.New(d.Pool, "billing-reconciler", &leader.Config{AppName: "billing", TTL: 5 * time.Second})
+	defer pool.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if _, err := pool.Exec(ctx, `CREATE TABLE reconciled (term bigint NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
+	e, err := leader.New(pool, "billing-reconciler", &leader.Config{AppName: "billing", TTL: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
 	err = e.Run(ctx, leader.Callbacks{OnElected: func(ctx context.Context, term int64) {
-		err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if err := e.Fence(ctx, tx); err != nil { // fails once another leads
 				return err
 			}

@@ -3,7 +3,6 @@ package leader
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/retry"
 	"github.com/pglock/pglock/tablelock"
 )
@@ -99,14 +99,14 @@ func (c *Config) withDefaults() Config {
 // that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
 	c := cfg.withDefaults()
 	if c.TTL < tablelock.MinTTL || c.TTL > tablelock.MaxTTL {
-		return nil, fmt.Errorf("%w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
+		return nil, errs.Errorf("%w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
 	}
 	// tablelock checks the rest: make one now, so that a mistake is found here.
 	l, err := newLocker(pool, c)
@@ -119,10 +119,10 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 
 func validateName(name string) error {
 	if err := pglock.ValidateName(name); err != nil {
-		return fmt.Errorf("election name: %w", err)
+		return errs.Errorf("election name: %w", err)
 	}
 	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: election name of %d bytes, the limit is %d", pglock.ErrInvalidName, len(name), MaxNameLen)
+		return errs.Errorf("%w: election name of %d bytes, the limit is %d", pglock.ErrInvalidName, len(name), MaxNameLen)
 	}
 	return nil
 }
@@ -150,12 +150,12 @@ var campaignBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 5 * time
 // failure retrying cannot mend (a database not migrated, a privilege missing).
 func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 	if cb.OnElected == nil {
-		return fmt.Errorf("%w: nil OnElected", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: nil OnElected", pglock.ErrInvalidArgument)
 	}
 	e.mu.Lock()
 	if e.running {
 		e.mu.Unlock()
-		return fmt.Errorf("%w: Run of election %q is already running", pglock.ErrInvalidArgument, e.name)
+		return errs.Errorf("%w: Run of election %q is already running", pglock.ErrInvalidArgument, e.name)
 	}
 	e.running = true
 	e.mu.Unlock()
@@ -189,7 +189,7 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 		case err != nil && ctx.Err() != nil:
 			return nil
 		case err != nil && !retry.Transient(err):
-			return fmt.Errorf("pglock: campaign in election %q: %w", e.name, err)
+			return errs.Errorf("campaign in election %q: %w", e.name, err)
 		case err != nil:
 			failures++
 			e.cfg.Logger.Warn("pglock: campaign failed; retrying", "election", e.name, "failures", failures, "error", err)
@@ -243,7 +243,7 @@ func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) (r
 	}()
 	elected := false
 	defer func() {
-		end(fmt.Errorf("%w: OnElected of election %q returned", errResigned, e.name))
+		end(errs.Errorf("%w: OnElected of election %q returned", errResigned, e.name))
 		<-released
 		if elected && cb.OnDemoted != nil {
 			cb.OnDemoted(term)
@@ -270,12 +270,12 @@ func (e *Elector) Resign(ctx context.Context) error {
 	if end == nil {
 		return nil
 	}
-	end(fmt.Errorf("%w: Resign was called for election %q", errResigned, e.name))
+	end(errs.Errorf("%w: Resign was called for election %q", errResigned, e.name))
 	select {
 	case <-released: // by the term's one releaser
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("pglock: resign from election %q: %w", e.name, context.Cause(ctx))
+		return errs.Errorf("resign from election %q: %w", e.name, context.Cause(ctx))
 	}
 }
 
@@ -304,7 +304,7 @@ func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	lk := e.lock
 	e.mu.Unlock()
 	if lk == nil {
-		return fmt.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
+		return errs.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
 	}
 	return lk.Fence(ctx, tx)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -138,7 +139,7 @@ func TestPartitionedLeaderIsDemotedBeforeItsLeaseExpiresAndItsFenceFails(t *test
 		heal = partition()
 		<-ctx.Done()
 		var live bool
-		require.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT expires_at > clock_timestamp()
+		assert.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT expires_at > clock_timestamp()
 			FROM distributed_locks WHERE lock_name = 'pglock.leader/reconciler'`).Scan(&live))
 		demoted <- demotion{cause: context.Cause(ctx), leaseLive: live}
 	}})
@@ -165,10 +166,10 @@ func TestPartitionedLeaderIsDemotedBeforeItsLeaseExpiresAndItsFenceFails(t *test
 // waitForCandidates returns once n candidates wait in election name.
 func waitForCandidates(t testing.TB, pool *pgxpool.Pool, name string, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		l, err := leader.Current(context.Background(), pool, name)
 		return err == nil && l.Candidates >= n
-	}, 30*time.Second, 5*time.Millisecond, "%d candidates never waited in %q", n, name)
+	}, "%d candidates never waited in %q", n, name)
 }
 
 func errorsIsAny(err error, targets ...error) bool {
@@ -285,11 +286,11 @@ func TestResignHandsLeadershipOnAndRunCampaignsAgain(t *testing.T) {
 	third := testdb.Receive(t, terms["a"])
 	require.Greater(t, third, second, "a campaigned again after resigning")
 
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(newLeaders) >= 3
-	}, 10*time.Second, 10*time.Millisecond, "b sees every new leader")
+	}, "b sees every new leader")
 	mu.Lock()
 	require.Equal(t, []int64{first, second, third}, []int64{newLeaders[0].Term, newLeaders[1].Term, newLeaders[2].Term})
 	mu.Unlock()
@@ -383,7 +384,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.Zero(t, rows)
 
 	stop := campaign(t, e, leader.Callbacks{OnElected: func(ctx context.Context, _ int64) { <-ctx.Done() }})
-	require.Eventually(t, e.IsLeader, 10*time.Second, 5*time.Millisecond)
+	testdb.WaitFor(t, e.IsLeader)
 	require.ErrorIs(t, e.Run(ctx, leader.Callbacks{OnElected: func(context.Context, int64) {}}), pglock.ErrInvalidArgument, "a second Run at once")
 	stop()
 }

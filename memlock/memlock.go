@@ -3,12 +3,12 @@ package memlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 )
 
@@ -82,7 +82,7 @@ func New(cfg *Config) (*Locker, error) {
 	c := cfg.withDefaults()
 	t, err := lease.NewTiming(c.TTL, 0, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Config.TTL: %w", pglock.ErrInvalidArgument, err)
+		return nil, errs.Errorf("%w: Config.TTL: %w", pglock.ErrInvalidArgument, err)
 	}
 	return &Locker{timing: t, clock: c.Clock, held: map[string]*Lock{}, queues: map[string][]chan *Lock{}}, nil
 }
@@ -96,7 +96,7 @@ func (l *Locker) TryAcquire(_ context.Context, name string) (pglock.Lock, error)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if holder := l.held[name]; holder != nil || len(l.queues[name]) > 0 {
-		return nil, fmt.Errorf("%w: %q", pglock.ErrLocked, name)
+		return nil, errs.Errorf("%w: %q", pglock.ErrLocked, name)
 	}
 	return l.take(name), nil
 }
@@ -108,7 +108,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (pglock.Lock, error) 
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pglock: acquire %q: %w", name, context.Cause(ctx))
+		return nil, errs.Errorf("acquire %q: %w", name, context.Cause(ctx))
 	}
 	l.mu.Lock()
 	if l.held[name] == nil && len(l.queues[name]) == 0 {
@@ -140,9 +140,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (pglock.Lock, error) 
 	}
 	err := context.Cause(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
+		err = errs.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 	}
-	return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
+	return nil, errs.Errorf("acquire %q: %w", name, err)
 }
 
 // WithLock acquires the lock as Acquire does, runs fn, and releases it. fn's ctx is canceled
@@ -212,7 +212,7 @@ func (l *Locker) Close() {
 	}
 	l.mu.Unlock()
 	for _, lk := range held {
-		lk.keeper.Lose(fmt.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		lk.keeper.Lose(errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.keeper.Stop() {
 			l.mu.Lock()
 			if lk.isHeld() {
@@ -269,7 +269,7 @@ func (lk *Lock) Err() error            { return lk.keeper.Err() }
 func (lk *Lock) ExpiresAt() time.Time  { lk.l.mu.Lock(); defer lk.l.mu.Unlock(); return lk.expiresAt }
 func (lk *Lock) isHeld() bool          { return lk.l.held[lk.name] == lk }
 func (lk *Lock) errNotHeld(what string) error {
-	return fmt.Errorf("%w: %w: %q %s", pglock.ErrLockLost, pglock.ErrNotHeld, lk.name, what)
+	return errs.Errorf("%w: %w: %q %s", pglock.ErrLockLost, pglock.ErrNotHeld, lk.name, what)
 }
 
 // Release gives the lock up, to the first waiter if there is one. An error matching
@@ -280,7 +280,7 @@ func (lk *Lock) Release(context.Context) error {
 		if err := lk.Err(); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
+		return errs.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
 	}
 	lk.l.mu.Lock()
 	held := lk.isHeld()
@@ -303,7 +303,7 @@ func (lk *Lock) renew(_ context.Context, ttl time.Duration) (time.Time, bool, er
 	defer l.mu.Unlock()
 	switch {
 	case l.partitioned:
-		return time.Time{}, false, errors.New("memlock: partitioned")
+		return time.Time{}, false, errors.New("partitioned from its leases by Locker.Partition")
 	case !lk.isHeld():
 		return time.Time{}, false, nil
 	}

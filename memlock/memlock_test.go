@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -56,10 +57,10 @@ func TestPartitionLosesTheLockBeforeItExpiresOnADrivenClock(t *testing.T) {
 	acquired := make(chan pglock.Lock, 1)
 	go func() {
 		next, err := l.Acquire(ctx, "x")
-		require.NoError(t, err)
+		assert.NoError(t, err)
 		acquired <- next
 	}()
-	require.Eventually(t, func() bool { return l.Waiting("x") == 1 }, 10*time.Second, time.Millisecond)
+	testdb.WaitFor(t, func() bool { return l.Waiting("x") == 1 })
 	heal := l.Partition()
 	defer heal()
 	renewedAt := lk.(*memlock.Lock).ExpiresAt().Add(-3 * time.Second)

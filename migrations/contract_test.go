@@ -161,9 +161,9 @@ func TestContractExpiryByDatabaseTime(t *testing.T) {
 	first, _ := readLock(t, pool, "report")
 	require.False(t, callBool(t, pool, acquireSQL, "report", "h2", 30), "not expired yet")
 
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return callBool(t, pool, "SELECT clock_timestamp() > expires_at FROM distributed_locks WHERE lock_name = 'report'")
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 
 	require.False(t, callBool(t, pool, extendSQL, "report", "h1", 30), "an expired lock cannot be extended")
 	require.True(t, callBool(t, pool, acquireSQL, "report", "h2", 30), "an expired lock can be taken")
@@ -284,11 +284,11 @@ func TestContractTokenIsDrawnAfterTheRowIsOurs(t *testing.T) {
 		slowErr <- err
 		slowToken <- token
 	}()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_locks
 			WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`)
-	}, 10*time.Second, 5*time.Millisecond, "the slow holder's insert is parked")
+	}, "the slow holder's insert is parked")
 
 	var fastToken int64
 	require.NoError(t, pool.QueryRow(ctx, "SELECT fencing_token FROM acquire_lock_ms('contended', 'fast', 30000) WHERE acquired").Scan(&fastToken))
@@ -743,10 +743,10 @@ func releaseBehindARowLock(t *testing.T, ctx context.Context, pool *pgxpool.Pool
 		errs <- pool.QueryRow(ctx, releaseSQL, name, holder).Scan(&ok)
 		released <- ok
 	}()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
 			WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
-	}, 5*time.Second, 5*time.Millisecond, "the release waits for a row lock")
+	}, "the release waits for a row lock")
 	return func() bool {
 		t.Helper()
 		require.NoError(t, <-errs)

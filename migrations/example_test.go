@@ -4,20 +4,25 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
-	"github.com/pglock/pglock/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglock/pglock/migrations"
 )
 
 // Up is safe to run at every start: a database already up to date is left as it is.
 func Example() {
-	d, done := testdb.Example() // a database the test setup has migrated already
-	defer done()
-	ctx := context.Background()
-	if err := migrations.Up(ctx, d.Pool); err != nil {
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
 		log.Fatal(err)
 	}
-	status, err := migrations.Version(ctx, d.Pool)
+	defer pool.Close()
+	ctx := context.Background()
+	if err := migrations.Up(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	status, err := migrations.Version(ctx, pool)
 	if err != nil {
 		log.Fatal(err)
 	}

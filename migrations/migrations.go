@@ -20,6 +20,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // VersionTable is the table in which golang-migrate records the installed version.
@@ -54,7 +55,7 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 // than are applied reverts what is applied.
 func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 	if steps <= 0 && steps != AllSteps {
-		return fmt.Errorf("%w: Down needs a positive number of steps or AllSteps, got %d", pglock.ErrInvalidArgument, steps)
+		return errs.Errorf("%w: Down needs a positive number of steps or AllSteps, got %d", pglock.ErrInvalidArgument, steps)
 	}
 	return run(ctx, pool, func(m *migrate.Migrate) error { return step(m, -1, steps) })
 }
@@ -80,7 +81,7 @@ func step(m *migrate.Migrate, direction, count int) error {
 // its cause is fixed, Force(previous version) lets Up apply it again.
 func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
 	if version < 0 {
-		return fmt.Errorf("%w: Force needs a version of 0 or more, got %d", pglock.ErrInvalidArgument, version)
+		return errs.Errorf("%w: Force needs a version of 0 or more, got %d", pglock.ErrInvalidArgument, version)
 	}
 	return run(ctx, pool, func(m *migrate.Migrate) error {
 		if version == 0 {
@@ -93,7 +94,7 @@ func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
 // Version reports what is installed without changing anything (it creates no version table).
 func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	if pool == nil {
-		return Status{}, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return Status{}, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	var status Status
 	// One transaction, so one session: the schema looked at is the one read.
@@ -123,7 +124,7 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 		return nil
 	})
 	if err != nil {
-		return Status{}, fmt.Errorf("pglock: read migration version: %w", err)
+		return Status{}, errs.Errorf("read migration version: %w", err)
 	}
 
 	err = eachVersion(func(src source.Driver, version uint) {
@@ -171,28 +172,28 @@ func upFileName(src source.Driver, version uint) string {
 // whenever only pglock migrates, and a canceled wait ends on our connection, not in a file.
 func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) error) (err error) {
 	if pool == nil {
-		return fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w", err)
+		return errs.Errorf("migrate: %w", err)
 	}
 	defer conn.Release()
 	q := db.New(db.Translating(conn))
 	scope, err := q.MigrationScope(ctx)
 	if err != nil {
-		return fmt.Errorf("pglock: migrate: %w", err)
+		return errs.Errorf("migrate: %w", err)
 	}
 	key, err := migrationLockKey(scope)
 	if err != nil {
 		return err
 	}
 	if err := q.LockMigrations(ctx, key); err != nil {
-		return fmt.Errorf("pglock: migrate: wait for another migrator: %w", err)
+		return errs.Errorf("migrate: wait for another migrator: %w", err)
 	}
 	defer func() {
 		if unlockErr := q.UnlockMigrations(context.WithoutCancel(ctx), key); unlockErr != nil && err == nil {
-			err = fmt.Errorf("pglock: migrate: %w", unlockErr)
+			err = errs.Errorf("migrate: %w", unlockErr)
 		}
 	}()
 
@@ -231,14 +232,14 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 			migratorConn.Close(ctx)
 		}
 		openedMu.Unlock()
-		return fmt.Errorf("pglock: migrate: %w", err)
+		return errs.Errorf("migrate: %w", err)
 	}
 	// Only now: golang-migrate made the version table if it found none, and keeps one that
 	// another role made while it waited for its own lock. Either is there to stay: no role but
 	// its owner could drop, replace or alter it.
 	if _, err := trustVersionTable(ctx, q, scope.Schema); err != nil {
 		driver.Close()
-		return fmt.Errorf("pglock: migrate: %w", err)
+		return errs.Errorf("migrate: %w", err)
 	}
 	src, err := iofs.New(files, ".")
 	if err != nil {
@@ -263,7 +264,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 		if errors.As(err, &failed) && failed.OrigErr != nil {
 			err = db.Translate(failed.OrigErr)
 		}
-		return fmt.Errorf("pglock: migrate: %w", err)
+		return errs.Errorf("migrate: %w", err)
 	}
 	return nil
 }
@@ -287,9 +288,9 @@ func trustVersionTable(ctx context.Context, q *db.Queries, schema string) (exist
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("inspect %s: %w", VersionTable, err)
+		return false, errs.Errorf("inspect %s: %w", VersionTable, err)
 	case !table.Trusted:
-		return true, fmt.Errorf("%w: %s.%s belongs to %s, which is neither the current role nor has the rights of schema %s's owner, or it is not a plain table: migrate as its owner, hand it to the schema's owner (ALTER TABLE ... OWNER TO), or drop it if it is not pglock's",
+		return true, errs.Errorf("%w: %s.%s belongs to %s, which is neither the current role nor has the rights of schema %s's owner, or it is not a plain table: migrate as its owner, hand it to the schema's owner (ALTER TABLE ... OWNER TO), or drop it if it is not pglock's",
 			pglock.ErrUnsafeSchema, schema, VersionTable, table.Owner, schema)
 	}
 	return true, nil

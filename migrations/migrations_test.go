@@ -320,10 +320,10 @@ func TestFailedUpLeavesNoConnectionOpen(t *testing.T) {
 	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = "pglock_failed_up" })
 
 	require.ErrorContains(t, migrations.Up(ctx, pool), "already exists")
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return callBool(t, d.Pool, `SELECT count(*) <= 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = 'pglock_failed_up'`)
-	}, 5*time.Second, 10*time.Millisecond, "only the pool's own connection is left")
+	}, "only the pool's own connection is left")
 }
 
 func TestBadArguments(t *testing.T) {
@@ -563,10 +563,10 @@ func TestUpRefusesAVersionTableMadeWhileItWaits(t *testing.T) {
 
 	upErr := make(chan error, 1)
 	go func() { upErr <- migrations.Up(ctx, d.Pool) }()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		return callBool(t, d.Pool, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND (classid::bigint << 32 | objid::bigint) = $1::bigint)`, key)
-	}, time.Minute, 5*time.Millisecond, "golang-migrate waits for its lock")
+	}, "golang-migrate waits for its lock")
 	// The view commits before the lock is let go: in one batch, the unlock would come first.
 	_, err = attacker.Exec(ctx, fmt.Sprintf(`SET ROLE %s;
 		CREATE VIEW public.%s AS SELECT 0::bigint AS version, public.hijacked(0, 0) AS dirty;

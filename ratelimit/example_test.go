@@ -4,17 +4,22 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
-	"github.com/pglock/pglock/internal/testdb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglock/pglock/ratelimit"
 )
 
 // At most 2 calls a second to a partner's API, across the whole fleet, with bursts of 3.
 func Example() {
-	d, done := testdb.Example()
-	defer done()
-	limiter, err := ratelimit.New(d.Pool, nil)
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	limiter, err := ratelimit.New(pool, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

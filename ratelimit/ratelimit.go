@@ -10,6 +10,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 )
 
 // Limit is a rate: at most Rate events per Per, of which up to Burst at once.
@@ -24,15 +25,15 @@ type Limit struct {
 func (l Limit) interval() (int64, error) {
 	switch {
 	case l.Rate < 1:
-		return 0, fmt.Errorf("%w: Limit.Rate %d is not positive", pglock.ErrInvalidArgument, l.Rate)
+		return 0, errs.Errorf("%w: Limit.Rate %d is not positive", pglock.ErrInvalidArgument, l.Rate)
 	case l.Per <= 0:
-		return 0, fmt.Errorf("%w: Limit.Per %s is not positive", pglock.ErrInvalidArgument, l.Per)
+		return 0, errs.Errorf("%w: Limit.Per %s is not positive", pglock.ErrInvalidArgument, l.Per)
 	case l.Burst < 1 || l.Burst > math.MaxInt32:
-		return 0, fmt.Errorf("%w: Limit.Burst %d must be from 1 to %d", pglock.ErrInvalidArgument, l.Burst, math.MaxInt32)
+		return 0, errs.Errorf("%w: Limit.Burst %d must be from 1 to %d", pglock.ErrInvalidArgument, l.Burst, math.MaxInt32)
 	}
 	us := (l.Per.Microseconds() + int64(l.Rate) - 1) / int64(l.Rate)
 	if l.Per.Microseconds() < int64(l.Rate) {
-		return 0, fmt.Errorf("%w: Limit of %d per %s: events closer than 1 µs", pglock.ErrInvalidArgument, l.Rate, l.Per)
+		return 0, errs.Errorf("%w: Limit of %d per %s: events closer than 1 µs", pglock.ErrInvalidArgument, l.Rate, l.Per)
 	}
 	return us, nil
 }
@@ -62,7 +63,7 @@ type Limiter struct {
 // New returns a Limiter that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Limiter, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	var c Config
 	if cfg != nil {
@@ -120,13 +121,13 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("pglock: wait for rate limit of %q: %w", key, context.Cause(ctx))
+		return errs.Errorf("wait for rate limit of %q: %w", key, context.Cause(ctx))
 	}
 }
 
 func (l *Limiter) take(ctx context.Context, key string, limit Limit, maxWaitUs int64) (db.TakeRateRow, error) {
 	if err := pglock.ValidateName(key); err != nil {
-		return db.TakeRateRow{}, fmt.Errorf("%w: key: %w", pglock.ErrInvalidArgument, err)
+		return db.TakeRateRow{}, errs.Errorf("%w: key: %w", pglock.ErrInvalidArgument, err)
 	}
 	interval, err := limit.interval()
 	if err != nil {
@@ -137,7 +138,7 @@ func (l *Limiter) take(ctx context.Context, key string, limit Limit, maxWaitUs i
 		Synchronous: l.synchronous,
 	})
 	if err != nil {
-		return db.TakeRateRow{}, fmt.Errorf("pglock: rate limit of %q: %w", key, err)
+		return db.TakeRateRow{}, errs.Errorf("rate limit of %q: %w", key, err)
 	}
 	return r, nil
 }

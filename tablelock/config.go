@@ -1,13 +1,13 @@
 package tablelock
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 )
 
@@ -105,7 +105,7 @@ func (c *Config) withDefaults() Config {
 // pglock.ErrInvalidArgument that names the field, so that no acquisition fails later for one.
 func (c *Config) validate() error {
 	invalid := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: Config.%s %w", pglock.ErrInvalidArgument, field, fmt.Errorf(format, args...))
+		return errs.Errorf("%w: Config."+field+" "+format, append([]any{pglock.ErrInvalidArgument}, args...)...)
 	}
 	if c.TTL < MinTTL || c.TTL > MaxTTL {
 		return invalid("TTL", "(%s) is outside [%s, %s]", c.TTL, MinTTL, MaxTTL)

@@ -5,18 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/tablelock"
 )
 
 // At most 2 instances call a partner's API at once: a semaphore of 2. A third waits
 // (AcquireSemaphore) or, as here, tries and is refused.
 func ExampleLocker_AcquireSemaphore() {
-	d, done := testdb.Example()
-	defer done()
-	locker, err := tablelock.New(d.Pool, &tablelock.Config{AppName: "billing"})
+	pool, err := pgxpool.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	locker, err := tablelock.New(pool, &tablelock.Config{AppName: "billing"})
 	if err != nil {
 		log.Fatal(err)
 	}

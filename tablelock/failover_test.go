@@ -169,11 +169,11 @@ func TestFailover(t *testing.T) {
 				require.NoError(t, err)
 				_, err = admin.Exec(ctx, `SELECT pg_reload_conf()`)
 				require.NoError(t, err)
-				require.Eventually(t, func() bool {
+				testdb.WaitFor(t, func() bool {
 					var sync bool
 					admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_replication WHERE application_name = 'standby' AND sync_state = 'sync')`).Scan(&sync)
 					return sync
-				}, 10*time.Second, 50*time.Millisecond, "the standby becomes synchronous")
+				}, "the standby becomes synchronous")
 			}
 			admin.Close()
 
@@ -197,7 +197,7 @@ func TestFailover(t *testing.T) {
 			defer func() { stop(); holders.Wait() }()
 
 			load.count()
-			require.Eventually(t, func() bool { return load.counted() >= 100 }, 30*time.Second, 10*time.Millisecond,
+			testdb.WaitFor(t, func() bool { return load.counted() >= 100 },
 				"the holders work against the primary")
 			_, err = link.Partition() // the standby stops receiving
 			require.NoError(t, err)
@@ -209,7 +209,7 @@ func TestFailover(t *testing.T) {
 				time.Sleep(time.Second)
 				require.Zero(t, load.counted(), "nothing is acknowledged while the synchronous standby is cut off")
 			} else {
-				require.Eventually(t, func() bool { return load.counted() >= 100 }, 20*time.Second, 10*time.Millisecond,
+				testdb.WaitFor(t, func() bool { return load.counted() >= 100 },
 					"the primary acknowledges writes the standby does not receive")
 			}
 			step("crash")
@@ -242,7 +242,7 @@ func TestFailover(t *testing.T) {
 			}
 			require.NoError(t, vip.Repoint(standby.Addr()))
 			load.count()
-			require.Eventually(t, func() bool { return load.counted() >= 200 }, 30*time.Second, 10*time.Millisecond,
+			testdb.WaitFor(t, func() bool { return load.counted() >= 200 },
 				"the holders carry on against the promoted standby")
 			stop()
 			holders.Wait()

@@ -3,13 +3,13 @@ package tablelock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/retry"
 )
@@ -91,7 +91,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 		if lost := lk.Err(); lost != nil { // released by Locker.Close, which declared it lost
 			return lost
 		}
-		return fmt.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
+		return errs.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
 	}
 	err := lk.releaseRow(ctx)
 	if lost := lk.Err(); lost != nil {
@@ -118,11 +118,11 @@ func (lk *Lock) releaseRow(ctx context.Context) error {
 	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
 	switch {
 	case err != nil && (ctx.Err() != nil || retry.Transient(err)) && lk.releaseLater():
-		return fmt.Errorf("pglock: release %q (trying again in the background): %w", lk.name, err)
+		return errs.Errorf("release %q (trying again in the background): %w", lk.name, err)
 	case err != nil:
-		return fmt.Errorf("pglock: release %q (it stays held until its TTL runs out): %w", lk.name, err)
+		return errs.Errorf("release %q (it stays held until its TTL runs out): %w", lk.name, err)
 	case !row.Released:
-		lost := fmt.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
+		lost := errs.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
 			pglock.ErrLockLost, pglock.ErrNotHeld, lk.name)
 		if lk.lease.LostBeforeStop(lost) {
 			return lost
@@ -181,7 +181,7 @@ func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error
 
 func fence(ctx context.Context, tx pgx.Tx, name string, token int64, grace time.Duration) error {
 	if tx == nil {
-		return fmt.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
+		return errs.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
 	}
 	if err := pglock.ValidateName(name); err != nil {
 		return err
@@ -189,9 +189,9 @@ func fence(ctx context.Context, tx pgx.Tx, name string, token int64, grace time.
 	_, err := db.New(db.Translating(tx)).FenceLock(ctx, db.FenceLockParams{LockName: name, FencingToken: token, GraceMs: grace.Milliseconds()})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %q is not held with token %d", pglock.ErrLockLost, name, token)
+		return errs.Errorf("%w: %q is not held with token %d", pglock.ErrLockLost, name, token)
 	case err != nil:
-		return fmt.Errorf("pglock: verify fence of %q: %w", name, err)
+		return errs.Errorf("verify fence of %q: %w", name, err)
 	}
 	return nil
 }

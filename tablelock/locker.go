@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/retry"
@@ -51,7 +51,7 @@ type Locker struct {
 // New returns a Locker that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
 	resolved := cfg.withDefaults()
 	if err := resolved.validate(); err != nil {
@@ -59,7 +59,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	}
 	instance, err := ident.Instance(resolved.AppName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
+		return nil, errs.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	closing, stopWaits := context.WithCancel(context.Background())
@@ -95,11 +95,11 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 		if l.isClosed() {
 			err = pglock.ErrClosed
 		}
-		return nil, fmt.Errorf("pglock: acquire %q: %w", name, db.Translate(err))
+		return nil, errs.Errorf("acquire %q: %w", name, db.Translate(err))
 	}
 	if !l.startTry(conn) {
 		conn.Release()
-		return nil, fmt.Errorf("pglock: acquire %q: %w", name, pglock.ErrClosed)
+		return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
 	}
 	defer l.waits.Done()
 	start := time.Now()
@@ -120,7 +120,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 		case ctx.Err() != nil:
 			err = context.Cause(ctx)
 		}
-		return nil, fmt.Errorf("pglock: acquire %q: %w", name, err)
+		return nil, errs.Errorf("acquire %q: %w", name, err)
 	}
 	if !row.Acquired {
 		locked := lockedError(name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
@@ -215,12 +215,12 @@ func (l *Locker) Close(ctx context.Context) error {
 	l.mu.Unlock()
 	l.stopWaits()
 
-	var errs []error
+	var failures []error
 	for _, lk := range held {
-		lk.lease.Lose(fmt.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		lk.lease.Lose(errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.markReleased() {
 			if err := lk.releaseRow(ctx); err != nil {
-				errs = append(errs, err)
+				failures = append(failures, err)
 			}
 		}
 	}
@@ -231,7 +231,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	for _, unsubscribe := range unsubscribe { // without l.mu: the listener's handlers take it
 		unsubscribe()
 	}
-	return errors.Join(errs...)
+	return errors.Join(failures...)
 }
 
 // waitForBackground lets abandoned waits clean up until ctx is done, then stops everything.
@@ -270,7 +270,7 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 		return request{}, err
 	}
 	if strings.HasPrefix(name, semaphorePrefix) {
-		return request{}, fmt.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, semaphorePrefix)
+		return request{}, errs.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, semaphorePrefix)
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
@@ -281,15 +281,15 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 		return request{}, err
 	}
 	if opts.WaitTimeout < 0 {
-		return request{}, fmt.Errorf("%w: negative WaitTimeout", pglock.ErrInvalidArgument)
+		return request{}, errs.Errorf("%w: negative WaitTimeout", pglock.ErrInvalidArgument)
 	}
 	encoded := json.RawMessage(`{}`)
 	if opts.Metadata != nil {
 		if encoded, err = json.Marshal(opts.Metadata); err != nil {
-			return request{}, fmt.Errorf("%w: metadata: %w", pglock.ErrInvalidArgument, err)
+			return request{}, errs.Errorf("%w: metadata: %w", pglock.ErrInvalidArgument, err)
 		}
 		if ident.HoldsNUL(encoded) {
-			return request{}, fmt.Errorf("%w: metadata: PostgreSQL's jsonb cannot hold the NUL character", pglock.ErrInvalidArgument)
+			return request{}, errs.Errorf("%w: metadata: PostgreSQL's jsonb cannot hold the NUL character", pglock.ErrInvalidArgument)
 		}
 	}
 	l.mu.Lock()
@@ -320,7 +320,7 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 		lk.markReleased()
 		releaseCtx, cancel := context.WithTimeout(l.ctx, req.timing.TTL) // Close's ctx bounds it
 		defer cancel()
-		return nil, errors.Join(fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
+		return nil, errors.Join(errs.Errorf("acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
 	}
 	l.held[lk] = struct{}{}
 	l.mu.Unlock()

@@ -63,8 +63,7 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 
 			acquired := acquireQueued(t, b, d.Pool, "bounced", opts)
 			if tc.listenDirectly {
-				require.Eventually(t, func() bool { return listeners(t, d.Pool, "direct-listener") == 1 },
-					30*time.Second, 10*time.Millisecond, "the listener connects directly")
+				testdb.WaitFor(t, func() bool { return listeners(t, d.Pool, "direct-listener") == 1 }, "the listener connects directly")
 			}
 			require.NoError(t, held.Extend(ctx, 5*time.Second))
 			require.NoError(t, pgx.BeginFunc(ctx, pools[0], func(tx pgx.Tx) error { return held.Fence(ctx, tx) }))

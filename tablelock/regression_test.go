@@ -163,10 +163,10 @@ func TestTryLostWithItsConnectionGivesTheLockBack(t *testing.T) {
 	require.NoError(t, firstConn().Conn.Close()) // the client side goes; the server runs on
 	require.Error(t, testdb.Receive(t, got))
 	require.NoError(t, tx.Rollback(ctx))
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		row, found := readLock(t, d.Pool, "r9")
 		return found && row.Holder != "gone"
-	}, 30*time.Second, time.Millisecond, "the lost try took the lock")
+	}, "the lost try took the lock")
 	close(redial)
 	require.NoError(t, l.Close(ctx))
 	_, held := readLock(t, d.Pool, "r9")
@@ -253,10 +253,10 @@ func TestCloseHonoursItsContextBehindATrysRelease(t *testing.T) {
 		l.Close(closeCtx)
 		close(closed)
 	}()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		_, err := l.TryAcquire(ctx, "probe", nil)
 		return errors.Is(err, pglock.ErrClosed)
-	}, 5*time.Second, time.Millisecond, "Close began")
+	}, "Close began")
 	close(g.release) // the try finds the Locker closed and releases, behind the row lock
 
 	// Close returns while the row stays locked: it did not wait for the release to finish.
@@ -438,12 +438,12 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 					got <- lk
 				}()
 				waitForQueue(t, d.Pool, 1)
-				require.Eventually(t, func() bool {
+				testdb.WaitFor(t, func() bool {
 					var age time.Duration
 					require.NoError(t, d.Pool.QueryRow(ctx, `SELECT clock_timestamp() - (expires_at - ttl_ms * interval '1 ms')
 						FROM distributed_lock_waiters WHERE lock_name = $1`, name).Scan(&age))
 					return age > tc.placeAge
-				}, 10*time.Second, 2*time.Millisecond)
+				})
 				_, err = d.Pool.Exec(ctx, "SELECT pglock_release($1, 'A')", name)
 				require.NoError(t, err)
 				lk := testdb.Receive(t, got)
@@ -607,8 +607,7 @@ func TestCloseIsNotHeldUpByARenewalWaitingBehindAStuckOne(t *testing.T) {
 			if stuck == "heartbeat" {
 				go extend()
 			}
-			require.Eventually(t, func() bool { return goroutineRunning(waiting) },
-				10*time.Second, 5*time.Millisecond, "the other renewal waits")
+			testdb.WaitFor(t, func() bool { return goroutineRunning(waiting) }, "the other renewal waits")
 
 			closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			defer cancel()
@@ -690,12 +689,12 @@ func TestHeartbeatWaitingAtTheDeadlineLeavesTheLossToTell(t *testing.T) {
 // waitForStatement waits until a request of the named query waits on a lock on the server.
 func waitForStatement(t *testing.T, pool *pgxpool.Pool, query string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		var waiting bool
 		err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: ' || $1 || ' %')`, query).Scan(&waiting)
 		return err == nil && waiting
-	}, 10*time.Second, 5*time.Millisecond, "%s waits on the server", query)
+	}, "%s waits on the server", query)
 }
 
 // goroutineRunning reports whether a goroutine is in the named function.

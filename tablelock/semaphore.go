@@ -2,12 +2,12 @@ package tablelock
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/retry"
 )
 
@@ -32,10 +32,10 @@ func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits i
 		if ctx.Err() != nil || retry.Transient(err) {
 			l.leaveSemaphore(name, req) // it may have taken a place unseen
 		}
-		return nil, fmt.Errorf("pglock: acquire semaphore %q: %w", name, err)
+		return nil, errs.Errorf("acquire semaphore %q: %w", name, err)
 	}
 	if !row.Acquired {
-		return nil, fmt.Errorf("%w: semaphore %q has %d of %d places taken", pglock.ErrLocked, name, row.Holders, permits)
+		return nil, errs.Errorf("%w: semaphore %q has %d of %d places taken", pglock.ErrLocked, name, row.Holders, permits)
 	}
 	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
 }
@@ -77,7 +77,7 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 			return nil, l.waitError(ctx, queue, start, timeout, nil)
 		case !retry.Transient(err):
 			l.abandonSemaphore(w, name, req)
-			return nil, fmt.Errorf("pglock: acquire semaphore %q: %w", name, err)
+			return nil, errs.Errorf("acquire semaphore %q: %w", name, err)
 		}
 		timer := time.NewTimer(backoff.Delay(polls))
 		select {
@@ -97,10 +97,10 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 // the place will be.
 func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions) (request, error) {
 	if strings.Contains(name, "/") {
-		return request{}, fmt.Errorf("%w: semaphore name %q has a '/'", pglock.ErrInvalidName, name)
+		return request{}, errs.Errorf("%w: semaphore name %q has a '/'", pglock.ErrInvalidName, name)
 	}
 	if permits < 1 || permits > 1<<31-1 {
-		return request{}, fmt.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, permits, 1<<31-1)
+		return request{}, errs.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, permits, 1<<31-1)
 	}
 	req, err := l.newRequest(name, opts) // checks the name, the options, and mints the holder id
 	if err != nil {
@@ -108,7 +108,7 @@ func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions
 	}
 	req.name = semaphorePrefix + name + "/" + req.holder
 	if len(req.name) > pglock.MaxNameLen {
-		return request{}, fmt.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
+		return request{}, errs.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
 			pglock.ErrInvalidName, len(name), semaphorePrefix, pglock.MaxNameLen)
 	}
 	return req, nil

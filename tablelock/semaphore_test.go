@@ -97,11 +97,11 @@ func TestSemaphoreServesWaitersInArrivalOrder(t *testing.T) {
 			order <- i
 			served <- lk
 		}()
-		require.Eventually(t, func() bool {
+		testdb.WaitFor(t, func() bool {
 			var n int
 			d.Pool.QueryRow(ctx, `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/s'`).Scan(&n)
 			return n == i+1
-		}, 30*time.Second, 2*time.Millisecond)
+		})
 	}
 	_, err = l.TryAcquireSemaphore(ctx, "s", 3, nil)
 	require.ErrorIs(t, err, pglock.ErrLocked, "a try does not jump the queue, even with room")

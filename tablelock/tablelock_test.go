@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -313,10 +314,11 @@ func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 	})
 	lk, err := l.TryAcquire(ctx, "recovers", &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
+		time.Sleep(45 * time.Millisecond) // the pace of the terminations, as before the shared helper
 		d.Pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'recovers'")
 		return failed.Load() > 0
-	}, 10*time.Second, 50*time.Millisecond, "a renewal failed")
+	}, "a renewal failed")
 
 	time.Sleep(3 * time.Second) // three TTLs, which only renewals on schedule survive
 	require.NoError(t, lk.Err())
@@ -532,14 +534,15 @@ func TestInteroperatesWithTheSQLFunctions(t *testing.T) {
 	waited := make(chan *tablelock.Lock, 1)
 	go func() {
 		lk, err := l.Acquire(ctx, "report", nil)
-		require.NoError(t, err)
+		assert.NoError(t, err)
 		waited <- lk
 	}()
-	require.Eventually(t, func() bool { return l.Stats().Waiting == 1 }, 5*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool { _, waiters := countRows(t, pool); return waiters == 1 }, 5*time.Second, 5*time.Millisecond)
+	testdb.WaitFor(t, func() bool { return l.Stats().Waiting == 1 })
+	testdb.WaitFor(t, func() bool { _, waiters := countRows(t, pool); return waiters == 1 })
 	require.NoError(t, pool.QueryRow(ctx, "SELECT release_lock('report', 'python-worker')").Scan(&ok))
 	require.True(t, ok)
-	lk := <-waited
+	lk := testdb.Receive(t, waited)
+	require.NotNil(t, lk, "the waiter got the lock the SQL holder released")
 	require.NoError(t, lk.Release(ctx))
 }
 

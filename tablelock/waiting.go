@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"
@@ -78,7 +78,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			return nil, l.waitError(ctx, req, start, timeout, locked)
 		case !retry.Transient(err):
 			l.abandon(w)
-			return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, err)
+			return nil, errs.Errorf("acquire %q: %w", req.name, err)
 		default:
 			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
 		}
@@ -147,11 +147,11 @@ func (l *Locker) waitError(ctx context.Context, req request, start time.Time, ti
 	var err error
 	switch {
 	case errors.Is(cause, errWaitTimeout):
-		err = fmt.Errorf("pglock: acquire %q: waited %s: %w: %w", req.name, timeout, pglock.ErrLockTimeout, lockedOrPlain(locked))
+		err = errs.Errorf("acquire %q: waited %s: %w: %w", req.name, timeout, pglock.ErrLockTimeout, lockedOrPlain(locked))
 	case errors.Is(cause, context.DeadlineExceeded):
-		err = fmt.Errorf("pglock: acquire %q: %w: %w", req.name, pglock.ErrLockTimeout, cause)
+		err = errs.Errorf("acquire %q: %w: %w", req.name, pglock.ErrLockTimeout, cause)
 	default:
-		err = fmt.Errorf("pglock: acquire %q: %w", req.name, cause)
+		err = errs.Errorf("acquire %q: %w", req.name, cause)
 	}
 	l.emit(Event{Kind: EventKindWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
 	return err
@@ -182,7 +182,7 @@ func (l *Locker) register(req request) (*waiter, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, fmt.Errorf("pglock: acquire %q: %w", req.name, pglock.ErrClosed)
+		return nil, errs.Errorf("acquire %q: %w", req.name, pglock.ErrClosed)
 	}
 	w := &waiter{req: req, handoff: make(chan handoffNotice, 1), wake: make(chan struct{}, 1)}
 	l.queues[req.name] = append(l.queues[req.name], w)

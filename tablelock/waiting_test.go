@@ -82,10 +82,10 @@ func listeners(t *testing.T, pool *pgxpool.Pool, app string) int {
 
 func waitForQueue(t *testing.T, pool *pgxpool.Pool, waiters int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		_, n := countRows(t, pool)
 		return n == waiters
-	}, 30*time.Second, 5*time.Millisecond, "waiting for %d queued waiters", waiters)
+	}, "waiting for %d queued waiters", waiters)
 }
 
 // A release hands the lock to the waiter directly: the waiter acquires without polling again.
@@ -125,11 +125,10 @@ func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 			held, err := holder.TryAcquire(ctx, "handoff", opts)
 			require.NoError(t, err)
 			acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
-			require.Eventually(t, func() bool { return listeners(t, d.Pool, tc.listenerApp) == 1 },
-				30*time.Second, 5*time.Millisecond, "the listener connected as the pool does")
+			testdb.WaitFor(t, func() bool { return listeners(t, d.Pool, tc.listenerApp) == 1 }, "the listener connected as the pool does")
 			// Release just after the waiter's ninth poll: its backoff, doubling from 10 ms, puts
 			// the next one over a second later, so only the handoff can wake it before then.
-			require.Eventually(t, func() bool { return polls.n.Load() >= 9 }, 30*time.Second, time.Millisecond)
+			testdb.WaitFor(t, func() bool { return polls.n.Load() >= 9 })
 
 			before := polls.n.Load()
 			require.NoError(t, held.Release(ctx))
@@ -557,9 +556,9 @@ func TestWaiterGivingUpDuringAHandoffKeepsNothing(t *testing.T) {
 		if err := <-acquired; err != nil {
 			require.ErrorIs(t, err, context.Canceled)
 		}
-		require.Eventually(t, func() bool { // leaving runs in the background
+		testdb.WaitFor(t, func() bool { // leaving runs in the background
 			_, ok := readLock(t, d.Pool, name)
 			return !ok
-		}, 5*time.Second, time.Millisecond, "round %d: the waiter that gave up holds the lock", round)
+		}, "round %d: the waiter that gave up holds the lock", round)
 	}
 }

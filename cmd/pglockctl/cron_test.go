@@ -72,7 +72,7 @@ func TestCronListHistoryPauseResumeTriggerBackfill(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "resumed \"nightly\"\n", out)
 
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		out, _, _ = pglockctl(t, ctx, d.URL(), "-o", "json", "cron", "history", "nightly")
 		var h struct {
 			Runs []map[string]any `json:"runs"`
@@ -91,7 +91,7 @@ func TestCronListHistoryPauseResumeTriggerBackfill(t *testing.T) {
 			}
 		}
 		return done == 3
-	}, 30*time.Second, 20*time.Millisecond)
+	})
 	out, stderr, code = pglockctl(t, ctx, d.URL(), "cron", "history", "nightly")
 	require.Equal(t, exitOK, code, stderr)
 	lines = strings.Split(strings.TrimSpace(out), "\n")

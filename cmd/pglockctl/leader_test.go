@@ -46,10 +46,10 @@ func TestLeaderListAndResign(t *testing.T) {
 	elect(t, d.NewPool(t, nil), "reconciler", terms, ended)
 	first := testdb.Receive(t, terms)
 	elect(t, d.NewPool(t, nil), "reconciler", terms, make(chan error))
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		l, err := leader.Current(ctx, d.Pool, "reconciler")
 		return err == nil && l.Candidates == 1
-	}, 30*time.Second, 5*time.Millisecond)
+	})
 
 	out, stderr, code := pglockctl(t, ctx, d.URL(), "leader", "list")
 	require.Equal(t, exitOK, code, stderr)

@@ -39,7 +39,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	message := strings.Join(strings.Fields(err.Error()), " ")
+	// pglockctl is the outermost wrapper of the library's errors: it says "pglockctl: ", once.
+	message := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "pglock: ")), " ")
 	var usage usageError
 	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") {
 		fmt.Fprintf(stderr, "pglockctl: %s (see pglockctl --help)\n", message)

@@ -155,11 +155,11 @@ func seed(t *testing.T, d *testdb.DB) (pids []string) {
 		<-done
 		waiter.Close(context.Background())
 	})
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		locks, err := advisory.List(ctx, d.Pool)
 		require.NoError(t, err)
 		return len(locks) == 3
-	}, 5*time.Second, 5*time.Millisecond)
+	})
 	return []string{fmt.Sprint(holder.PID()), fmt.Sprint(waiter.PID())}
 }
 

@@ -7,12 +7,12 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/retry"
 )
 
@@ -37,7 +37,7 @@ const (
 // soon after it is taken.
 func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
 	if ttl < MinTTL || ttl > MaxTTL {
-		return Timing{}, fmt.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
+		return Timing{}, errs.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
 	}
 	t := Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: heartbeat, Margin: margin}
 	if t.Margin == 0 {
@@ -50,7 +50,7 @@ func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
 		t.Heartbeat = t.TTL / 3
 	}
 	if t.Margin >= t.TTL-t.TTL/3 {
-		return Timing{}, fmt.Errorf("%w: a TTL of %s leaves no room for a heartbeat (a third of it) before the safety margin (%s)",
+		return Timing{}, errs.Errorf("%w: a TTL of %s leaves no room for a heartbeat (a third of it) before the safety margin (%s)",
 			pglock.ErrInvalidTTL, t.TTL, t.Margin)
 	}
 	return t, nil
@@ -281,7 +281,7 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 		if lost := k.Err(); lost != nil { // stopped by its owner's shutdown, which declared it lost
 			return lost
 		}
-		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
+		return errs.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
 	}
 	if lost := k.Err(); lost != nil {
 		k.mu.Unlock()
@@ -313,32 +313,32 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 		}
 		return nil
 	case err == nil:
-		k.Lose(fmt.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
+		k.Lose(errs.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
 		if lost := k.Err(); lost != nil {
 			return lost
 		}
-		return fmt.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
+		return errs.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
 	}
-	return fmt.Errorf("pglock: renew %q: %w", k.cfg.Name, err)
+	return errs.Errorf("renew %q: %w", k.cfg.Name, err)
 }
 
 // takeTurn waits for the renewal under way, if any, to end, unless ctx ends first.
 func (k *Keeper) takeTurn(ctx context.Context) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("pglock: renew %q: %w", k.cfg.Name, contextError(ctx))
+		return errs.Errorf("renew %q: %w", k.cfg.Name, contextError(ctx))
 	}
 	select {
 	case k.renewing <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("pglock: renew %q: waiting for the renewal under way: %w", k.cfg.Name, contextError(ctx))
+		return errs.Errorf("renew %q: waiting for the renewal under way: %w", k.cfg.Name, contextError(ctx))
 	}
 }
 
 // contextError is why ctx ended: its error, and its cause when that is another.
 func contextError(ctx context.Context) error {
 	if cause := context.Cause(ctx); cause != ctx.Err() {
-		return fmt.Errorf("%w: %w", ctx.Err(), cause)
+		return errs.Errorf("%w: %w", ctx.Err(), cause)
 	}
 	return ctx.Err()
 }
@@ -399,7 +399,7 @@ func (k *Keeper) deadlinePassed() {
 	if early {
 		return // the renewal that moved the deadline has reset the timer
 	}
-	k.Lose(fmt.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
+	k.Lose(errs.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
 		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
 }
 

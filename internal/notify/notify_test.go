@@ -81,7 +81,7 @@ func TestOneListenerConnectionPerPool(t *testing.T) {
 	testdb.Receive(t, leader.listening)
 	notifyOn(t, d.Pool, "cron_channel", "tick")
 	require.Equal(t, "tick", testdb.Receive(t, cron.payloads))
-	require.Eventually(t, func() bool { return locker.Stats().Waiting == 1 }, 30*time.Second, 10*time.Millisecond)
+	testdb.WaitFor(t, func() bool { return locker.Stats().Waiting == 1 })
 	require.Len(t, listenerBackends(t, d.Pool, "shared"), 1, "three subscribers, one listening connection")
 	require.Never(t, func() bool { // a second listener, had one been made, would have connected by then
 		var backends int32
@@ -97,8 +97,7 @@ func TestOneListenerConnectionPerPool(t *testing.T) {
 	stopCron()
 	require.Len(t, listenerBackends(t, d.Pool, "shared"), 1, "one subscriber is left")
 	stopLeader()
-	require.Eventually(t, func() bool { return len(listenerBackends(t, d.Pool, "shared")) == 0 },
-		30*time.Second, 10*time.Millisecond, "the last unsubscribe closes the connection")
+	testdb.WaitFor(t, func() bool { return len(listenerBackends(t, d.Pool, "shared")) == 0 }, "the last unsubscribe closes the connection")
 }
 
 // After its backend is terminated, the listener reconnects, tells every subscriber (who must
@@ -157,11 +156,11 @@ func TestSubscribeAndUnsubscribePerChannel(t *testing.T) {
 	require.Empty(t, a2.payloads)
 	require.Empty(t, b.payloads)
 	require.Equal(t, pids, listenerBackends(t, d.Pool, "channels"), "the same connection throughout")
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		var last string
 		require.NoError(t, d.Pool.QueryRow(context.Background(), "SELECT query FROM pg_stat_activity WHERE pid = $1", pids[0]).Scan(&last))
 		return last == `UNLISTEN "b"`
-	}, 30*time.Second, 10*time.Millisecond, "b, which no one listens to any more, is unlistened")
+	}, "b, which no one listens to any more, is unlistened")
 }
 
 // With a connection configuration of its own, the listener connects there (here: the same

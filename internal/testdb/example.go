@@ -6,19 +6,8 @@ import (
 	"testing"
 )
 
-// Example returns a database as New makes one, for a runnable Example function (which has no
-// testing.TB), and the function that drops it; where New would fail or skip, it panics.
-func Example() (d *DB, done func()) {
-	tb := &exampleTB{}
-	d = New(tb, nil)
-	return d, func() {
-		for _, cleanup := range slices.Backward(tb.cleanups) {
-			cleanup()
-		}
-	}
-}
-
-// exampleTB is the part of testing.TB that New and NewPool use; the rest stays unimplemented.
+// exampleTB is the part of testing.TB that newOn and NewPool use, for callers that have no test
+// (Throwaway, the examples' database); the rest stays unimplemented.
 type exampleTB struct {
 	testing.TB
 	cleanups []func()

@@ -1,19 +1,41 @@
 package testdb
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
 
-// Receive returns the next value from c, failing the test if none comes within 30 s: where a
-// broken property would hang, the test fails instead, and no timing is asserted.
+// patience is how long Receive and WaitFor wait before failing the test: long enough never to
+// fail a loaded machine's run for slowness, short of go test's own timeout, so that a broken
+// property fails its test instead of hanging the run. No timing is asserted.
+const patience = 30 * time.Second
+
+// Receive returns the next value from c, failing the test if none comes within 30 s.
 func Receive[T any](t testing.TB, c <-chan T) T {
 	t.Helper()
 	select {
 	case v := <-c:
 		return v
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("testdb: nothing came within 30 s")
 		panic("unreachable")
+	}
+}
+
+// WaitFor calls cond on the test's goroutine until it returns true, failing the test if it has
+// not within 30 s, with msgAndArgs (a format and its arguments) saying what was awaited. cond may
+// use require: it runs where FailNow may be called, unlike the condition of require.Eventually,
+// which runs on a goroutine of its own.
+func WaitFor(t testing.TB, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			what := "the condition"
+			if len(msgAndArgs) > 0 {
+				what = fmt.Sprintf(fmt.Sprint(msgAndArgs[0]), msgAndArgs[1:]...)
+			}
+			t.Fatalf("testdb: not within 30 s: %s", what)
+		}
 	}
 }

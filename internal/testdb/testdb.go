@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,7 +137,13 @@ func Main(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "testdb: %v\n", ErrNoServer)
 		os.Exit(1)
 	}
+	dropExampleDatabase, err := exampleDatabase()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testdb: %v\n", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	dropExampleDatabase()
 
 	state.mu.Lock()
 	if state.srv != nil {
@@ -148,14 +155,46 @@ func Main(m *testing.M) {
 	state.mu.Unlock()
 
 	if code == 0 {
-		// toxiproxy (PartitionablePool's proxy) can leave a toxic's pipe blocked on a link that
-		// a heal removed while a connection was closing: its goroutine, not the code under test.
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe")); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "testdb: goroutines leaked: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// exampleDatabase points DATABASE_URL at a migrated database of its own, so that runnable
+// examples start as a user's program does, from pgxpool.New(ctx, os.Getenv("DATABASE_URL")).
+// The server is found first, from the variable's earlier value among others. drop drops the
+// database and restores the variable.
+func exampleDatabase() (drop func(), err error) {
+	state.mu.Lock()
+	state.tried = true
+	state.srv, state.err = connect(context.Background(), nil)
+	srv, err := state.srv, state.err
+	state.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	tb := &exampleTB{}
+	defer func() {
+		if v := recover(); v != nil { // exampleTB fails by panicking
+			err = fmt.Errorf("the examples' database: %v", v)
+		}
+	}()
+	d := newOn(tb, srv, &Options{})
+	old, had := os.LookupEnv("DATABASE_URL")
+	os.Setenv("DATABASE_URL", d.URL())
+	return func() {
+		if had {
+			os.Setenv("DATABASE_URL", old)
+		} else {
+			os.Unsetenv("DATABASE_URL")
+		}
+		for _, cleanup := range slices.Backward(tb.cleanups) {
+			runRecovering(cleanup)
+		}
+	}, nil
 }
 
 // liveServer is the server this process found, with a pool on its maintenance database.
