@@ -2,7 +2,6 @@ package testdb
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 )
 
