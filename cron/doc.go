@@ -1,5 +1,5 @@
-// Package cron runs scheduled jobs on every instance of a service, each tick exactly once, with
-// no leader: instances compute the same ticks from the same spec, on the database's clock, and
+// Package cron runs scheduled jobs on every instance of a service, each tick at most once and
+// every tick accounted for (ran, failed, skipped, missed, abandoned or canceled), with no leader: instances compute the same ticks from the same spec, on the database's clock, and
 // claim each tick by writing its row; the database keeps the schedules, their policies and
 // pause, and the history of runs.
 //

@@ -97,3 +97,23 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 		})
 	}
 }
+
+// A client whose environment sets PGOPTIONS sends the startup parameter options, which
+// PgBouncer refuses unless told to ignore it (docs/pgbouncer.md): the harness's does, as users'
+// should.
+func TestThroughPgBouncerWithOptionsInTheStartupPacket(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	config, err := pgxpool.ParseConfig(d.ThroughPgBouncer(t, "default_query_exec_mode=exec"))
+	require.NoError(t, err)
+	config.ConnConfig.RuntimeParams["options"] = "-c statement_timeout=5000" // what PGOPTIONS sends
+	pool, err := pgxpool.NewWithConfig(context.Background(), config)
+	require.NoError(t, err)
+	defer pool.Close()
+	locker, err := tablelock.New(pool, &tablelock.Config{DisableNotifications: true})
+	require.NoError(t, err)
+	defer locker.Close(context.Background())
+	lk, err := locker.TryAcquire(context.Background(), "with-options", nil)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(context.Background()))
+}

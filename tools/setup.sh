@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What make test and make demo need besides Go: PostgreSQL, found as a URL in
 # PGLOCK_TEST_DATABASE_URL or DATABASE_URL or as its server programs (initdb, postgres, from
-# which they start clusters of their own), its client (psql, pg_dump), and the de_DE and ja_JP
+# which they start clusters of their own), its client (psql, pg_dump), PgBouncer, and the de_DE and ja_JP
 # locales (internal/db's tests read server errors in German and Japanese). What is missing it
 # installs with apt-get (as root, or through sudo without a password); where it cannot, it stops
 # with the one command that would.
@@ -34,17 +34,18 @@ have_server() {
   done
   return 1
 }
-have_all() { have_server && command -v psql >/dev/null 2>&1 && command -v pg_dump >/dev/null 2>&1; }
+have_pgbouncer() { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; }
+have_all() { have_server && have_pgbouncer && command -v psql >/dev/null 2>&1 && command -v pg_dump >/dev/null 2>&1; }
 have_all && exit 0
 
 if command -v apt-get >/dev/null 2>&1; then
   if [ "$sudo" != none ]; then
-    echo "PostgreSQL not found: installing it with apt-get (postgresql, postgresql-client)" >&2
+    echo "PostgreSQL or PgBouncer not found: installing them with apt-get (postgresql, postgresql-client, pgbouncer)" >&2
     $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-client >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-client pgbouncer >/dev/null
     have_all && exit 0
   fi
-  echo "PostgreSQL not found. Install it with: sudo apt-get install -y postgresql postgresql-client" >&2
+  echo "PostgreSQL not found. Install it with: sudo apt-get install -y postgresql postgresql-client pgbouncer" >&2
 else
   echo "PostgreSQL not found. Install its server and client (initdb, postgres, psql, pg_dump), or set PGLOCK_TEST_DATABASE_URL to a superuser's URL" >&2
 fi

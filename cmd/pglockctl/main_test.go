@@ -118,6 +118,7 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	var out, errs bytes.Buffer
 	require.Equal(t, exitOK, run(context.Background(), []string{"version"}, &out, &errs))
+	require.Contains(t, out.String(), "pglockctl v0.1.0 (")
 	require.Contains(t, out.String(), fmt.Sprintf("SQL contract %d", migrations.Latest()))
 }
 

@@ -1,7 +1,7 @@
 // Command chaos is `make chaos`: pglock's locks broken on purpose. It starts a PostgreSQL
 // cluster of its own, worker processes (this same binary) that each run fenced critical
 // sections on a few shared names, a cron scheduler, job deliveries and a leader candidate, every
-// connection through a toxiproxy of the worker's own, and a controller that injects faults:
+// connection through a TCP relay of the worker's own (testdb.Proxy), and a controller that injects faults:
 // backends terminated, workers partitioned from PostgreSQL or slowed, workers frozen (SIGSTOP,
 // then SIGCONT) past their leases, workers killed with SIGKILL (and restarted), and PostgreSQL
 // restarted in immediate mode. Afterwards a checker

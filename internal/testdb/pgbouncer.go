@@ -68,7 +68,7 @@ auth_type = any
 pool_mode = transaction
 max_client_conn = 1000
 default_pool_size = 20
-ignore_startup_parameters = extra_float_digits
+ignore_startup_parameters = extra_float_digits,options
 logfile = %s
 `, login, port, filepath.Join(dir, "pgbouncer.log"))
 	ini := filepath.Join(dir, "pgbouncer.ini")
