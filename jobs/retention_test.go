@@ -20,16 +20,11 @@ import (
 // database), so that what a test does next happens while it waits.
 func waitForWaiter(t *testing.T, pool *pgxpool.Pool, key string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testdb.WaitFor(t, func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM pglock_job_waiters WHERE job_key = $1`, key).Scan(&n))
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "no delivery of %q waits", key)
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n > 0
+	}, "a delivery of %q waits", key)
 }
 
 // expireRecord ends the retention of key's record now, as if its window had passed.

@@ -114,13 +114,10 @@ func BenchmarkResignHandoff(b *testing.B) {
 }
 
 func waitForWaiterB(b *testing.B, pool *pgxpool.Pool, name string) {
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testdb.WaitFor(b, func() bool {
 		var n int
-		if pool.QueryRow(context.Background(), `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = $1`, name).Scan(&n) == nil && n > 0 {
-			return
-		}
-	}
-	b.Fatalf("nobody waited for %q", name)
+		return pool.QueryRow(context.Background(), `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = $1`, name).Scan(&n) == nil && n > 0
+	}, "somebody waits for %q", name)
 }
 
 // BenchmarkCrashFailover: the leader is a separate process, killed with SIGKILL; a candidate
