@@ -54,8 +54,9 @@ type Config struct {
 	// AfterConnect.
 	ListenerConnConfig *pgx.ConnConfig
 
-	// MaxPollInterval caps the backoff of the first waiter of a name between polls.
-	// Default: DefaultMaxPollInterval.
+	// MaxPollInterval caps the backoff of the first waiter of a name between polls: backed
+	// off, it polls about that often and never more often (at most one query per interval,
+	// and per third of its TTL when that is shorter). Default: DefaultMaxPollInterval.
 	MaxPollInterval time.Duration
 
 	// Logger receives the Locker's logs. Default: slog.Default().

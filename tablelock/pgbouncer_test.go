@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -87,7 +88,7 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 							sections.Add(1)
 							return nil
 						})
-						assertNoError(t, err)
+						assert.NoError(t, err)
 					}
 				})
 			}

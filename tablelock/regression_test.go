@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -387,9 +388,9 @@ func TestHandoffRacingAPollIsNeverCountedFromLater(t *testing.T) {
 	opts := &tablelock.AcquireOptions{TTL: ttl}
 
 	wGot, xGot := make(chan *tablelock.Lock, 1), make(chan *tablelock.Lock, 1)
-	go func() { lk, err := w.Acquire(ctx, "r5", opts); assertNoError(t, err); wGot <- lk }()
+	go func() { lk, err := w.Acquire(ctx, "r5", opts); assert.NoError(t, err); wGot <- lk }()
 	waitForQueue(t, d.Pool, 1)
-	go func() { lk, err := x.Acquire(ctx, "r5", opts); assertNoError(t, err); xGot <- lk }()
+	go func() { lk, err := x.Acquire(ctx, "r5", opts); assert.NoError(t, err); xGot <- lk }()
 	waitForQueue(t, d.Pool, 2)
 
 	tx, err := d.Pool.Begin(ctx)
@@ -434,7 +435,7 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 				got := make(chan *tablelock.Lock, 1)
 				go func() {
 					lk, err := w.Acquire(ctx, name, &tablelock.AcquireOptions{TTL: tc.ttl})
-					assertNoError(t, err)
+					assert.NoError(t, err)
 					got <- lk
 				}()
 				waitForQueue(t, d.Pool, 1)
@@ -486,7 +487,7 @@ func TestPollWakesTheLocalWaiterTheLockWentTo(t *testing.T) {
 	first := make(chan *tablelock.Lock, 1)
 	go func() {
 		lk, err := l.Acquire(ctx, "w2", opts)
-		if assertNoError(t, err) {
+		if assert.NoError(t, err) {
 			first <- lk
 		}
 	}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -167,13 +168,20 @@ func lockedOrPlain(locked *LockedError) error {
 // pollDelay is how long a waiter sleeps unless woken. The first local waiter of a name polls
 // with capped exponential backoff and when the holder's lease ends; the others only rewrite
 // their place in the queue, every third of their TTL, and rely on being handed the lock.
+// Backed off to MaxPollInterval, a waiter polls no more often than that: spread above it, not
+// below, so that many waiters (candidates of one election, each the first of its own process)
+// cost at most one query each per MaxPollInterval.
 func (l *Locker) pollDelay(w *waiter, idlePolls int, untilExpiry time.Duration) time.Duration {
+	refresh := w.req.timing.TTL / 3
 	if !l.isHead(w) {
-		return retry.Jitter(w.req.timing.TTL / 3)
+		return retry.Jitter(refresh)
 	}
-	delay := min(10*time.Millisecond<<min(idlePolls-1, 16), l.cfg.MaxPollInterval, w.req.timing.TTL/3)
+	delay := min(10*time.Millisecond<<min(idlePolls-1, 16), l.cfg.MaxPollInterval, refresh)
 	if untilExpiry > 0 && untilExpiry < delay {
 		return untilExpiry
+	}
+	if delay == l.cfg.MaxPollInterval && delay < refresh {
+		return delay + rand.N(delay/8+1) // over [d, d+d/8]: never sooner, and apart
 	}
 	return retry.Jitter(delay)
 }

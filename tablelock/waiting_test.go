@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -163,12 +164,12 @@ func TestThousandWaitersInOneProcess(t *testing.T) {
 	for range waiters {
 		wg.Go(func() {
 			lk, err := l.Acquire(ctx, "hot", opts)
-			if !assertNoError(t, err) {
+			if !assert.NoError(t, err) {
 				return
 			}
 			tokens <- lk.Token()
 			<-gate
-			assertNoError(t, lk.Release(ctx))
+			assert.NoError(t, lk.Release(ctx))
 		})
 	}
 	waitForQueue(t, d.Pool, waiters)
@@ -209,22 +210,12 @@ func acquireQueued(t *testing.T, l *tablelock.Locker, queue *pgxpool.Pool, name 
 	acquired := make(chan *tablelock.Lock, 1)
 	go func() {
 		lk, err := l.Acquire(context.Background(), name, opts)
-		if assertNoError(t, err) {
+		if assert.NoError(t, err) {
 			acquired <- lk
 		}
 	}()
 	waitForQueue(t, queue, 1)
 	return acquired
-}
-
-// assertNoError is require.NoError for goroutines other than the test's.
-func assertNoError(t *testing.T, err error) bool {
-	t.Helper()
-	if err != nil {
-		t.Errorf("unexpected error: %v", err)
-		return false
-	}
-	return true
 }
 
 // Waiters of several processes get the lock in the order they queued, and a releasing process
@@ -244,9 +235,9 @@ func TestWaitersAreServedInOrderAndTheReleaserQueuesBehind(t *testing.T) {
 	for i := 1; i <= 2; i++ {
 		go func() {
 			lk, err := lockers[i].Acquire(ctx, "fifo", nil)
-			if assertNoError(t, err) {
+			if assert.NoError(t, err) {
 				order <- i
-				assertNoError(t, lk.Release(ctx))
+				assert.NoError(t, lk.Release(ctx))
 			}
 		}()
 		waitForQueue(t, d.Pool, i)
@@ -451,14 +442,14 @@ func TestMutualExclusionUnderStress(t *testing.T) {
 				for s := range sections {
 					n := (g + s) % len(names)
 					lk, err := l.Acquire(ctx, names[n], &tablelock.AcquireOptions{TTL: 5 * time.Second})
-					if !assertNoError(t, err) {
+					if !assert.NoError(t, err) {
 						return
 					}
 					if inside[n].Add(1) != 1 {
 						t.Errorf("two holders of %q in this process", names[n])
 					}
 					for _, phase := range []string{"enter", "exit"} {
-						assertNoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						assert.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 							if err := lk.Fence(ctx, tx); err != nil {
 								return err
 							}
@@ -468,7 +459,7 @@ func TestMutualExclusionUnderStress(t *testing.T) {
 						}))
 					}
 					inside[n].Add(-1)
-					assertNoError(t, lk.Release(ctx))
+					assert.NoError(t, lk.Release(ctx))
 				}
 			})
 		}
