@@ -7,18 +7,18 @@ STATICCHECK := $(BIN)/staticcheck
 # Modules of their own under the root, so that what they bring never enters the library's graph.
 NESTED := internal/containerdb internal/demo
 
-.PHONY: test lint generate check-generated bench bench-packages tools demo chaos postgres
+.PHONY: test lint generate check-generated bench bench-packages tools demo chaos setup
 
 ## test: lint, check that generated code is current, run every test with the race detector, in
 ## the library and in the nested modules. Installs PostgreSQL first where none is found.
-test: postgres lint check-generated
+test: setup lint check-generated
 	$(GO) test -race -count=1 -timeout 10m ./...
 	for m in $(NESTED); do $(GO) -C $$m test -race -count=1 ./... || exit 1; done
 
-## postgres: find PostgreSQL (and the locales the tests read errors in) for the tests and the
-## demo, or install them with apt-get (as root or through sudo), or stop with the command that would.
-postgres:
-	@tools/setup.sh
+## setup: what the tests need (PostgreSQL's server and client, PgBouncer, two locales), installed
+## with apt-get (as root or through sudo) where missing, or the command that would.
+setup:
+	@tools/setup.sh test
 
 ## lint: gofmt, go vet, staticcheck, and a tidy go.mod.
 lint: $(STATICCHECK)
@@ -40,7 +40,8 @@ check-generated: $(SQLC)
 
 ## demo: the toolkit doing its job in one command, checked in the database (DATABASE_URL, local
 ## PostgreSQL binaries, or Docker).
-demo: postgres
+demo:
+	@tools/setup.sh demo
 	$(GO) build -o $(BIN)/ ./cmd/pglockctl
 	$(GO) -C internal/demo build -o $(BIN)/demo .
 	$(BIN)/demo

@@ -82,7 +82,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 			pglock.ErrInvalidArgument, req.label()))
 	case 'E':
 		if fnErr == nil {
-			fnErr = errors.New("fn returned no error but left the transaction aborted")
+			fnErr = errs.Errorf("fn returned no error but left the transaction of %s aborted", req.label())
 		}
 	}
 	if fnErr != nil {

@@ -255,7 +255,10 @@ func TestCloseHonoursItsContextBehindATrysRelease(t *testing.T) {
 		close(closed)
 	}()
 	testdb.WaitFor(t, func() bool {
-		_, err := l.TryAcquire(ctx, "probe", nil)
+		// Bounded: a probe that got in before Close could wait behind the gated query.
+		probeCtx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := l.TryAcquire(probeCtx, "probe", nil)
 		return errors.Is(err, pglock.ErrClosed)
 	}, "Close began")
 	close(g.release) // the try finds the Locker closed and releases, behind the row lock

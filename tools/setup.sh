@@ -1,28 +1,25 @@
 #!/usr/bin/env bash
-# What make test and make demo need besides Go: PostgreSQL, found as a URL in
-# PGLOCK_TEST_DATABASE_URL or DATABASE_URL or as its server programs (initdb, postgres, from
-# which they start clusters of their own), its client (psql, pg_dump), PgBouncer, and the de_DE and ja_JP
-# locales (internal/db's tests read server errors in German and Japanese). What is missing it
-# installs with apt-get (as root, or through sudo without a password); where it cannot, it stops
-# with the one command that would.
+# What make test and make demo need besides Go, installed with apt-get where it is missing (as
+# root, or through sudo without a password); where it cannot, it stops with the one command
+# that would.
+#
+#   tools/setup.sh test   PostgreSQL, found as a URL in PGLOCK_TEST_DATABASE_URL or
+#                         DATABASE_URL or as its server programs (initdb, postgres: the tests
+#                         start clusters of their own), its client (psql, pg_dump), PgBouncer,
+#                         and the de_DE and ja_JP locales (internal/db's tests read server
+#                         errors in German and Japanese)
+#   tools/setup.sh demo   PostgreSQL as a URL or its server programs, unless a Docker engine
+#                         answers (the demo then starts a container)
 set -euo pipefail
+for_what=${1:-test}
 
 if [ "$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo=sudo; else sudo=none; fi
-
-# Generated as directories, not into the locale archive: a server already running has the
-# archive mapped and would not see them.
-for locale in de_DE ja_JP; do
-  [ -d "/usr/lib/locale/$locale.utf8" ] && continue
-  if [ "$sudo" = none ] || ! command -v localedef >/dev/null 2>&1; then
-    echo "The $locale.UTF-8 locale is missing. Generate it with: sudo localedef --no-archive -i $locale -f UTF-8 $locale.UTF-8" >&2
-    exit 1
-  fi
-  if [ ! -d /usr/share/i18n/locales ] && command -v apt-get >/dev/null 2>&1; then
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq locales >/dev/null
-  fi
-  $sudo localedef --no-archive -i "$locale" -f UTF-8 "$locale.UTF-8"
-done
+can_apt() { [ "$sudo" != none ] && command -v apt-get >/dev/null 2>&1; }
+apt_updated=
+apt_install() {
+  [ -n "$apt_updated" ] || { $sudo apt-get update -qq; apt_updated=1; }
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
 
 have_server() {
   [ -n "${PGLOCK_TEST_DATABASE_URL:-}${DATABASE_URL:-}" ] && return 0
@@ -34,19 +31,37 @@ have_server() {
   done
   return 1
 }
+have_client() { command -v psql >/dev/null 2>&1 && command -v pg_dump >/dev/null 2>&1; }
 have_pgbouncer() { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; }
-have_all() { have_server && have_pgbouncer && command -v psql >/dev/null 2>&1 && command -v pg_dump >/dev/null 2>&1; }
-have_all && exit 0
+docker_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
 
-if command -v apt-get >/dev/null 2>&1; then
-  if [ "$sudo" != none ]; then
-    echo "PostgreSQL or PgBouncer not found: installing them with apt-get (postgresql, postgresql-client, pgbouncer)" >&2
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-client pgbouncer >/dev/null
-    have_all && exit 0
+if [ "$for_what" = demo ]; then
+  have_server || docker_answers && exit 0
+  if can_apt; then
+    echo "PostgreSQL not found: installing it with apt-get (postgresql)" >&2
+    apt_install postgresql
+    have_server && exit 0
   fi
-  echo "PostgreSQL not found. Install it with: sudo apt-get install -y postgresql postgresql-client pgbouncer" >&2
-else
-  echo "PostgreSQL not found. Install its server and client (initdb, postgres, psql, pg_dump), or set PGLOCK_TEST_DATABASE_URL to a superuser's URL" >&2
+  echo "PostgreSQL not found. Set DATABASE_URL, start a Docker engine, or install it (Debian, Ubuntu: sudo apt-get install -y postgresql)" >&2
+  exit 1
 fi
-exit 1
+
+missing=()
+have_server || missing+=(postgresql)
+have_client || missing+=(postgresql-client)
+have_pgbouncer || missing+=(pgbouncer)
+for locale in de_DE ja_JP; do
+  [ -d "/usr/lib/locale/$locale.utf8" ] || { missing+=(locales); break; }
+done
+[ ${#missing[@]} = 0 ] && exit 0
+if ! can_apt; then
+  echo "Missing: ${missing[*]}. Install PostgreSQL's server and client and PgBouncer (Debian, Ubuntu: sudo apt-get install -y postgresql postgresql-client pgbouncer), and generate the locales: sudo localedef --no-archive -i de_DE -f UTF-8 de_DE.UTF-8; sudo localedef --no-archive -i ja_JP -f UTF-8 ja_JP.UTF-8" >&2
+  exit 1
+fi
+echo "Installing what the tests need with apt-get: ${missing[*]}" >&2
+apt_install "${missing[@]}"
+# Generated as directories, not into the locale archive: a server already running has the
+# archive mapped and would not see them.
+for locale in de_DE ja_JP; do
+  [ -d "/usr/lib/locale/$locale.utf8" ] || $sudo localedef --no-archive -i "$locale" -f UTF-8 "$locale.UTF-8"
+done

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 type Proxy struct {
 	Port int // the loopback port it listens on
 
+	lifecycle sync.Mutex // one Repoint or Close at a time
+
 	mu          sync.Mutex
 	listener    net.Listener
 	upstream    string
@@ -27,20 +30,29 @@ type Proxy struct {
 	jitter      time.Duration
 	closed      bool
 	accepting   sync.WaitGroup // the accept loop of the current listener
-	pumping     sync.WaitGroup // every link's two pumps
+	pumping     sync.WaitGroup // every link's goroutines
 }
 
 // link is one client connection and the connection to the upstream it was relayed to.
 type link struct {
 	client, server net.Conn
+	cut            bool          // by a partition: what it reads is dropped until it is closed (p.mu)
+	done           chan struct{} // closed with the link
 	closed         sync.Once
 }
 
 func (l *link) close() {
 	l.closed.Do(func() {
+		close(l.done)
 		l.client.Close()
 		l.server.Close()
 	})
+}
+
+// chunk is what one read brought, and when it may be written on.
+type chunk struct {
+	data []byte
+	due  time.Time
 }
 
 // NewProxy starts a proxy to upstream (host:port) on a free loopback port.
@@ -58,7 +70,9 @@ func (p *Proxy) listen(address string) error {
 	if err != nil {
 		return fmt.Errorf("testdb: proxy: %w", err)
 	}
+	p.mu.Lock()
 	p.listener = listener
+	p.mu.Unlock()
 	p.accepting.Add(1)
 	go p.accept(listener)
 	return nil
@@ -79,46 +93,76 @@ func (p *Proxy) accept(listener net.Listener) {
 			client.Close()
 			continue
 		}
-		l := &link{client: client, server: server}
+		l := &link{client: client, server: server, done: make(chan struct{})}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			l.close()
 			continue
 		}
+		l.cut = p.partitioned
 		p.links[l] = struct{}{}
-		p.pumping.Add(2)
+		p.pumping.Add(5)
 		p.mu.Unlock()
-		go p.pump(l, client, server)
-		go p.pump(l, server, client)
+		go p.relay(l, client, server)
+		go p.relay(l, server, client)
+		go func() { // the link leaves the proxy's list once closed, by either side or the proxy
+			defer p.pumping.Done()
+			<-l.done
+			p.mu.Lock()
+			delete(p.links, l)
+			p.mu.Unlock()
+		}()
 	}
 }
 
-// pump copies from src to dst until either side closes. While the proxy is partitioned what it
-// reads is dropped; while it is slowed each read waits its delay before it is written.
-func (p *Proxy) pump(l *link, src, dst net.Conn) {
-	defer p.pumping.Done()
-	defer func() {
-		l.close()
-		p.mu.Lock()
-		delete(p.links, l)
-		p.mu.Unlock()
+// relay copies from src to dst until either side closes: a reader stamps each chunk with the
+// time it may be written (now, or later while the proxy is slowed), and a writer writes it then,
+// so that a delay applies to each chunk from its arrival, as a slow network's would. While the
+// link is cut by a partition, what it reads is dropped.
+func (p *Proxy) relay(l *link, src, dst net.Conn) {
+	chunks := make(chan chunk, 64)
+	go func() { // the writer
+		defer p.pumping.Done()
+		defer l.close()
+		for {
+			var c chunk
+			select {
+			case c = <-chunks:
+			case <-l.done:
+				return
+			}
+			if wait := time.Until(c.due); wait > 0 {
+				timer := time.NewTimer(wait)
+				select {
+				case <-timer.C:
+				case <-l.done:
+					timer.Stop()
+					return
+				}
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				return
+			}
+		}
 	}()
+	defer p.pumping.Done()
+	defer l.close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			partitioned, delay := p.partitioned, p.latency
+			cut, delay := l.cut, p.latency
 			if p.jitter > 0 {
 				delay += time.Duration(rand.Int64N(int64(2*p.jitter))) - p.jitter
 			}
 			p.mu.Unlock()
-			if !partitioned {
-				if delay > 0 {
-					time.Sleep(delay)
-				}
-				if _, werr := dst.Write(buf[:n]); werr != nil {
+			if !cut {
+				c := chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(delay)}
+				select {
+				case chunks <- c:
+				case <-l.done:
 					return
 				}
 			}
@@ -145,6 +189,8 @@ func (p *Proxy) closeLinks() {
 // Repoint sends new connections to upstream instead, as a virtual IP moved to a new primary
 // does: the connections through it are cut, and the port stays the same.
 func (p *Proxy) Repoint(upstream string) error {
+	p.lifecycle.Lock()
+	defer p.lifecycle.Unlock()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -156,7 +202,7 @@ func (p *Proxy) Repoint(upstream string) error {
 	listener.Close()
 	p.accepting.Wait()
 	p.closeLinks()
-	if err := p.listen(fmt.Sprintf("127.0.0.1:%d", p.Port)); err != nil {
+	if err := p.listen(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port))); err != nil {
 		return fmt.Errorf("repoint the proxy to %s: %w", upstream, err)
 	}
 	return nil
@@ -164,6 +210,8 @@ func (p *Proxy) Repoint(upstream string) error {
 
 // Close stops the proxy and cuts every connection through it. Closing it again does nothing.
 func (p *Proxy) Close() {
+	p.lifecycle.Lock()
+	defer p.lifecycle.Unlock()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -179,9 +227,10 @@ func (p *Proxy) Close() {
 }
 
 // Partition stops all traffic, both ways, without closing anything: the server sees its
-// sessions go quiet, the client sees its reads and writes hang (what was sent is dropped).
-// heal ends it: the connections that were cut off are closed, as a client's and a server's
-// TCP stacks would eventually close them, and new ones pass.
+// sessions go quiet, the client sees its reads and writes hang (what was sent is dropped, on
+// the connections made during the partition too). heal ends it: the connections that were cut
+// off are closed, as a client's and a server's TCP stacks would eventually close them, and new
+// ones pass.
 func (p *Proxy) Partition() (heal func() error, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -189,17 +238,28 @@ func (p *Proxy) Partition() (heal func() error, err error) {
 		return nil, errors.New("testdb: the proxy is already partitioned")
 	}
 	p.partitioned = true
+	for l := range p.links {
+		l.cut = true
+	}
 	return func() error {
 		p.mu.Lock()
 		p.partitioned = false
+		var cut []*link
+		for l := range p.links {
+			if l.cut {
+				cut = append(cut, l)
+			}
+		}
 		p.mu.Unlock()
-		p.closeLinks()
+		for _, l := range cut {
+			l.close()
+		}
 		return nil
 	}, nil
 }
 
-// Slow delays traffic both ways by latency, give or take jitter (milliseconds).
-// undo takes the delay away.
+// Slow delays traffic both ways by latency, give or take jitter (milliseconds), each chunk from
+// its arrival. undo takes the delay away from what arrives after it.
 func (p *Proxy) Slow(latencyMS, jitterMS int) (undo func() error, err error) {
 	if latencyMS < 0 || jitterMS < 0 || jitterMS > latencyMS {
 		return nil, fmt.Errorf("testdb: latency %d ms with jitter %d ms", latencyMS, jitterMS)
@@ -224,7 +284,7 @@ func (d *DB) PartitionablePool(t testing.TB, configure func(*pgxpool.Config)) (p
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	proxy, err := NewProxy(fmt.Sprintf("%s:%d", config.Host, config.Port))
+	proxy, err := NewProxy(net.JoinHostPort(config.Host, strconv.Itoa(int(config.Port))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,8 @@ func Receive[T any](t testing.TB, c <-chan T) T {
 // WaitFor calls cond on the test's goroutine until it returns true, failing the test if it has
 // not within 30 s, with msgAndArgs (a format and its arguments) saying what was awaited. cond may
 // use require: it runs where FailNow may be called, unlike the condition of require.Eventually,
-// which runs on a goroutine of its own.
+// which runs on a goroutine of its own. For the same reason cond must not block: a call that
+// could wait (a lock, a query behind a row lock) takes a context with a timeout of its own.
 func WaitFor(t testing.TB, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
 	for deadline := time.Now().Add(patience); !cond(); time.Sleep(5 * time.Millisecond) {
