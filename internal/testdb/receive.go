@@ -30,7 +30,9 @@ func Receive[T any](t testing.TB, c <-chan T) T {
 // could wait (a lock, a query behind a row lock) takes a context with a timeout of its own.
 func WaitFor(t testing.TB, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
-	for deadline := time.Now().Add(patience); !cond(); time.Sleep(5 * time.Millisecond) {
+	pause := time.Millisecond
+	for deadline := time.Now().Add(patience); !cond(); pause = min(2*pause, 50*time.Millisecond) {
+		time.Sleep(pause) // soon at first, then no more than 20 times a second
 		if time.Now().After(deadline) {
 			what := "the condition"
 			if len(msgAndArgs) > 0 {
