@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -623,18 +622,9 @@ func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 		if !first {
 			return nil
 		}
-		canceled := make(chan time.Time, 1)
-		context.AfterFunc(fnCtx, func() { canceled <- time.Now() })
 		heal = partition()
-		canceledAt := <-canceled
-		// How long the lease had left when fn's ctx ended: what it has left now, plus the time
-		// since (counted from before the query, so never overstated), which a loaded machine
-		// can make long.
-		queried := time.Now()
-		var left time.Duration
-		assert.NoError(t, d.Pool.QueryRow(ctx, `SELECT (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1e6)::bigint * 1000
-			FROM pglock_cron_runs WHERE fencing_token = $1`, run.Token).Scan(&left))
-		lost <- loss{run, context.Cause(fnCtx), left+queried.Sub(canceledAt) > 0}
+		live := testdb.LiveWhenDone(t, fnCtx, d.Pool, `SELECT lease_expires_at FROM pglock_cron_runs WHERE fencing_token = $1`, run.Token)
+		lost <- loss{run, context.Cause(fnCtx), live}
 		return context.Cause(fnCtx)
 	}))
 	require.NoError(t, a.Start(ctx))

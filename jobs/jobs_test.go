@@ -260,10 +260,7 @@ func TestPartitionedRunnerIsCanceledBeforeItsLeaseExpiresAndItsOutcomeIsRefused(
 	go func() {
 		_, err := stale.Run(ctx, "k", opts, func(ctx context.Context) error {
 			heal = partition()
-			<-ctx.Done()
-			var live bool
-			assert.NoError(t, d.Pool.QueryRow(context.Background(),
-				`SELECT lease_expires_at > clock_timestamp() FROM pglock_jobs WHERE job_key = 'k'`).Scan(&live))
+			live := testdb.LiveWhenDone(t, ctx, d.Pool, `SELECT lease_expires_at FROM pglock_jobs WHERE job_key = 'k'`)
 			seen <- canceled{cause: context.Cause(ctx), leaseLive: live}
 			<-resume
 			return nil // as if the effect went through anyway

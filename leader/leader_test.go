@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
@@ -137,10 +136,7 @@ func TestPartitionedLeaderIsDemotedBeforeItsLeaseExpiresAndItsFenceFails(t *test
 		}
 		elected <- term
 		heal = partition()
-		<-ctx.Done()
-		var live bool
-		assert.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT expires_at > clock_timestamp()
-			FROM distributed_locks WHERE lock_name = 'pglock.leader/reconciler'`).Scan(&live))
+		live := testdb.LiveWhenDone(t, ctx, d.Pool, `SELECT expires_at FROM distributed_locks WHERE lock_name = 'pglock.leader/reconciler'`)
 		demoted <- demotion{cause: context.Cause(ctx), leaseLive: live}
 	}})
 	oldTerm := testdb.Receive(t, elected)
