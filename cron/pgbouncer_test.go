@@ -1,11 +1,9 @@
 package cron_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock/cron"
@@ -20,10 +18,7 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 	url := d.ThroughPgBouncer(t, "default_query_exec_mode=exec")
 	l := newLedger()
 	for range 2 {
-		pool, err := pgxpool.New(context.Background(), url)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		start(t, pool, &cron.Config{DisableNotifications: true}, func(s *cron.Scheduler) {
+		start(t, testdb.OpenPool(t, url, nil), &cron.Config{DisableNotifications: true}, func(s *cron.Scheduler) {
 			require.NoError(t, s.Add("every-second", "@every 1s", nil, l.fn))
 		})
 	}

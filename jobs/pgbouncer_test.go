@@ -27,14 +27,11 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 	dedupers := make([]*jobs.Deduper, 4)
 	var waiterQueries testdb.QueryCounter // what the last instance sends
 	for i := range dedupers {
-		config, err := pgxpool.ParseConfig(url)
-		require.NoError(t, err)
-		if i == len(dedupers)-1 {
-			config.ConnConfig.Tracer = &waiterQueries
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, config)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
+		pool := testdb.OpenPool(t, url, func(c *pgxpool.Config) {
+			if i == len(dedupers)-1 {
+				c.ConnConfig.Tracer = &waiterQueries
+			}
+		})
 		dedupers[i] = newDeduper(t, pool, &jobs.Config{DisableNotifications: true})
 	}
 

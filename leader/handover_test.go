@@ -35,10 +35,7 @@ func TestTheWaitingCandidateLeadsNextWhenLeadershipIsGivenUp(t *testing.T) {
 					if !mode.pgbouncer {
 						return d.NewPool(t, nil)
 					}
-					pool, err := pgxpool.New(ctx, d.ThroughPgBouncer(t, "default_query_exec_mode=exec"))
-					require.NoError(t, err)
-					t.Cleanup(pool.Close)
-					return pool
+					return testdb.OpenPool(t, d.ThroughPgBouncer(t, "default_query_exec_mode=exec"), nil)
 				}
 				type term struct {
 					candidate int

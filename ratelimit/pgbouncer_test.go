@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,10 +24,8 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 	url := d.ThroughPgBouncer(t, "default_query_exec_mode=exec")
 	limiters := make([]*ratelimit.Limiter, 3)
 	for i := range limiters {
-		pool, err := pgxpool.New(ctx, url)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		limiters[i], err = ratelimit.New(pool, nil)
+		var err error
+		limiters[i], err = ratelimit.New(testdb.OpenPool(t, url, nil), nil)
 		require.NoError(t, err)
 	}
 

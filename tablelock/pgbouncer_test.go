@@ -105,12 +105,9 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 func TestThroughPgBouncerWithOptionsInTheStartupPacket(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
-	config, err := pgxpool.ParseConfig(d.ThroughPgBouncer(t, "default_query_exec_mode=exec"))
-	require.NoError(t, err)
-	config.ConnConfig.RuntimeParams["options"] = "-c statement_timeout=5000" // what PGOPTIONS sends
-	pool, err := pgxpool.NewWithConfig(context.Background(), config)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := testdb.OpenPool(t, d.ThroughPgBouncer(t, "default_query_exec_mode=exec"), func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["options"] = "-c statement_timeout=5000" // what PGOPTIONS sends
+	})
 	locker, err := tablelock.New(pool, &tablelock.Config{DisableNotifications: true})
 	require.NoError(t, err)
 	defer locker.Close(context.Background())

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,10 +24,7 @@ func TestSemaphoreThroughPgBouncerInTransactionPooling(t *testing.T) {
 	url := d.ThroughPgBouncer(t, "default_query_exec_mode=exec")
 	lockers := make([]*tablelock.Locker, 2)
 	for i := range lockers {
-		pool, err := pgxpool.New(ctx, url)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		lockers[i] = newLocker(t, pool, &tablelock.Config{DisableNotifications: true, MaxPollInterval: 50 * time.Millisecond})
+		lockers[i] = newLocker(t, testdb.OpenPool(t, url, nil), &tablelock.Config{DisableNotifications: true, MaxPollInterval: 50 * time.Millisecond})
 	}
 	const permits = 2
 	var inside, most, sections atomic.Int32

@@ -50,7 +50,14 @@ func (d *DB) URL() string { return d.url }
 // when the test ends. configure, when not nil, may change the pool's settings first.
 func (d *DB) NewPool(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	config, err := pgxpool.ParseConfig(d.url)
+	return OpenPool(t, d.url, configure)
+}
+
+// OpenPool opens a pool on url (a database's, or a PgBouncer's in front of it), closed when
+// the test ends. configure, when not nil, may change the pool's settings first.
+func OpenPool(t testing.TB, url string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	config, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
