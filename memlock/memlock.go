@@ -29,11 +29,29 @@ type Timer = interface {
 }
 
 // FakeClock is a Clock that stands still until a test advances it.
-type FakeClock = clock.Fake
+type FakeClock struct{ fake *clock.Fake }
 
-// NewFakeClock returns a clock that stands at start until advanced: Advance runs what falls
-// due, concurrently.
-func NewFakeClock(start time.Time) *FakeClock { return clock.NewFake(start) }
+// NewFakeClock returns a clock that stands at start until advanced.
+func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{clock.NewFake(start)} }
+
+// Now returns the fake time.
+func (c *FakeClock) Now() time.Time { return c.fake.Now() }
+
+// AfterFunc schedules f at the fake time d from now.
+func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer { return c.fake.AfterFunc(d, f) }
+
+// Advance moves the time forward by d and starts the functions of the timers that have come
+// due, each in its own goroutine as real timers do: they may still run when Advance returns.
+func (c *FakeClock) Advance(d time.Duration) { c.fake.Advance(d) }
+
+// Pending returns how many timers are set, and when the earliest is due (zero if none).
+func (c *FakeClock) Pending() (n int, next time.Duration) { return c.fake.Pending() }
+
+// WaitForTimers returns once at least n timers are set (a held lock sets three: its heartbeat,
+// its loss and its expiry), or ctx's error if ctx ends first.
+func (c *FakeClock) WaitForTimers(ctx context.Context, n int) error {
+	return c.fake.WaitForTimers(ctx, n)
+}
 
 // Config configures a Locker. A nil *Config, and every zero field, means the default.
 type Config struct {

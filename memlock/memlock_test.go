@@ -47,10 +47,12 @@ func TestPartitionLosesTheLockBeforeItExpiresOnADrivenClock(t *testing.T) {
 	lk, err := l.Acquire(ctx, "x")
 	require.NoError(t, err)
 	// A held lock has three timers: its heartbeat, its loss and its expiry.
-	clk.WaitForTimers(3)
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, clk.WaitForTimers(wait, 3))
 	for range 9 { // 9 s: three TTLs, renewed every second
 		clk.Advance(time.Second)
-		clk.WaitForTimers(3) // the heartbeat has renewed and rescheduled
+		require.NoError(t, clk.WaitForTimers(wait, 3)) // the heartbeat has renewed and rescheduled
 	}
 	require.NoError(t, lk.Err(), "heartbeats keep it")
 

@@ -4,6 +4,8 @@
 package clock
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -97,16 +99,21 @@ func (c *Fake) Pending() (n int, next time.Duration) {
 }
 
 // WaitForTimers returns once at least n timers are set: a test's way to wait, without
-// polling, until the code under test has scheduled what it will do next.
-func (c *Fake) WaitForTimers(n int) {
+// polling, until the code under test has scheduled what it will do next. It returns ctx's error
+// if ctx ends first, so that a test whose code never sets them fails rather than hangs.
+func (c *Fake) WaitForTimers(ctx context.Context, n int) error {
 	for {
 		c.mu.Lock()
 		set, changed := len(c.timers), c.changed
 		c.mu.Unlock()
 		if set >= n {
-			return
+			return nil
 		}
-		<-changed
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("clock: %d of %d timers set: %w", set, n, context.Cause(ctx))
+		}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock/internal/testdb"
+
 	"github.com/pglock/pglock/internal/clock"
 )
 
@@ -36,7 +38,7 @@ func TestFakeResetMovesATimer(t *testing.T) {
 	fired := make(chan struct{}, 1)
 	timer := c.AfterFunc(time.Second, func() { fired <- struct{}{} })
 	require.True(t, timer.Reset(3*time.Second))
-	c.WaitForTimers(1)
+	require.NoError(t, c.WaitForTimers(testdb.Context(t), 1))
 	c.Advance(2 * time.Second)
 	n, next := c.Pending()
 	require.Equal(t, []any{1, time.Second}, []any{n, next})

@@ -133,7 +133,7 @@ func TestHeartbeatRenewsEveryIntervalAndRetriesFailures(t *testing.T) {
 	f.clock.Advance(time.Second)
 	testdb.Receive(t, f.calls)
 	f.answers <- answer{held: true}
-	f.clock.WaitForTimers(2) // the next heartbeat is set once the renewal's answer is in
+	require.NoError(t, f.clock.WaitForTimers(testdb.Context(t), 2)) // the next heartbeat is set once the renewal's answer is in
 	require.Equal(t, t0.Add(3700*time.Millisecond), f.keeper.Deadline())
 
 	f.clock.Advance(time.Second)
@@ -152,7 +152,7 @@ func TestFailingRenewalsLoseTheLeaseAtTheDeadline(t *testing.T) {
 	failures := 0
 	// Retries come at most halfway to the deadline: stop while there is room for one more.
 	for deadline.Sub(f.clock.Now()) > 20*time.Millisecond {
-		f.clock.WaitForTimers(2) // the loss and the next (re)try
+		require.NoError(t, f.clock.WaitForTimers(testdb.Context(t), 2)) // the loss and the next (re)try
 		_, next := f.clock.Pending()
 		f.clock.Advance(next)
 		testdb.Receive(t, f.calls)

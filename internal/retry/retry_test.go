@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/puddle/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock/internal/testdb"
+
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/retry"
 )
@@ -71,11 +73,11 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	slept := make(chan bool)
 	go func() { slept <- b.Sleep(ctx, c, 1) }()
-	c.WaitForTimers(1)
+	require.NoError(t, c.WaitForTimers(testdb.Context(t), 1))
 	cancel()
 	require.False(t, <-slept)
 	go func() { slept <- b.Sleep(context.Background(), c, 1) }()
-	c.WaitForTimers(1)
+	require.NoError(t, c.WaitForTimers(testdb.Context(t), 1))
 	c.Advance(time.Second)
 	require.True(t, <-slept)
 }

@@ -1,6 +1,7 @@
 package testdb
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -41,4 +42,13 @@ func WaitFor(t testing.TB, cond func() bool, msgAndArgs ...any) {
 			t.Fatalf("testdb: not within 30 s: %s", what)
 		}
 	}
+}
+
+// Context returns a context that ends after the same 30 s as Receive and WaitFor, or when the
+// test ends: for a wait that takes one (clock.Fake.WaitForTimers, say), so that it fails the
+// test rather than hanging it.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	return ctx
 }
