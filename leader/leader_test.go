@@ -140,17 +140,17 @@ func TestPartitionedLeaderIsDemotedBeforeItsLeaseExpiresAndItsFenceFails(t *test
 		demoted <- demotion{cause: context.Cause(ctx), leaseLive: live}
 	}})
 	oldTerm := testdb.Receive(t, elected)
+	dm := testdb.Receive(t, demoted)
+	require.ErrorIs(t, dm.cause, pglock.ErrLockLost)
+	require.True(t, dm.leaseLive, "the leader is told before its lease could expire on the database")
 
+	// The successor campaigns once the lease was read: it would have rewritten the row.
 	successor := newElector(t, d.NewPool(t, nil), "reconciler", &leader.Config{TTL: 3 * time.Second})
 	newTerm := make(chan int64, 1)
 	campaign(t, successor, leader.Callbacks{OnElected: func(ctx context.Context, term int64) {
 		newTerm <- term
 		<-ctx.Done()
 	}})
-
-	dm := testdb.Receive(t, demoted)
-	require.ErrorIs(t, dm.cause, pglock.ErrLockLost)
-	require.True(t, dm.leaseLive, "the leader is told before its lease could expire on the database")
 	require.Greater(t, testdb.Receive(t, newTerm), oldTerm)
 	heal()
 	err := fencedWrite(context.Background(), pool, old, oldTerm)

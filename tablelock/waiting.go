@@ -181,7 +181,12 @@ func (l *Locker) pollDelay(w *waiter, idlePolls int, untilExpiry time.Duration) 
 		return untilExpiry
 	}
 	if delay == l.cfg.MaxPollInterval && delay < refresh {
-		return delay + rand.N(delay/8+1) // over [d, d+d/8]: never sooner, and apart
+		// Over [d, d+d/8]: never sooner, and apart; never past the holder's lease.
+		spread := delay + rand.N(delay/8+1)
+		if untilExpiry > 0 {
+			spread = min(spread, untilExpiry)
+		}
+		return spread
 	}
 	return retry.Jitter(delay)
 }

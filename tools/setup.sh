@@ -50,18 +50,28 @@ missing=()
 have_server || missing+=(postgresql)
 have_client || missing+=(postgresql-client)
 have_pgbouncer || missing+=(pgbouncer)
+need_locales=
 for locale in de_DE ja_JP; do
-  [ -d "/usr/lib/locale/$locale.utf8" ] || { missing+=(locales); break; }
+  [ -d "/usr/lib/locale/$locale.utf8" ] || need_locales=1
 done
-[ ${#missing[@]} = 0 ] && exit 0
-if ! can_apt; then
-  echo "Missing: ${missing[*]}. Install PostgreSQL's server and client and PgBouncer (Debian, Ubuntu: sudo apt-get install -y postgresql postgresql-client pgbouncer), and generate the locales: sudo localedef --no-archive -i de_DE -f UTF-8 de_DE.UTF-8; sudo localedef --no-archive -i ja_JP -f UTF-8 ja_JP.UTF-8" >&2
-  exit 1
+# localedef needs the locales' sources, which Debian ships in the locales package.
+[ -n "$need_locales" ] && [ ! -d /usr/share/i18n/locales ] && missing+=(locales)
+[ ${#missing[@]} = 0 ] && [ -z "$need_locales" ] && exit 0
+if [ ${#missing[@]} != 0 ]; then
+  if ! can_apt; then
+    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client and PgBouncer (Debian, Ubuntu: sudo apt-get install -y postgresql postgresql-client pgbouncer locales), then run this again" >&2
+    exit 1
+  fi
+  echo "Installing what the tests need with apt-get: ${missing[*]}" >&2
+  apt_install "${missing[@]}"
 fi
-echo "Installing what the tests need with apt-get: ${missing[*]}" >&2
-apt_install "${missing[@]}"
 # Generated as directories, not into the locale archive: a server already running has the
 # archive mapped and would not see them.
 for locale in de_DE ja_JP; do
-  [ -d "/usr/lib/locale/$locale.utf8" ] || $sudo localedef --no-archive -i "$locale" -f UTF-8 "$locale.UTF-8"
+  [ -d "/usr/lib/locale/$locale.utf8" ] && continue
+  if [ "$sudo" = none ] || ! command -v localedef >/dev/null 2>&1; then
+    echo "The $locale.UTF-8 locale is missing. Generate it with: sudo localedef --no-archive -i $locale -f UTF-8 $locale.UTF-8" >&2
+    exit 1
+  fi
+  $sudo localedef --no-archive -i "$locale" -f UTF-8 "$locale.UTF-8"
 done

@@ -12,11 +12,18 @@ import (
 // selects (one timestamptz, with args) was still live on the database at that moment: what it
 // has left when asked, plus the time since ctx ended (counted from before the query, so never
 // overstated), which a loaded machine can make long. Call it before ctx ends, from any
-// goroutine: it reports a failed query with t.Errorf, and then false.
+// goroutine: it reports a failed query, or a ctx still running after 30 s, with t.Errorf, and
+// then false.
 func LiveWhenDone(t testing.TB, ctx context.Context, pool *pgxpool.Pool, expirySQL string, args ...any) bool {
 	ended := make(chan time.Time, 1)
 	context.AfterFunc(ctx, func() { ended <- time.Now() })
-	endedAt := <-ended
+	var endedAt time.Time
+	select {
+	case endedAt = <-ended:
+	case <-time.After(patience):
+		t.Errorf("testdb: the holder's ctx did not end within 30 s")
+		return false
+	}
 	asked := time.Now()
 	var leftMicros int64
 	err := pool.QueryRow(context.Background(),

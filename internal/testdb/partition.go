@@ -118,8 +118,9 @@ func (p *Proxy) accept(listener net.Listener) {
 
 // relay copies from src to dst until either side closes: a reader stamps each chunk with the
 // time it may be written (now, or later while the proxy is slowed), and a writer writes it then,
-// so that a delay applies to each chunk from its arrival, as a slow network's would. While the
-// link is cut by a partition, what it reads is dropped.
+// so that a delay applies to each chunk from its arrival, as a slow network's would. When src
+// closes, what it sent before is still delivered, then the link closes. While the link is cut
+// by a partition, what it reads and what is still on its way is dropped.
 func (p *Proxy) relay(l *link, src, dst net.Conn) {
 	chunks := make(chan chunk, 64)
 	go func() { // the writer
@@ -127,8 +128,12 @@ func (p *Proxy) relay(l *link, src, dst net.Conn) {
 		defer l.close()
 		for {
 			var c chunk
+			var open bool
 			select {
-			case c = <-chunks:
+			case c, open = <-chunks:
+				if !open {
+					return // src closed: all it sent is written
+				}
 			case <-l.done:
 				return
 			}
@@ -141,13 +146,19 @@ func (p *Proxy) relay(l *link, src, dst net.Conn) {
 					return
 				}
 			}
+			p.mu.Lock()
+			cut := l.cut
+			p.mu.Unlock()
+			if cut {
+				continue
+			}
 			if _, err := dst.Write(c.data); err != nil {
 				return
 			}
 		}
 	}()
 	defer p.pumping.Done()
-	defer l.close()
+	defer close(chunks)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)

@@ -141,6 +141,32 @@ func TestProxyPartitionsSlowsRepointsAndCloses(t *testing.T) {
 	require.Error(t, err, "a repoint cuts the connections through the proxy")
 	require.Equal(t, "MOVED", roundTrip(t, dial(t, p), "moved"), "new connections reach the new upstream")
 
+	// What a server says as it closes (a FATAL, say) reaches the client, slowed or not.
+	farewell, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() {
+		for {
+			conn, err := farewell.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte("bye"))
+			conn.Close()
+		}
+	}()
+	require.NoError(t, p.Repoint(farewell.Addr().String()))
+	for _, latency := range []int{0, 20} {
+		undo, err := p.Slow(latency, 0)
+		require.NoError(t, err)
+		conn := dial(t, p)
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		got, err := io.ReadAll(conn)
+		require.NoError(t, err)
+		require.Equal(t, "bye", string(got), "latency %d ms: the last words, then the close", latency)
+		require.NoError(t, undo())
+	}
+	farewell.Close()
+
 	p.Close()
 	p.Close()
 	require.Error(t, p.Repoint(first.listener.Addr().String()), "a closed proxy stays closed")

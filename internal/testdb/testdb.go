@@ -151,13 +151,14 @@ func Main(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "testdb: %v\n", ErrNoServer)
 		os.Exit(1)
 	}
+	code := 1
 	dropExampleDatabase, err := exampleDatabase()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testdb: %v\n", err)
-		os.Exit(1)
+	} else {
+		code = m.Run()
+		dropExampleDatabase()
 	}
-	code := m.Run()
-	dropExampleDatabase()
 
 	state.mu.Lock()
 	if state.srv != nil {
