@@ -199,7 +199,8 @@ func TestWithLockCancelsTheFunctionWhenTheSessionIsLost(t *testing.T) {
 	ctx := context.Background()
 	err := advisory.WithLock(ctx, pool, advisory.StringKey("report"), &advisory.Config{HealthCheckInterval: 100 * time.Millisecond},
 		func(ctx context.Context) error {
-			_, err := pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			// Not under ctx: the loss it causes may cancel ctx before the answer is read.
+			_, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted
 				AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 			require.NoError(t, err)
 			<-ctx.Done()
