@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pglock/pglock/internal/errs"
 )
 
 func main() {
@@ -40,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	// pglockctl is the outermost wrapper of the library's errors: it says "pglockctl: ", once.
-	message := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "pglock: ")), " ")
+	message := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), errs.Prefix)), " ")
 	var usage usageError
 	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") {
 		fmt.Fprintf(stderr, "pglockctl: %s (see pglockctl --help)\n", message)

@@ -15,8 +15,7 @@ func versionCommand(stdout io.Writer) *cobra.Command {
 	return &cobra.Command{
 		Use: "version", Short: "Show pglockctl's version and the SQL version it installs", Args: args(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
-			goVersion := runtime.Version()
-			_, err := fmt.Fprintf(stdout, "pglockctl %s (%s), SQL contract %d\n", pglock.Version, goVersion, migrations.Latest())
+			_, err := fmt.Fprintf(stdout, "pglockctl %s (%s), SQL contract %d\n", pglock.Version, runtime.Version(), migrations.Latest())
 			return err
 		},
 	}

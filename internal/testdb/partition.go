@@ -184,12 +184,14 @@ func (p *Proxy) relay(l *link, src, dst net.Conn) {
 	}
 }
 
-// closeLinks cuts every connection through the proxy.
-func (p *Proxy) closeLinks() {
+// closeLinks cuts the connections through the proxy: all of them, or those a partition cut.
+func (p *Proxy) closeLinks(cutOnly bool) {
 	p.mu.Lock()
-	links := make([]*link, 0, len(p.links))
+	var links []*link
 	for l := range p.links {
-		links = append(links, l)
+		if l.cut || !cutOnly {
+			links = append(links, l)
+		}
 	}
 	p.mu.Unlock()
 	for _, l := range links {
@@ -212,7 +214,7 @@ func (p *Proxy) Repoint(upstream string) error {
 	p.mu.Unlock()
 	listener.Close()
 	p.accepting.Wait()
-	p.closeLinks()
+	p.closeLinks(false)
 	if err := p.listen(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port))); err != nil {
 		return fmt.Errorf("repoint the proxy to %s: %w", upstream, err)
 	}
@@ -233,7 +235,7 @@ func (p *Proxy) Close() {
 	p.mu.Unlock()
 	listener.Close()
 	p.accepting.Wait()
-	p.closeLinks()
+	p.closeLinks(false)
 	p.pumping.Wait()
 }
 
@@ -255,16 +257,8 @@ func (p *Proxy) Partition() (heal func() error, err error) {
 	return func() error {
 		p.mu.Lock()
 		p.partitioned = false
-		var cut []*link
-		for l := range p.links {
-			if l.cut {
-				cut = append(cut, l)
-			}
-		}
 		p.mu.Unlock()
-		for _, l := range cut {
-			l.close()
-		}
+		p.closeLinks(true)
 		return nil
 	}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,13 +150,22 @@ func Main(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "testdb: %v\n", ErrNoServer)
 		os.Exit(1)
 	}
+	// The server is found once, before any test: every test and the examples use it.
+	srv, err := connect(context.Background(), nil)
+	state.mu.Lock()
+	state.srv, state.err = srv, err
+	state.mu.Unlock()
 	code := 1
-	dropExampleDatabase, err := exampleDatabase()
+	if err == nil {
+		var dropExampleDatabase func()
+		dropExampleDatabase, err = exampleDatabase(srv)
+		if err == nil {
+			code = m.Run()
+			dropExampleDatabase()
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testdb: %v\n", err)
-	} else {
-		code = m.Run()
-		dropExampleDatabase()
 	}
 
 	state.mu.Lock()
@@ -178,26 +186,14 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// exampleDatabase points DATABASE_URL at a migrated database of its own, so that runnable
+// exampleDatabase points DATABASE_URL at a migrated database of its own on srv, so that runnable
 // examples start as a user's program does, from pgxpool.New(ctx, os.Getenv("DATABASE_URL")).
-// The server is found first, from the variable's earlier value among others. drop drops the
-// database and restores the variable.
-func exampleDatabase() (drop func(), err error) {
-	state.mu.Lock()
-	state.tried = true
-	state.srv, state.err = connect(context.Background(), nil)
-	srv, err := state.srv, state.err
-	state.mu.Unlock()
+// drop drops the database and restores the variable (which may have named the server).
+func exampleDatabase(srv *liveServer) (drop func(), err error) {
+	d, tb, err := newUntested(srv)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the examples' database: %w", err)
 	}
-	tb := &exampleTB{}
-	defer func() {
-		if v := recover(); v != nil { // exampleTB fails by panicking
-			err = fmt.Errorf("the examples' database: %v", v)
-		}
-	}()
-	d := newOn(tb, srv, &Options{})
 	old, had := os.LookupEnv("DATABASE_URL")
 	os.Setenv("DATABASE_URL", d.URL())
 	return func() {
@@ -206,9 +202,7 @@ func exampleDatabase() (drop func(), err error) {
 		} else {
 			os.Unsetenv("DATABASE_URL")
 		}
-		for _, cleanup := range slices.Backward(tb.cleanups) {
-			runRecovering(cleanup)
-		}
+		tb.cleanup()
 	}, nil
 }
 
@@ -226,20 +220,15 @@ var state struct {
 	mainCalled bool
 	srv        *liveServer
 	err        error
-	tried      bool
 }
 
-// sharedServer finds or starts the process's server on first use. Without one the test fails.
+// sharedServer returns the server Main found. Without one the test fails.
 func sharedServer(t testing.TB) *liveServer {
 	t.Helper()
 	state.mu.Lock()
 	defer state.mu.Unlock()
 	if !state.mainCalled {
 		t.Fatal("testdb: call testdb.Main(m) from this package's TestMain")
-	}
-	if !state.tried {
-		state.tried = true
-		state.srv, state.err = connect(context.Background(), nil)
 	}
 	if state.err != nil {
 		t.Fatal(state.err)

@@ -2,18 +2,16 @@ package testdb
 
 import (
 	"context"
-	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Throwaway makes a migrated database for a program (make demo) as New makes one for a test,
 // from the same sources: a URL in PGLOCK_TEST_DATABASE_URL or DATABASE_URL, a throwaway cluster
-// from local PostgreSQL binaries, or fallback (make demo's starts a container). done drops the database, and the template it
-// was cloned from if Throwaway built it, and stops any server Throwaway started, whatever fails
-// on the way (a server already shut down by the terminal's Ctrl-C, say). With no source at all
-// the error matches ErrNoServer.
+// from local PostgreSQL binaries, or fallback (make demo's starts a container). done drops the
+// database, and the template it was cloned from if Throwaway built it, and stops any server
+// Throwaway started, whatever fails on the way (a server already shut down by the terminal's
+// Ctrl-C, say). With no source at all the error matches ErrNoServer.
 func Throwaway(ctx context.Context, fallback Fallback) (d *DB, done func(), err error) {
 	srv, err := connect(ctx, fallback)
 	if err != nil {
@@ -26,11 +24,7 @@ func Throwaway(ctx context.Context, fallback Fallback) (d *DB, done func(), err 
 	}
 	var existed bool
 	srv.admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", tmpl).Scan(&existed)
-	tb := &exampleTB{}
-	stop := func() {
-		for _, cleanup := range slices.Backward(tb.cleanups) {
-			runRecovering(cleanup)
-		}
+	stopServer := func() {
 		if !existed {
 			runRecovering(func() {
 				srv.admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{tmpl}.Sanitize()+" WITH (FORCE)")
@@ -39,17 +33,10 @@ func Throwaway(ctx context.Context, fallback Fallback) (d *DB, done func(), err 
 		srv.admin.Close()
 		srv.stop()
 	}
-	defer func() {
-		if v := recover(); v != nil { // exampleTB fails by panicking
-			stop()
-			d, done, err = nil, nil, fmt.Errorf("%v", v)
-		}
-	}()
-	return newOn(tb, srv, &Options{}), stop, nil
-}
-
-// runRecovering runs f, ignoring a panic: a cleanup that fails must not stop the others.
-func runRecovering(f func()) {
-	defer func() { recover() }()
-	f()
+	d, tb, err := newUntested(srv)
+	if err != nil {
+		stopServer()
+		return nil, nil, err
+	}
+	return d, func() { tb.cleanup(); stopServer() }, nil
 }
