@@ -18,6 +18,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
+	"github.com/pglock/pglock/internal/observe"
 )
 
 // Config configures a Session. A nil *Config, and every zero field, means the default.
@@ -38,6 +39,11 @@ type Config struct {
 
 	// Logger receives the session's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of every acquisition, release and loss of the session's
+	// locks (pglock.Event, Primitive advisory, Name the key as String shows it), without ever
+	// holding them up. Default: none.
+	Observer pglock.Observer
 }
 
 // The defaults of Config.
@@ -81,9 +87,19 @@ type Session struct {
 	// interrupt ends the wait under way, if any, so that Close need not wait for it.
 	interrupt atomic.Pointer[context.CancelCauseFunc]
 
+	events *observe.Emitter // nil without an Observer
+
 	mu     sync.Mutex // one statement at a time; guards what follows
 	held   map[lockID]int
+	since  map[lockID]holding // with an Observer: the first hold of each lock held
 	closed bool
+}
+
+// holding is what a held lock's events need: its first hold's start, ctx and key.
+type holding struct {
+	at  time.Time
+	ctx context.Context
+	key Key
 }
 
 // Open pins a connection from pool for a new Session.
@@ -104,7 +120,8 @@ func Open(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Session, error
 	}
 	setKeepAlive(conn.Conn().PgConn().Conn(), c.KeepAlive)
 
-	s := &Session{pool: pool, conn: conn, pid: conn.Conn().PgConn().PID(), queries: db.New(db.Translating(conn)), cfg: c, held: map[lockID]int{}, checked: make(chan struct{})}
+	s := &Session{pool: pool, conn: conn, pid: conn.Conn().PgConn().PID(), queries: db.New(db.Translating(conn)), cfg: c, held: map[lockID]int{}, checked: make(chan struct{}),
+		events: observe.New(c.Observer, c.Logger), since: map[lockID]holding{}}
 	s.lostCtx, s.markLost = context.WithCancelCause(context.Background())
 	var checkCtx context.Context
 	checkCtx, s.stop = context.WithCancel(context.Background())
@@ -125,17 +142,37 @@ func setKeepAlive(conn net.Conn, every time.Duration) {
 // server too (no request of ours is left in pg_locks), and the error matches
 // pglock.ErrLockTimeout when ctx's deadline passed. Locking a key the session holds stacks:
 // each Lock needs its own Unlock, as in PostgreSQL.
-func (s *Session) Lock(ctx context.Context, key Key) error { return s.wait(ctx, key, false) }
+func (s *Session) Lock(ctx context.Context, key Key) error {
+	start := time.Now()
+	err := s.wait(ctx, key, false)
+	s.observeAcquire(ctx, key, true, start, err)
+	return err
+}
 
 // RLock waits for the shared lock on key, as Lock does.
-func (s *Session) RLock(ctx context.Context, key Key) error { return s.wait(ctx, key, true) }
+func (s *Session) RLock(ctx context.Context, key Key) error {
+	start := time.Now()
+	err := s.wait(ctx, key, true)
+	s.observeAcquire(ctx, key, true, start, err)
+	return err
+}
 
 // TryLock takes the exclusive lock on key if it is free, else returns an error matching
 // pglock.ErrLocked.
-func (s *Session) TryLock(ctx context.Context, key Key) error { return s.try(ctx, key, false) }
+func (s *Session) TryLock(ctx context.Context, key Key) error {
+	start := time.Now()
+	err := s.try(ctx, key, false)
+	s.observeAcquire(ctx, key, false, start, err)
+	return err
+}
 
 // TryRLock takes the shared lock on key if no one holds it exclusively, as TryLock does.
-func (s *Session) TryRLock(ctx context.Context, key Key) error { return s.try(ctx, key, true) }
+func (s *Session) TryRLock(ctx context.Context, key Key) error {
+	start := time.Now()
+	err := s.try(ctx, key, true)
+	s.observeAcquire(ctx, key, false, start, err)
+	return err
+}
 
 // Unlock releases one hold of the exclusive lock on key; pglock.ErrNotHeld if there is none.
 func (s *Session) Unlock(ctx context.Context, key Key) error { return s.unlock(ctx, key, false) }
@@ -172,6 +209,9 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	for id := range s.held {
+		s.released(id, pglock.EventReleased, "", nil)
+	}
 	clear(s.held)
 	if s.lostCtx.Err() == nil {
 		if err := s.queries.AdvisoryUnlockAll(ctx); err == nil {
@@ -226,7 +266,7 @@ func (s *Session) try(ctx context.Context, key Key, shared bool) error {
 	if !acquired {
 		return errs.Errorf("%s: %w", key, pglock.ErrLocked)
 	}
-	s.held[id]++
+	s.hold(ctx, id, key)
 	return nil
 }
 
@@ -265,7 +305,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 		s.absorbCancel()
 	}
 	if err == nil {
-		s.held[id]++ // granted, even if ctx ended meanwhile
+		s.hold(ctx, id, key) // granted, even if ctx ended meanwhile
 		return nil
 	}
 	var pgErr *pgconn.PgError
@@ -282,7 +322,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	case checkErr != nil:
 		return s.failed(key, checkErr)
 	case granted:
-		s.held[id]++
+		s.hold(ctx, id, key)
 		return nil
 	case pgErr.Code == pgerrcode.QueryCanceled && ctx.Err() != nil:
 		return waitError(ctx, key)
@@ -327,8 +367,36 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 	}
 	if s.held[id]--; s.held[id] == 0 {
 		delete(s.held, id)
+		s.released(id, pglock.EventReleased, "", nil)
 	}
 	return nil
+}
+
+// hold counts a hold of id; the first starts its holding. Called with mu held.
+func (s *Session) hold(ctx context.Context, id lockID, key Key) {
+	if s.held[id]++; s.held[id] == 1 && s.events != nil {
+		s.since[id] = holding{at: time.Now(), ctx: ctx, key: key}
+	}
+}
+
+// released reports the end of id's holding. Called with mu held.
+func (s *Session) released(id lockID, kind pglock.EventKind, cause pglock.Cause, err error) {
+	h, ok := s.since[id]
+	if !ok {
+		return
+	}
+	delete(s.since, id)
+	s.events.Emit(h.ctx, pglock.Event{Kind: kind, Primitive: pglock.PrimitiveAdvisory, Name: h.key.String(),
+		Held: time.Since(h.at), Cause: cause, Err: err})
+}
+
+// observeAcquire reports an acquisition begun at start that ended with err.
+func (s *Session) observeAcquire(ctx context.Context, key Key, blocking bool, start time.Time, err error) {
+	if s.events == nil {
+		return
+	}
+	s.events.Emit(ctx, pglock.Event{Kind: pglock.EventAcquire, Primitive: pglock.PrimitiveAdvisory, Name: key.String(),
+		Blocking: blocking, Wait: time.Since(start), Outcome: observe.AcquireOutcome(err), Err: err})
 }
 
 // failed ends a session whose connection failed, or whose state is unknown: it is closed (so
@@ -346,7 +414,11 @@ func (s *Session) lose(cause error) {
 	if s.lostCtx.Err() != nil {
 		return
 	}
-	s.markLost(errs.Errorf("%w: advisory session: %w", pglock.ErrLockLost, cause))
+	err := errs.Errorf("%w: advisory session: %w", pglock.ErrLockLost, cause)
+	s.markLost(err)
+	for id := range s.held {
+		s.released(id, pglock.EventLost, pglock.CauseConnectionLost, err)
+	}
 	s.conn.Conn().PgConn().Close(context.Background())
 	s.cfg.Logger.Error("pglock: advisory session lost", "error", cause)
 }

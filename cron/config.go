@@ -36,6 +36,12 @@ type Config struct {
 
 	// Logger receives the scheduler's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of every run this instance starts, ends or records as missed
+	// (pglock.Event, Primitive cron: a missed tick is told by the one instance that records
+	// it), of lost leases and of the clock offset; Begin is called before each run, and gives
+	// its context (a root span's). Default: none.
+	Observer pglock.Observer
 }
 
 // Overlap says what happens to a tick that comes while a run of its schedule is running

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/retry"
@@ -38,11 +39,23 @@ func (s *Scheduler) measureOffset(ctx context.Context) error {
 	s.mu.Lock()
 	s.offset = best
 	s.mu.Unlock()
+	s.events.Emit(ctx, pglock.Event{Kind: pglock.EventClockOffset, Primitive: pglock.PrimitiveCron, Offset: best.offset})
 	if best.offset > time.Second || best.offset < -time.Second {
 		s.cfg.Logger.Warn("pglock: cron: this host's clock differs from the database's; scheduling follows the database",
 			"offset", best.offset, "uncertainty", best.uncertainty)
 	}
 	return nil
+}
+
+// observeMissed reports the missed ticks the claim recorded: this instance's claim accounted
+// for e's range, so nobody else records them.
+func (s *Scheduler) observeMissed(e *entry, ticks []tick) {
+	for _, t := range ticks {
+		if t.kind == "missed" {
+			s.events.Emit(context.Background(), pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron,
+				Name: e.name, Outcome: pglock.OutcomeMissed, Scheduled: t.at, Count: t.missedCount})
+		}
+	}
 }
 
 // dbNow estimates the database's clock now.
@@ -149,6 +162,7 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 	p := db.ClaimCronTicksParams{Instance: s.instance}
 	byName := make(map[string]*entry, len(entries))
 	untils := make(map[string]time.Time, len(entries))
+	ticksOf := make(map[string][]tick, len(entries)) // planned: what the claim records if it accounts for them
 	for _, e := range entries {
 		if !e.registered {
 			continue
@@ -156,6 +170,7 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 		byName[e.name] = e
 		ticks, until := plan(e.sched, e.set, e.watermark, now)
 		untils[e.name] = until
+		ticksOf[e.name] = ticks
 		p.Names = append(p.Names, e.name)
 		p.Seen = append(p.Seen, e.watermark)
 		p.Until = append(p.Until, until)
@@ -213,6 +228,7 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 	}
 	for name, until := range untils {
 		byName[name].watermark = until
+		s.observeMissed(byName[name], ticksOf[name])
 	}
 	if again >= 0 {
 		return again, nil

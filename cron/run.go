@@ -42,13 +42,16 @@ func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
 			s.mu.Unlock()
 			cancel(nil)
 		}()
-		s.execute(ctx, e, run, id, sent, db.Deref(c.LeaseExpiresAt))
+		s.execute(ctx, e, run, id, sent, db.Deref(c.LeaseExpiresAt), c.DbNow)
 	}()
 }
 
 // execute runs fn under the run's lease, then records how it ended.
-func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, sent, expiresAt time.Time) {
+func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, sent, expiresAt, started time.Time) {
 	label := fmt.Sprintf("cron run %d of %q (tick %s)", id, run.Schedule, run.ScheduledTime.Format(time.RFC3339))
+	observed := pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+		Scheduled: run.ScheduledTime, Started: started, Lag: started.Sub(run.ScheduledTime), Attempt: run.Attempt, Token: run.Token}
+	ctx = s.events.Begin(ctx, observed)
 	var background lease.Group
 	keeper := lease.New(lease.Config{
 		Name: label, Timing: e.set.timing, Start: sent, ExpiresAt: expiresAt,
@@ -61,12 +64,16 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 			}
 			return expiresAt, err == nil, err
 		},
-		OnLost: func(err error) {
-			s.cfg.Logger.Error("pglock: cron run lost its lease", "schedule", run.Schedule, "run", id, "error", err)
+		OnLost: func(err error, cause pglock.Cause) {
+			s.cfg.Logger.Error("pglock: cron run lost its lease", "schedule", run.Schedule, "run", id, "cause", cause, "error", err)
+			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+				Scheduled: run.ScheduledTime, Token: run.Token, Cause: cause, Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			s.cfg.Logger.Warn("pglock: cron run lease renewal failed; retrying", "schedule", run.Schedule, "run", id,
 				"failures", failures, "error", err)
+			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+				Scheduled: run.ScheduledTime, Token: run.Token, Err: err})
 		},
 	})
 	keeper.Start()
@@ -77,7 +84,9 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 			errs.Errorf("%s ran past its timeout of %s: %w", label, e.set.timeout, context.DeadlineExceeded))
 		defer cancel()
 	}
+	ran := time.Now()
 	fnErr := callRecovering(fnCtx, e.fn, run)
+	observed.Run = time.Since(ran)
 	stopGuard()
 	keeper.Stop()
 	background.Wait()
@@ -94,9 +103,13 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 			fnErr = errors.Join(fnErr, lost)
 		}
 	}
+	observed.Outcome, observed.Err = pglock.Outcome(status), fnErr
 	if errors.Is(context.Cause(ctx), pglock.ErrReplaced) {
+		observed.Outcome = pglock.OutcomeCanceled
+		s.events.Emit(ctx, observed)
 		return // the newer run recorded this one canceled: there is no outcome left to record
 	}
+	s.events.Emit(ctx, observed)
 	pending, err := s.finish(e, id, run.Token, status, fnErr)
 	switch {
 	case errors.Is(err, pglock.ErrLockLost):

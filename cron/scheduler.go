@@ -15,6 +15,7 @@ import (
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/notify"
+	"github.com/pglock/pglock/internal/observe"
 )
 
 // Func is a schedule's job. Its ctx ends when the run must stop: its lease was lost
@@ -24,6 +25,7 @@ type Func func(ctx context.Context, run Run) error
 
 // Scheduler runs this instance's schedules. Its methods are safe for concurrent use.
 type Scheduler struct {
+	events   *observe.Emitter // nil without an Observer
 	pool     *pgxpool.Pool
 	queries  *db.Queries
 	cfg      Config
@@ -80,7 +82,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 		return nil, errs.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	return &Scheduler{
-		pool: pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,
+		events: observe.New(c.Observer, c.Logger),
+		pool:   pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,
 		entries: map[string]*entry{}, active: map[int64]context.CancelCauseFunc{}, replaced: map[int64]string{},
 		wake: make(chan struct{}, 1), seenEvery: seenEvery,
 	}, nil

@@ -63,6 +63,11 @@ type Config struct {
 
 	// Logger receives the Deduper's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of every delivery, run, lost lease and failed renewal
+	// (pglock.Event, Primitive job), and Begin is called before each run of fn, whose context
+	// it gives (a span's): without ever holding a delivery up. Default: none.
+	Observer pglock.Observer
 }
 
 // Options configure one delivery. A nil *Options means the defaults.

@@ -15,6 +15,7 @@ import (
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
+	"github.com/pglock/pglock/internal/observe"
 )
 
 // Outcome is what a delivery did.
@@ -86,6 +87,7 @@ type Record struct {
 // Deduper deduplicates deliveries for one process. It is safe for concurrent use, holds no
 // connection between calls, and needs no closing.
 type Deduper struct {
+	events   *observe.Emitter // nil without an Observer
 	pool     *pgxpool.Pool
 	queries  *db.Queries
 	cfg      Config
@@ -114,7 +116,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 		return nil, errs.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
 	return &Deduper{
-		pool: pool, queries: db.New(db.Translating(pool)), cfg: resolved, instance: instance,
+		events: observe.New(resolved.Observer, resolved.Logger),
+		pool:   pool, queries: db.New(db.Translating(pool)), cfg: resolved, instance: instance,
 		waiters: map[int64]map[*waiter]struct{}{},
 	}, nil
 }

@@ -24,7 +24,13 @@ type attemptFunc func(ctx context.Context, req request) (res Result, lockKey int
 
 // deliver makes attempts until one does not find the key running elsewhere, or, without
 // Options.Wait, after the first.
-func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc) (Result, error) {
+func (d *Deduper) deliver(ctx context.Context, req request, mode pglock.JobMode, attempt attemptFunc) (res Result, err error) {
+	if d.events != nil {
+		defer func() {
+			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+				Mode: mode, Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
+		}()
+	}
 	var w *waiter
 	defer func() {
 		if w != nil {
@@ -47,6 +53,43 @@ func (d *Deduper) deliver(ctx context.Context, req request, attempt attemptFunc)
 		if err := d.register(ctx, req, w); err != nil {
 			return res, err
 		}
+	}
+}
+
+// deliveryOutcome is how a delivery ended, for its event.
+func deliveryOutcome(res Result, err error) pglock.Outcome {
+	switch {
+	case errors.Is(err, pglock.ErrGaveUp):
+		return pglock.OutcomeGaveUp
+	case errors.Is(err, pglock.ErrFingerprintMismatch):
+		return pglock.OutcomeFingerprintMismatch
+	case res.Outcome == OutcomeRan && err != nil:
+		return pglock.OutcomeFailed
+	case err != nil:
+		return pglock.OutcomeError
+	case res.Outcome == OutcomeAlreadyDone:
+		return pglock.OutcomeAlreadyDone
+	case res.Outcome == OutcomeInProgress:
+		return pglock.OutcomeInProgress
+	}
+	return pglock.OutcomeRan
+}
+
+// beginRun tells the Observer that an attempt is about to run fn, and returns fn's context and
+// the function that reports how it ended.
+func (d *Deduper) beginRun(ctx context.Context, req request, mode pglock.JobMode, res Result) (context.Context, func(error)) {
+	if d.events == nil {
+		return ctx, func(error) {}
+	}
+	e := pglock.Event{Kind: pglock.EventJobRun, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+		Mode: mode, Attempt: res.Attempts, Token: res.Token}
+	runCtx, start := d.events.Begin(ctx, e), time.Now()
+	return runCtx, func(err error) {
+		e.Run, e.Outcome, e.Err = time.Since(start), pglock.OutcomeRan, err
+		if err != nil {
+			e.Outcome = pglock.OutcomeFailed
+		}
+		d.events.Emit(runCtx, e)
 	}
 }
 
@@ -102,7 +145,7 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 	if err != nil {
 		return Result{}, err
 	}
-	return d.deliver(ctx, req, func(ctx context.Context, req request) (Result, int64, error) {
+	return d.deliver(ctx, req, pglock.JobModeRun, func(ctx context.Context, req request) (Result, int64, error) {
 		start := time.Now()
 		a, err := d.queries.ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), false))
 		if err != nil {
@@ -119,6 +162,7 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 // runLeased runs fn under the lease of the attempt just claimed, then records its outcome.
 func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start, expiresAt time.Time,
 	fn func(ctx context.Context) (json.RawMessage, error)) (Result, int64, error) {
+	ctx, ran := d.beginRun(ctx, req, pglock.JobModeRun, res)
 	var background lease.Group
 	keeper := lease.New(lease.Config{
 		Name: req.key, Timing: req.timing, Start: start, ExpiresAt: expiresAt,
@@ -131,11 +175,15 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 			}
 			return expiresAt, err == nil, err
 		},
-		OnLost: func(err error) {
-			d.cfg.Logger.Error("pglock: job attempt lost its lease", "job", req.key, "scope", req.scope, "token", res.Token, "error", err)
+		OnLost: func(err error, cause pglock.Cause) {
+			d.cfg.Logger.Error("pglock: job attempt lost its lease", "job", req.key, "scope", req.scope, "token", res.Token, "cause", cause, "error", err)
+			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+				Token: res.Token, Attempt: res.Attempts, Cause: cause, Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			d.cfg.Logger.Warn("pglock: job lease renewal failed; retrying", "job", req.key, "scope", req.scope, "failures", failures, "error", err)
+			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+				Token: res.Token, Attempt: res.Attempts, Err: err})
 		},
 	})
 	keeper.Start()
@@ -148,9 +196,11 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	}
 	saved, fnErr := callRecovering(func() (json.RawMessage, error) { return fn(fnCtx) }, func(panicked error) {
 		stopKeeping()
+		ran(panicked)
 		d.finish(ctx, req, res.Token, nil, panicked)
 	})
 	stopKeeping()
+	ran(fnErr)
 	finishedAt, err := d.finish(ctx, req, res.Token, saved, fnErr)
 	res.FinishedAt = finishedAt
 	if fnErr != nil {

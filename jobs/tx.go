@@ -33,7 +33,7 @@ func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(
 	if err != nil {
 		return Result{}, err
 	}
-	return d.deliver(ctx, req, func(ctx context.Context, req request) (Result, int64, error) {
+	return d.deliver(ctx, req, pglock.JobModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
 		return d.attemptTx(ctx, req, fn)
 	})
 }
@@ -72,10 +72,13 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		return res, db.Deref(a.LockKey), err
 	}
 
-	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(ctx, tx) }, func(panicked error) {
+	runCtx, ran := d.beginRun(ctx, req, pglock.JobModeRunTx, res)
+	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(runCtx, tx) }, func(panicked error) {
+		ran(panicked)
 		rollback()
 		d.recordFailure(ctx, req, panicked)
 	})
+	ran(fnErr)
 	switch conn.Conn().PgConn().TxStatus() {
 	case 'I':
 		return res, 0, errors.Join(fnErr, errs.Errorf("%w: fn ended the transaction of %s itself; whatever it committed counts as done",

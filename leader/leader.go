@@ -13,6 +13,8 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/errs"
+	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/observe"
 	"github.com/pglock/pglock/internal/retry"
 	"github.com/pglock/pglock/tablelock"
 )
@@ -44,6 +46,11 @@ type Config struct {
 
 	// Logger receives the Elector's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told when this Elector is elected (with the vacancy before it),
+	// resigns or loses leadership (with the cause and tenure), and of a refused Fence
+	// (pglock.Event, Primitive leader), without ever holding them up. Default: none.
+	Observer pglock.Observer
 }
 
 // Callbacks are what an Elector calls as leadership comes and goes. Each runs on Run's
@@ -63,6 +70,7 @@ type Callbacks struct {
 // Elector campaigns in one election. Its methods are safe for concurrent use; Run runs once at
 // a time.
 type Elector struct {
+	events   *observe.Emitter // nil without an Observer
 	pool     *pgxpool.Pool
 	name     string
 	lockName string
@@ -114,7 +122,7 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 		return nil, err
 	}
 	l.Close(context.Background())
-	return &Elector{pool: pool, name: name, lockName: lockPrefix + name, cfg: c, changed: make(chan struct{}, 1)}, nil
+	return &Elector{events: observe.New(c.Observer, c.Logger), pool: pool, name: name, lockName: lockPrefix + name, cfg: c, changed: make(chan struct{}, 1)}, nil
 }
 
 func validateName(name string) error {
@@ -212,6 +220,7 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 // OnDemoted. It reports whether OnElected returned of itself, with its leadership intact.
 func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) (returned bool) {
 	term := lk.Token()
+	electedAt := time.Now()
 	electedCtx, end := context.WithCancelCause(ctx)
 	released := make(chan struct{})
 	e.mu.Lock()
@@ -245,6 +254,14 @@ func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) (r
 	defer func() {
 		end(errs.Errorf("%w: OnElected of election %q returned", errResigned, e.name))
 		<-released
+		if elected {
+			ended := pglock.Event{Kind: pglock.EventLeader, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: term,
+				Outcome: pglock.OutcomeResigned, Held: time.Since(electedAt)}
+			if lost := lk.Err(); lost != nil {
+				ended.Outcome, ended.Cause, ended.Err = pglock.OutcomeLost, lease.CauseOf(lost), lost
+			}
+			e.events.Emit(ctx, ended)
+		}
 		if elected && cb.OnDemoted != nil {
 			cb.OnDemoted(term)
 		}
@@ -253,6 +270,8 @@ func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) (r
 		return false // elected as Run was told to stop: hand it on at once, unannounced
 	}
 	elected = true
+	e.events.Emit(ctx, pglock.Event{Kind: pglock.EventLeader, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: term,
+		Outcome: pglock.OutcomeElected, Vacancy: lk.Vacancy()})
 	cb.OnElected(electedCtx, term)
 	return electedCtx.Err() == nil
 }
@@ -306,5 +325,9 @@ func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	if lk == nil {
 		return errs.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
 	}
-	return lk.Fence(ctx, tx)
+	err := lk.Fence(ctx, tx)
+	if errors.Is(err, pglock.ErrLockLost) {
+		e.events.Emit(ctx, pglock.Event{Kind: pglock.EventFenceRefused, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: lk.Token(), Err: err})
+	}
+	return err
 }

@@ -230,7 +230,7 @@ func (l *Locker) Close() {
 	}
 	l.mu.Unlock()
 	for _, lk := range held {
-		lk.keeper.Lose(errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		lk.keeper.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.keeper.Stop() {
 			l.mu.Lock()
 			if lk.isHeld() {

@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
+	"github.com/pglock/pglock/internal/observe"
 )
 
 // Limit is a rate: at most Rate events per Per, of which up to Burst at once.
@@ -50,11 +53,21 @@ type Config struct {
 	// as PostgreSQL's synchronous_commit setting has it: no decision is forgotten in a crash.
 	// Ignored with Unlogged. Default: false.
 	SynchronousCommit bool
+
+	// Name names the Limiter in its events: a name declared in code, such as "api-per-tenant",
+	// unlike the keys. Default: "".
+	Name string
+
+	// Observer, when set, is told of every decision (pglock.Event, Primitive ratelimit: Key
+	// is the key, Wait what Wait slept), without ever holding one up. Default: none.
+	Observer pglock.Observer
 }
 
 // Limiter decides rate limits for one process. It is safe for concurrent use and holds no
 // connection between calls.
 type Limiter struct {
+	events      *observe.Emitter // nil without an Observer
+	name        string
 	queries     *db.Queries
 	durable     bool
 	synchronous bool
@@ -69,7 +82,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Limiter, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	return &Limiter{queries: db.New(db.Translating(pool)), durable: !c.Unlogged, synchronous: c.SynchronousCommit}, nil
+	return &Limiter{
+		events: observe.New(c.Observer, slog.Default()), name: c.Name,
+		queries: db.New(db.Translating(pool)), durable: !c.Unlogged, synchronous: c.SynchronousCommit,
+	}, nil
 }
 
 // Result is a decision.
@@ -87,7 +103,13 @@ type Result struct {
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
 	r, err := l.take(ctx, key, limit, 0)
 	if err != nil {
+		l.observe(ctx, key, 0, err)
 		return Result{}, err
+	}
+	if !r.Allowed {
+		l.observe(ctx, key, 0, pglock.ErrRateLimited)
+	} else {
+		l.observe(ctx, key, 0, nil)
 	}
 	if !r.Allowed {
 		return Result{Allowed: false, RetryAfter: time.Duration(r.WaitUs) * time.Microsecond, Remaining: int(r.Remaining)}, nil
@@ -99,7 +121,11 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // the next slot, then sleeps until it. A slot further away than ctx's deadline is not reserved:
 // Wait then returns at once an error matching pglock.ErrRateLimited (a *LimitedError saying
 // how long it would have waited). If ctx ends while Wait sleeps, the reserved slot goes unused.
-func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
+func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (err error) {
+	if l.events != nil {
+		start := time.Now()
+		defer func() { l.observe(ctx, key, time.Since(start), err) }()
+	}
 	maxWait := time.Duration(math.MaxInt64)
 	if deadline, ok := ctx.Deadline(); ok {
 		maxWait = time.Until(deadline)
@@ -141,6 +167,23 @@ func (l *Limiter) take(ctx context.Context, key string, limit Limit, maxWaitUs i
 		return db.TakeRateRow{}, errs.Errorf("rate limit of %q: %w", key, err)
 	}
 	return r, nil
+}
+
+// observe reports a decision that waited wait and ended with err: nil when allowed, matching
+// pglock.ErrRateLimited when denied.
+func (l *Limiter) observe(ctx context.Context, key string, wait time.Duration, err error) {
+	if l.events == nil {
+		return
+	}
+	e := pglock.Event{Kind: pglock.EventRateLimit, Primitive: pglock.PrimitiveRateLimit, Name: l.name, Key: key,
+		Outcome: pglock.OutcomeAllowed, Wait: wait, Err: err}
+	switch {
+	case errors.Is(err, pglock.ErrRateLimited):
+		e.Outcome, e.Err = pglock.OutcomeDenied, nil
+	case err != nil:
+		e.Outcome = observe.AcquireOutcome(err)
+	}
+	l.events.Emit(ctx, e)
 }
 
 // LimitedError is Wait's error for an event that would not fit before its deadline.

@@ -62,10 +62,10 @@ type Config struct {
 	// Logger receives the Locker's logs. Default: slog.Default().
 	Logger *slog.Logger
 
-	// OnEvent, when set, is called for every acquisition, release, loss and failed renewal, on
-	// the goroutine that saw it: it must return quickly, and must not call Close, which waits
-	// for those goroutines. Default: none.
-	OnEvent func(Event)
+	// Observer, when set, is told of every acquisition, release, loss, failed renewal and
+	// refused fence (pglock.Event, Primitive lock or semaphore), without ever holding them up.
+	// Default: none.
+	Observer pglock.Observer
 }
 
 // AcquireOptions configure one acquisition. A nil *AcquireOptions means the defaults.

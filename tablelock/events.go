@@ -7,51 +7,6 @@ import (
 	"github.com/pglock/pglock"
 )
 
-// EventKind says what an Event reports.
-type EventKind int
-
-// The kinds of Event.
-const (
-	EventKindAcquired      EventKind = iota + 1 // a lock was acquired; Wait is how long Acquire waited
-	EventKindLocked                             // TryAcquire found the lock held
-	EventKindReleased                           // a lock was released; Held is how long it was held
-	EventKindLost                               // a held lock was lost; Err says why
-	EventKindRenewFailed                        // a renewal failed and will be retried; Err says why
-	EventKindWaitAbandoned                      // Acquire stopped waiting; Err says why
-)
-
-func (k EventKind) String() string {
-	switch k {
-	case EventKindAcquired:
-		return "acquired"
-	case EventKindLocked:
-		return "locked"
-	case EventKindReleased:
-		return "released"
-	case EventKindLost:
-		return "lost"
-	case EventKindRenewFailed:
-		return "renew_failed"
-	case EventKindWaitAbandoned:
-		return "wait_abandoned"
-	}
-	return fmt.Sprintf("EventKind(%d)", int(k))
-}
-
-// Event is what Config.OnEvent receives: enough to drive metrics for acquire latency, waits,
-// held locks and losses.
-type Event struct {
-	Kind  EventKind
-	Name  string
-	Token int64
-	// Latency is the round trip behind the event, when there was one; for a lock handed over,
-	// the time since the start of the poll that queued for it.
-	Latency time.Duration
-	Wait    time.Duration // EventKindAcquired, EventKindWaitAbandoned: time spent waiting
-	Held    time.Duration // EventKindReleased, EventKindLost: time the lock was held
-	Err     error         // EventKindLost, EventKindRenewFailed, EventKindWaitAbandoned
-}
-
 // Stats is a snapshot of a Locker.
 type Stats struct {
 	Held    int // locks held

@@ -16,17 +16,22 @@ import (
 
 // Lock is a held table lock. Its methods are safe for concurrent use.
 type Lock struct {
-	l        *Locker
-	name     string
-	holder   string
-	token    int64
-	metadata map[string]any
-	heldFrom time.Time
-	lease    *lease.Keeper
+	l         *Locker
+	ctx       context.Context // the acquisition's, for its observer: a loss is told to the span of the work
+	primitive pglock.Primitive
+	label     string // the name events report
+	name      string
+	holder    string
+	token     int64
+	metadata  map[string]any
+	heldFrom  time.Time
+	vacancy   time.Duration
+	lease     *lease.Keeper
 }
 
-func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {
-	lk := &Lock{l: l, name: req.name, holder: req.holder, token: token, metadata: req.metadata, heldFrom: time.Now()}
+func newLock(ctx context.Context, l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {
+	lk := &Lock{l: l, ctx: ctx, primitive: req.primitive, label: req.label, name: req.name, holder: req.holder,
+		token: token, metadata: req.metadata, heldFrom: time.Now()}
 	lk.lease = lease.New(lease.Config{
 		Name: req.name, Timing: req.timing, Start: leaseStart, ExpiresAt: expiresAt,
 		Ctx: l.ctx, Tracker: (*background)(l),
@@ -37,14 +42,14 @@ func newLock(l *Locker, req request, token int64, expiresAt, leaseStart time.Tim
 			}
 			return expiresAt, err == nil, err
 		},
-		OnLost: func(err error) {
+		OnLost: func(err error, cause pglock.Cause) {
 			l.forget(lk)
-			l.cfg.Logger.Error("pglock: lock lost", "lock", lk.name, "token", lk.token, "error", err)
-			l.emit(Event{Kind: EventKindLost, Name: lk.name, Token: lk.token, Held: time.Since(lk.heldFrom), Err: err})
+			l.cfg.Logger.Error("pglock: lock lost", "lock", lk.name, "token", lk.token, "cause", cause, "error", err)
+			lk.observe(pglock.EventLost, func(e *pglock.Event) { e.Cause, e.Held, e.Err = cause, time.Since(lk.heldFrom), err })
 		},
 		OnRenewFailed: func(err error, failures int) {
 			l.cfg.Logger.Warn("pglock: renewal failed; retrying", "lock", lk.name, "failures", failures, "error", err)
-			l.emit(Event{Kind: EventKindRenewFailed, Name: lk.name, Token: lk.token, Err: err})
+			lk.observe(pglock.EventRenewFailed, func(e *pglock.Event) { e.Err = err })
 		},
 	})
 	return lk
@@ -62,6 +67,11 @@ func (lk *Lock) Metadata() map[string]any { return lk.metadata }
 // ExpiresAt returns when the lease ends unless renewed, by the database's clock, as of the last
 // successful acquisition or renewal.
 func (lk *Lock) ExpiresAt() time.Time { return lk.lease.ExpiresAt() }
+
+// Vacancy is how long the name had no live holder before this lock took it, by the database's
+// clock: from the expiry of the lease its wait last saw to the start of its own. Zero for a
+// lock handed over by a release, taken by a try, or found free.
+func (lk *Lock) Vacancy() time.Duration { return lk.vacancy }
 
 // Lost is closed once the lock is lost. It is never closed for a lock released normally.
 func (lk *Lock) Lost() <-chan struct{} { return lk.lease.Lost() }
@@ -97,6 +107,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 	if lost := lk.Err(); lost != nil {
 		return lost
 	}
+	lk.observe(pglock.EventReleased, func(e *pglock.Event) { e.Held = time.Since(lk.heldFrom) })
 	return err
 }
 
@@ -114,7 +125,6 @@ func (lk *Lock) markReleased() bool {
 // releaseRow gives the lock up in the database, in one round trip; if ctx ends first or the
 // round trip fails on the way, again in the background.
 func (lk *Lock) releaseRow(ctx context.Context) error {
-	start := time.Now()
 	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
 	switch {
 	case err != nil && (ctx.Err() != nil || retry.Transient(err)) && lk.releaseLater():
@@ -129,7 +139,6 @@ func (lk *Lock) releaseRow(ctx context.Context) error {
 		}
 		return nil // declared lost before, by Close: that loss is the one told
 	}
-	lk.l.emit(Event{Kind: EventKindReleased, Name: lk.name, Token: lk.token, Latency: time.Since(start), Held: time.Since(lk.heldFrom)})
 	return nil
 }
 
@@ -164,7 +173,8 @@ func (lk *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
 	}
 	err := fence(ctx, tx, lk.name, lk.token, lk.lease.Timing().Margin)
 	if errors.Is(err, pglock.ErrLockLost) {
-		lk.lease.Lose(err)
+		lk.observe(pglock.EventFenceRefused, func(e *pglock.Event) { e.Err = err })
+		lk.lease.Lose(pglock.CauseForceReleased, err)
 	}
 	return err
 }

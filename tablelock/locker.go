@@ -15,11 +15,13 @@ import (
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/internal/observe"
 	"github.com/pglock/pglock/internal/retry"
 )
 
 // Locker acquires table locks for one process. It is safe for concurrent use.
 type Locker struct {
+	events   *observe.Emitter // nil without an Observer
 	pool     *pgxpool.Pool
 	queries  *db.Queries
 	cfg      Config
@@ -64,6 +66,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	closing, stopWaits := context.WithCancel(context.Background())
 	return &Locker{
+		events:    observe.New(resolved.Observer, resolved.Logger),
 		pool:      pool,
 		queries:   db.New(db.Translating(pool)),
 		cfg:       resolved,
@@ -82,7 +85,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 
 // TryAcquire takes the lock if it is free, in one round trip, or returns a *LockedError
 // (matching pglock.ErrLocked) describing its holder.
-func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptions) (*Lock, error) {
+func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptions) (lk *Lock, err error) {
+	if l.events != nil {
+		defer l.observeAcquire(ctx, pglock.PrimitiveLock, name, false, time.Now(), &lk, &err)
+	}
 	req, err := l.newRequest(name, opts)
 	if err != nil {
 		return nil, err
@@ -123,16 +129,17 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 		return nil, errs.Errorf("acquire %q: %w", name, err)
 	}
 	if !row.Acquired {
-		locked := lockedError(name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
-		l.emit(Event{Kind: EventKindLocked, Name: name, Latency: time.Since(start)})
-		return nil, locked
+		return nil, lockedError(name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
 	}
 	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
 }
 
 // Acquire waits until it holds the lock, ctx is done, opts.WaitTimeout has passed, or the
 // Locker is closed. Waiters are served in the order they queued, across all processes.
-func (l *Locker) Acquire(ctx context.Context, name string, opts *AcquireOptions) (*Lock, error) {
+func (l *Locker) Acquire(ctx context.Context, name string, opts *AcquireOptions) (lk *Lock, err error) {
+	if l.events != nil {
+		defer l.observeAcquire(ctx, pglock.PrimitiveLock, name, true, time.Now(), &lk, &err)
+	}
 	req, err := l.newRequest(name, opts)
 	if err != nil {
 		return nil, err
@@ -217,7 +224,7 @@ func (l *Locker) Close(ctx context.Context) error {
 
 	var failures []error
 	for _, lk := range held {
-		lk.lease.Lose(errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
+		lk.lease.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.markReleased() {
 			if err := lk.releaseRow(ctx); err != nil {
 				failures = append(failures, err)
@@ -254,12 +261,16 @@ func (l *Locker) waitForBackground(ctx context.Context) {
 
 // request is one acquisition's arguments, checked.
 type request struct {
-	name     string
-	holder   string
-	timing   lease.Timing
-	metadata map[string]any
-	encoded  json.RawMessage
-	instance string
+	name string
+	// primitive and label are what events report: a lock and its name, or a semaphore and
+	// its own name (not its place's).
+	primitive pglock.Primitive
+	label     string
+	holder    string
+	timing    lease.Timing
+	metadata  map[string]any
+	encoded   json.RawMessage
+	instance  string
 }
 
 func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) {
@@ -298,7 +309,7 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	if closed {
 		return request{}, pglock.ErrClosed
 	}
-	return request{name: name, holder: ident.NewHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
+	return request{name: name, primitive: pglock.PrimitiveLock, label: name, holder: ident.NewHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
 }
 
 // params are the arguments of a try; a poll's (db.PollLockParams) are the same.
@@ -313,7 +324,7 @@ func (r request) params() db.TryAcquireLockParams {
 // last wrote it (or its place in the queue), and starts keeping it; unless the Locker closed
 // meanwhile, in which case nobody would keep it: it is released and the caller told so.
 func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, leaseStart time.Time, waited time.Duration) (*Lock, error) {
-	lk := newLock(l, req, token, expiresAt, leaseStart)
+	lk := newLock(ctx, l, req, token, expiresAt, leaseStart)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -326,7 +337,6 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 	l.mu.Unlock()
 	lk.lease.Start()
 	l.cfg.Logger.Debug("pglock: acquired", "lock", req.name, "token", token, "waited", waited)
-	l.emit(Event{Kind: EventKindAcquired, Name: req.name, Token: token, Latency: time.Since(leaseStart), Wait: waited})
 	return lk, nil
 }
 
@@ -353,10 +363,26 @@ func (l *Locker) forget(lk *Lock) {
 	l.mu.Unlock()
 }
 
-func (l *Locker) emit(e Event) {
-	if l.cfg.OnEvent != nil {
-		l.cfg.OnEvent(e)
+// observeAcquire reports the end of an acquisition begun at start, with what it returned.
+func (l *Locker) observeAcquire(ctx context.Context, p pglock.Primitive, name string, blocking bool, start time.Time, lk **Lock, err *error) {
+	e := pglock.Event{Kind: pglock.EventAcquire, Primitive: p, Name: name, Blocking: blocking,
+		Wait: time.Since(start), Outcome: observe.AcquireOutcome(*err), Err: *err}
+	if *lk != nil {
+		e.Token = (*lk).token
 	}
+	l.events.Emit(ctx, e)
+}
+
+// observe reports an event about a held lock.
+func (lk *Lock) observe(kind pglock.EventKind, f func(*pglock.Event)) {
+	if lk.l.events == nil {
+		return
+	}
+	e := pglock.Event{Kind: kind, Primitive: lk.primitive, Name: lk.label, Token: lk.token}
+	if f != nil {
+		f(&e)
+	}
+	lk.l.events.Emit(lk.ctx, e)
 }
 
 func lockedError(name, holder, instance string, metadata json.RawMessage, expiresAt time.Time) *LockedError {

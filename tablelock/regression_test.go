@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -668,13 +669,13 @@ func TestHeartbeatWaitingAtTheDeadlineLeavesTheLossToTell(t *testing.T) {
 			d := testdb.New(t, nil)
 			ctx := context.Background()
 			var mu sync.Mutex
-			var kinds []tablelock.EventKind
+			var kinds []pglock.EventKind
 			l := newLocker(t, d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: 100 * time.Millisecond,
-				OnEvent: func(e tablelock.Event) {
+				Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
 					mu.Lock()
 					defer mu.Unlock()
 					kinds = append(kinds, e.Kind)
-				}})
+				})})
 			lk, err := l.TryAcquire(ctx, "r8", &tablelock.AcquireOptions{TTL: 400 * time.Millisecond})
 			require.NoError(t, err)
 			tx := lockTheRow(t, d.Pool, "r8")
@@ -683,9 +684,15 @@ func TestHeartbeatWaitingAtTheDeadlineLeavesTheLossToTell(t *testing.T) {
 			<-lk.Lost()
 			require.NoError(t, tx.Rollback(ctx))
 			require.ErrorIs(t, <-extended, pglock.ErrLockLost)
+			// Events come in order: once the loss is told, a failed renewal before it would be too.
+			testdb.WaitFor(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(kinds, pglock.EventLost)
+			})
 			mu.Lock()
 			defer mu.Unlock()
-			require.NotContains(t, kinds, tablelock.EventKindRenewFailed)
+			require.NotContains(t, kinds, pglock.EventRenewFailed)
 		})
 	}
 }

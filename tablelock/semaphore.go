@@ -21,7 +21,10 @@ const semaphorePrefix = "pglock.semaphore/"
 // released as a table lock is, with a token from the same sequence. Its Name is its row's,
 // "pglock.semaphore/<name>/<holder>", as pglockctl list shows it. Changing permits for a name
 // applies to later acquisitions; holders keep their places.
-func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (*Lock, error) {
+func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (lk *Lock, err error) {
+	if l.events != nil {
+		defer l.observeAcquire(ctx, pglock.PrimitiveSemaphore, name, false, time.Now(), &lk, &err)
+	}
 	req, err := l.semaphoreRequest(name, permits, opts)
 	if err != nil {
 		return nil, err
@@ -43,7 +46,10 @@ func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits i
 // AcquireSemaphore waits until it holds one of permits places of the semaphore name, ctx is
 // done, opts.WaitTimeout has passed, or the Locker is closed, as Acquire does: waiters are
 // served in the order they queued, across all processes, woken when a place is released.
-func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (*Lock, error) {
+func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (lk *Lock, err error) {
+	if l.events != nil {
+		defer l.observeAcquire(ctx, pglock.PrimitiveSemaphore, name, true, time.Now(), &lk, &err)
+	}
 	req, err := l.semaphoreRequest(name, permits, opts)
 	if err != nil {
 		return nil, err
@@ -107,6 +113,7 @@ func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions
 		return request{}, err
 	}
 	req.name = semaphorePrefix + name + "/" + req.holder
+	req.primitive = pglock.PrimitiveSemaphore
 	if len(req.name) > pglock.MaxNameLen {
 		return request{}, errs.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
 			pglock.ErrInvalidName, len(name), semaphorePrefix, pglock.MaxNameLen)

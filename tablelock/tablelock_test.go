@@ -306,11 +306,11 @@ func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 	var failed atomic.Int32
 	l := newLocker(t, pool, &tablelock.Config{
 		HeartbeatInterval: 200 * time.Millisecond, // pgxpool checks connections idle over 1 s before use
-		OnEvent: func(e tablelock.Event) {
-			if e.Kind == tablelock.EventKindRenewFailed {
+		Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
+			if e.Kind == pglock.EventRenewFailed {
 				failed.Add(1)
 			}
-		},
+		}),
 	})
 	lk, err := l.TryAcquire(ctx, "recovers", &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)

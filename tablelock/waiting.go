@@ -65,7 +65,12 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
-			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
+			lk, err := l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
+			if lk != nil && locked != nil && locked.Holder != req.holder {
+				// Taken, not handed over: from the end of the lease last seen to the start of this one.
+				lk.vacancy = max(0, row.ExpiresAt.Add(-req.timing.TTL).Sub(locked.ExpiresAt))
+			}
+			return lk, err
 		case err == nil:
 			if row.Queued {
 				queuedAt = pollStart
@@ -154,7 +159,6 @@ func (l *Locker) waitError(ctx context.Context, req request, start time.Time, ti
 	default:
 		err = errs.Errorf("acquire %q: %w", req.name, cause)
 	}
-	l.emit(Event{Kind: EventKindWaitAbandoned, Name: req.name, Wait: time.Since(start), Err: err})
 	return err
 }
 

@@ -7,6 +7,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -106,8 +107,8 @@ type Config struct {
 	Clock     clock.Clock     // default: clock.Real
 	Tracker   Tracker         // default: none
 
-	OnLost        func(error)                   // called once, when the lease is declared lost
-	OnRenewFailed func(err error, failures int) // a heartbeat failed and will be retried
+	OnLost        func(err error, cause pglock.Cause) // called once, when the lease is declared lost
+	OnRenewFailed func(err error, failures int)       // a heartbeat failed and will be retried
 }
 
 // Keeper keeps one lease. Its methods are safe for concurrent use.
@@ -226,19 +227,20 @@ func (k *Keeper) Stop() bool {
 	return true
 }
 
-// Lose declares the lease lost with err (which should match pglock.ErrLockLost), once, unless
-// it was stopped: when the owner learns of the loss some other way (a fence check, a shutdown).
-func (k *Keeper) Lose(err error) {
+// Lose declares the lease lost with err (which should match pglock.ErrLockLost) for cause, once,
+// unless it was stopped: when the owner learns of the loss some other way (a fence check, a
+// shutdown).
+func (k *Keeper) Lose(cause pglock.Cause, err error) {
 	k.mu.Lock()
 	if k.stopped || k.lostCtx.Err() != nil {
 		k.mu.Unlock()
 		return
 	}
-	k.markLost(err)
+	k.markLost(&lossError{cause, err})
 	k.stopTimers()
 	k.stopKeeping() // a heartbeat under way can no longer save the lease
 	k.mu.Unlock()
-	k.lost(err)
+	k.lost(err, cause)
 }
 
 // LostBeforeStop declares a stopped lease lost, its release having found it gone; false if it
@@ -249,15 +251,33 @@ func (k *Keeper) LostBeforeStop(err error) bool {
 		k.mu.Unlock()
 		return false
 	}
-	k.markLost(err)
+	k.markLost(&lossError{pglock.CauseForceReleased, err})
 	k.mu.Unlock()
-	k.lost(err)
+	k.lost(err, pglock.CauseForceReleased)
 	return true
 }
 
-func (k *Keeper) lost(err error) {
+// lossError is a lost lease's error: err, and why, for CauseOf.
+type lossError struct {
+	cause pglock.Cause
+	err   error
+}
+
+func (e *lossError) Error() string { return e.err.Error() }
+func (e *lossError) Unwrap() error { return e.err }
+
+// CauseOf returns why a lease was lost, from its Err; "" for any other error.
+func CauseOf(err error) pglock.Cause {
+	var lost *lossError
+	if errors.As(err, &lost) {
+		return lost.cause
+	}
+	return ""
+}
+
+func (k *Keeper) lost(err error, cause pglock.Cause) {
 	if k.cfg.OnLost != nil {
-		k.cfg.OnLost(err)
+		k.cfg.OnLost(err, cause)
 	}
 }
 
@@ -313,7 +333,7 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 		}
 		return nil
 	case err == nil:
-		k.Lose(errs.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
+		k.Lose(pglock.CauseForceReleased, errs.Errorf("%w: %q is no longer held by this holder (force-released, or expired and taken)", pglock.ErrLockLost, k.cfg.Name))
 		if lost := k.Err(); lost != nil {
 			return lost
 		}
@@ -399,7 +419,11 @@ func (k *Keeper) deadlinePassed() {
 	if early {
 		return // the renewal that moved the deadline has reset the timer
 	}
-	k.Lose(errs.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
+	cause := pglock.CauseRenewalFailed
+	if t.Heartbeat <= 0 {
+		cause = pglock.CauseExpired // nothing tried to renew it
+	}
+	k.Lose(cause, errs.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
 		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
 }
 

@@ -53,7 +53,7 @@ func newFixture(t *testing.T, timing lease.Timing) *fixture {
 				return time.Time{}, false, ctx.Err()
 			}
 		},
-		OnLost:        func(err error) { f.lost <- err },
+		OnLost:        func(err error, _ pglock.Cause) { f.lost <- err },
 		OnRenewFailed: func(_ error, failures int) { f.failed <- failures },
 	})
 	t.Cleanup(func() {
