@@ -39,6 +39,7 @@ const EventBuffer = 4096
 // fields an event of a kind sets are listed with the kind; the others are zero.
 type Event struct {
 	Kind      EventKind
+	Time      time.Time // when it happened, on this host's clock
 	Primitive Primitive
 	// Name is the lock's, semaphore's, advisory key's (as List shows it), schedule's,
 	// election's or limiter's name; for a job, its scope.

@@ -169,7 +169,12 @@ func TestSkewedHostClocksFireOnDatabaseTime(t *testing.T) {
 				at  time.Time // by the database's clock
 			}
 			starts := make(chan start, 100)
-			s, err := cron.New(d.Pool, &cron.Config{AppName: "cron-test"})
+			lags := make(chan time.Duration, 100)
+			s, err := cron.New(d.Pool, &cron.Config{AppName: "cron-test", Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
+				if e.Kind == pglock.EventCronRun {
+					lags <- e.Lag
+				}
+			})})
 			require.NoError(t, err)
 			cron.SetClock(s, skewedClock(skew))
 			require.NoError(t, s.Add("skewed", "@every 1s", nil, func(ctx context.Context, run cron.Run) error {
@@ -191,6 +196,9 @@ func TestSkewedHostClocksFireOnDatabaseTime(t *testing.T) {
 					require.Equal(t, prev.Add(time.Second), st.run.ScheduledTime, "no tick missed")
 				}
 				prev = st.run.ScheduledTime
+				// The lag its event reports is the database's too, not off by the skew.
+				lag := testdb.Receive(t, lags)
+				require.True(t, lag >= 0 && lag < time.Second, "lag %s", lag)
 			}
 		})
 	}

@@ -236,11 +236,12 @@ func (k *Keeper) Lose(cause pglock.Cause, err error) {
 		k.mu.Unlock()
 		return
 	}
-	k.markLost(&lossError{cause, err})
+	lost := &lossError{cause, err}
+	k.markLost(lost)
 	k.stopTimers()
 	k.stopKeeping() // a heartbeat under way can no longer save the lease
 	k.mu.Unlock()
-	k.lost(err, cause)
+	k.lost(lost, cause)
 }
 
 // LostBeforeStop declares a stopped lease lost, its release having found it gone; false if it
@@ -251,9 +252,10 @@ func (k *Keeper) LostBeforeStop(err error) bool {
 		k.mu.Unlock()
 		return false
 	}
-	k.markLost(&lossError{pglock.CauseForceReleased, err})
+	lost := &lossError{pglock.CauseForceReleased, err}
+	k.markLost(lost)
 	k.mu.Unlock()
-	k.lost(err, pglock.CauseForceReleased)
+	k.lost(lost, pglock.CauseForceReleased)
 	return true
 }
 

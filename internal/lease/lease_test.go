@@ -88,6 +88,7 @@ func TestLeaseIsLostExactlyAtItsDeadline(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	<-f.keeper.Lost()
 	require.Equal(t, err, f.keeper.Err())
+	require.Equal(t, pglock.CauseExpired, lease.CauseOf(err), "no heartbeat tried to renew it")
 	require.Equal(t, t0.Add(2700*time.Millisecond), f.keeper.Deadline())
 }
 
@@ -163,7 +164,9 @@ func TestFailingRenewalsLoseTheLeaseAtTheDeadline(t *testing.T) {
 	require.Greater(t, failures, 3, "retries go on until the deadline")
 	requireHeld(t, f.keeper)
 	f.clock.Advance(deadline.Sub(f.clock.Now()))
-	require.ErrorIs(t, testdb.Receive(t, f.lost), pglock.ErrLockLost)
+	lost := testdb.Receive(t, f.lost)
+	require.ErrorIs(t, lost, pglock.ErrLockLost)
+	require.Equal(t, pglock.CauseRenewalFailed, lease.CauseOf(lost))
 }
 
 func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
@@ -176,6 +179,7 @@ func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
 	err := testdb.Receive(t, renewed)
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	require.Equal(t, err, testdb.Receive(t, f.lost))
+	require.Equal(t, pglock.CauseForceReleased, lease.CauseOf(err))
 	require.ErrorIs(t, f.keeper.Renew(context.Background(), nil), pglock.ErrLockLost, "a lost lease is not renewed")
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -238,6 +242,8 @@ func TestStoppedLeaseIsNeverDeclaredLost(t *testing.T) {
 
 	lostAtRelease := errors.Join(pglock.ErrLockLost, errors.New("the release found it gone"))
 	f.keeper.LostBeforeStop(lostAtRelease)
-	require.Equal(t, lostAtRelease, testdb.Receive(t, f.lost))
-	require.Equal(t, lostAtRelease, f.keeper.Err())
+	lost := testdb.Receive(t, f.lost)
+	require.ErrorIs(t, lost, lostAtRelease)
+	require.Equal(t, lost, f.keeper.Err())
+	require.Equal(t, pglock.CauseForceReleased, lease.CauseOf(lost))
 }

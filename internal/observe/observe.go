@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/pglock/pglock"
 )
@@ -39,6 +40,9 @@ func New(obs pglock.Observer, logger *slog.Logger) *Emitter {
 func (m *Emitter) Emit(ctx context.Context, e pglock.Event) {
 	if m == nil {
 		return
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
 	}
 	select {
 	case m.queue <- item{ctx, e}:
@@ -80,6 +84,9 @@ func (m *Emitter) Begin(ctx context.Context, e pglock.Event) (runCtx context.Con
 	}
 	runCtx = ctx
 	defer m.recover(e)
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
 	if c := m.obs.Begin(ctx, e); c != nil {
 		runCtx = c
 	}
