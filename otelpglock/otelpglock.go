@@ -66,20 +66,20 @@ type Observer struct {
 	tracer trace.Tracer
 	label  func(pglock.Primitive, string) string
 
-	acquireDuration, heldDuration                      metric.Float64Histogram
-	held, semaphorePermits                             metric.Int64UpDownCounter
-	losses, renewalFailures, fenceRefusals             metric.Int64Counter
-	deliveries, attempts                               metric.Int64Counter
-	jobRunDuration                                     metric.Float64Histogram
-	cronRuns                                           metric.Int64Counter
-	cronRunDuration, cronLag                           metric.Float64Histogram
-	clockOffset, lastSuccess                           metric.Float64Gauge
-	isLeader, term                                     metric.Int64Gauge
-	transitions                                        metric.Int64Counter
-	tenure, vacancy                                    metric.Float64Histogram
-	rateDecisions                                      metric.Int64Counter
-	rateWait                                           metric.Float64Histogram
-	attrs                                              sync.Map // attrKey → metric.MeasurementOption
+	acquireDuration, heldDuration          metric.Float64Histogram
+	held, semaphorePermits                 metric.Int64UpDownCounter
+	losses, renewalFailures, fenceRefusals metric.Int64Counter
+	deliveries, attempts                   metric.Int64Counter
+	jobRunDuration                         metric.Float64Histogram
+	cronRuns                               metric.Int64Counter
+	cronRunDuration, cronLag               metric.Float64Histogram
+	clockOffset, lastSuccess               metric.Float64Gauge
+	isLeader, term                         metric.Int64Gauge
+	transitions                            metric.Int64Counter
+	tenure, vacancy                        metric.Float64Histogram
+	rateDecisions                          metric.Int64Counter
+	rateWait                               metric.Float64Histogram
+	attrs                                  sync.Map // attrKey → metric.MeasurementOption
 }
 
 var _ pglock.Observer = (*Observer)(nil)

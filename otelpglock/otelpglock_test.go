@@ -64,7 +64,7 @@ func newInstance(t *testing.T, opts *otelpglock.Options) *instance {
 // histogram's count, sum and max.
 type point struct {
 	value, count, sum, max float64
-	found              bool
+	found                  bool
 }
 
 // read collects the instrument name's data points whose attributes include want, summed.
