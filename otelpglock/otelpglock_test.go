@@ -40,7 +40,11 @@ type instance struct {
 	tracer trace.Tracer // the application's, on the same provider
 }
 
-func newInstance(t *testing.T, opts *otelpglock.Options) *instance {
+func newInstance(t *testing.T, opts *otelpglock.Options) *instance { return newInstanceTB(t, opts) }
+
+func newInstanceB(b *testing.B) *instance { return newInstanceTB(b, nil) }
+
+func newInstanceTB(t testing.TB, opts *otelpglock.Options) *instance {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()

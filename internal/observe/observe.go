@@ -12,15 +12,20 @@ import (
 	"github.com/pglock/pglock"
 )
 
-// Emitter hands events to an Observer on a goroutine of its own, in order. A nil *Emitter (no
-// Observer) does nothing, at the cost of a nil check.
+// Emitter hands events to an Observer on a goroutine of its own, in order, in batches at most
+// deliveryDelay old. A nil *Emitter (no Observer) does nothing, at the cost of a nil check.
 type Emitter struct {
-	obs     pglock.Observer
-	logger  *slog.Logger
-	queue   chan item
-	running atomic.Bool // a goroutine is draining queue
-	dropped atomic.Uint64
+	obs       pglock.Observer
+	logger    *slog.Logger
+	queue     chan item
+	scheduled atomic.Bool // a delivery is due, or under way
+	dropped   atomic.Uint64
 }
+
+// deliveryDelay is how long an event may wait for the batch it is delivered in. A goroutine
+// woken per event would cost a short operation (a try and a release, about 0.6 ms on two cores)
+// a tenth of its time, in the wake-ups of idle processors that compete with the database's.
+const deliveryDelay = 5 * time.Millisecond
 
 type item struct {
 	ctx context.Context
@@ -36,7 +41,8 @@ func New(obs pglock.Observer, logger *slog.Logger) *Emitter {
 }
 
 // Emit queues e for the Observer; a full queue drops it. It never blocks. The goroutine that
-// delivers exits once the queue is empty, so that an idle primitive keeps none.
+// delivers starts deliveryDelay after the first event of a batch and exits once the queue is
+// empty, so that an idle primitive keeps none.
 func (m *Emitter) Emit(ctx context.Context, e pglock.Event) {
 	if m == nil {
 		return
@@ -51,8 +57,8 @@ func (m *Emitter) Emit(ctx context.Context, e pglock.Event) {
 			m.logger.Warn("pglock: observer too slow; events dropped", "dropped", n, "kind", e.Kind)
 		}
 	}
-	if m.running.CompareAndSwap(false, true) {
-		go m.deliver()
+	if m.scheduled.CompareAndSwap(false, true) {
+		time.AfterFunc(deliveryDelay, m.deliver)
 	}
 }
 
@@ -62,9 +68,10 @@ func (m *Emitter) deliver() {
 		case it := <-m.queue:
 			m.observe(it)
 		default:
-			m.running.Store(false)
-			// An Emit between the empty read and the Store saw running set and left it to us.
-			if len(m.queue) == 0 || !m.running.CompareAndSwap(false, true) {
+			m.scheduled.Store(false)
+			// An Emit between the empty read and the Store saw a delivery scheduled and left its
+			// event to us.
+			if len(m.queue) == 0 || !m.scheduled.CompareAndSwap(false, true) {
 				return
 			}
 		}
