@@ -122,7 +122,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.cronLag = b.histogram("pglock.cron.fire.lag", "A cron run's start minus its scheduled time, on the database's clock.", waits)
 	obs.clockOffset = b.gauge("pglock.cron.clock.offset", "s", "The database's clock minus this host's, as last measured.")
 	obs.lastSuccess = b.gauge("pglock.cron.last_success", "s", "When a schedule's last successful run ended, Unix time on the database's clock.")
-	obs.isLeader = b.intGauge("pglock.leader.is_leader", "1", "1 while this process leads the election, else 0.")
+	obs.isLeader = b.intGauge("pglock.leader.is_leader", "", "1 while this process leads the election, else 0.")
 	obs.term = b.intGauge("pglock.leader.term", "{term}", "The term this process leads in (0: not leading).")
 	obs.transitions = b.counter("pglock.leader.transitions", "{transition}", "Leadership gained or ended, by transition and cause.")
 	obs.tenure = b.histogram("pglock.leader.tenure", "How long a leadership lasted.", runs)

@@ -66,7 +66,12 @@ func orchestrate() int {
 	}
 	say.line(fmt.Sprintf("pglock demo: database ready and migrated in %s; starting %d worker processes", time.Since(began).Round(100*time.Millisecond), workers))
 
-	procs, err := startWorkers(d.URL())
+	addrs, err := metricsAddrs(workers)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		return 1
+	}
+	procs, err := startWorkers(d.URL(), addrs)
 	defer func() {
 		for _, p := range procs {
 			if !p.dead {
@@ -78,6 +83,9 @@ func orchestrate() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		return 1
+	}
+	for i, addr := range addrs {
+		say.line(fmt.Sprintf("pglock demo: worker %d serves its metrics at http://%s/metrics while the scene runs", i+1, addr))
 	}
 	deliveries := broker(procs)
 	say.line(fmt.Sprintf("pglock demo: a broker delivers %d jobs %d times in all (each at least twice, to random workers)", jobCount, deliveries))
@@ -124,6 +132,7 @@ func orchestrate() int {
 	}
 	// What an operator would see while the workers run.
 	views := pglockctl(d.URL(), []string{"list"}, []string{"cron", "list"}, []string{"leader", "list"})
+	metrics := metricsReport(ctx, addrs, procs)
 	for _, p := range procs {
 		if !p.dead {
 			p.stdin.Close() // the worker stops its scheduler and exits
@@ -151,6 +160,7 @@ func orchestrate() int {
 	summary, ok := check(ctx, pool, deliveries)
 	fmt.Println(summary)
 	fmt.Print(views)
+	fmt.Print(metrics)
 	fmt.Printf("pglock demo: %s in %s\n", map[bool]string{true: "passed", false: "FAILED"}[ok], time.Since(began).Round(100*time.Millisecond))
 	if !ok {
 		return 1
@@ -158,7 +168,7 @@ func orchestrate() int {
 	return 0
 }
 
-func startWorkers(url string) ([]*workerProc, error) {
+func startWorkers(url string, metricsAddrs []string) ([]*workerProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -166,7 +176,7 @@ func startWorkers(url string) ([]*workerProc, error) {
 	var procs []*workerProc
 	for i := range workers {
 		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", workerEnv, i+1), "DATABASE_URL="+url)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", workerEnv, i+1), "DATABASE_URL="+url, metricsEnv+"="+metricsAddrs[i])
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {

@@ -48,16 +48,21 @@ func work(id string) error {
 	}
 	defer pool.Close()
 	app := fmt.Sprintf("demo-w%d", worker)
+	obs, stopMetrics, err := serveMetrics(os.Getenv(metricsEnv))
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
-	dedup, err := jobs.New(pool, &jobs.Config{AppName: app})
+	dedup, err := jobs.New(pool, &jobs.Config{AppName: app, Observer: obs})
 	if err != nil {
 		return err
 	}
-	limiter, err := ratelimit.New(pool, nil)
+	limiter, err := ratelimit.New(pool, &ratelimit.Config{Name: apiLimit, Observer: obs})
 	if err != nil {
 		return err
 	}
-	sched, err := cron.New(pool, &cron.Config{AppName: app})
+	sched, err := cron.New(pool, &cron.Config{AppName: app, Observer: obs})
 	if err != nil {
 		return err
 	}
@@ -71,7 +76,7 @@ func work(id string) error {
 	if err := sched.Start(ctx); err != nil {
 		return err
 	}
-	elector, err := leader.New(pool, election, &leader.Config{AppName: app, TTL: leaderTTL})
+	elector, err := leader.New(pool, election, &leader.Config{AppName: app, TTL: leaderTTL, Observer: obs})
 	if err != nil {
 		return err
 	}
