@@ -159,7 +159,7 @@ func (s *Scheduler) forget(entries []*entry, names []string) {
 // claim (0: at once).
 func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration, error) {
 	now := s.dbNow()
-	p := db.ClaimCronTicksParams{Instance: s.instance}
+	p := db.ClaimCronTicksParams{Instance: s.instance, Report: s.events != nil}
 	byName := make(map[string]*entry, len(entries))
 	untils := make(map[string]time.Time, len(entries))
 	ticksOf := make(map[string][]tick, len(entries)) // planned: what the claim records if it accounts for them
@@ -221,6 +221,12 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 		case "unknown":
 			e.registered = false
 			again = 0
+		case "skipped", "abandoned":
+			// Recorded by this claim, of this schedule or (abandoned) of any: told here alone.
+			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: c.Schedule,
+				Outcome: pglock.Outcome(c.Outcome), Scheduled: db.Deref(c.ScheduledTime), Attempt: int(db.Deref(c.Attempt)),
+				Token: db.Deref(c.FencingToken)})
+			continue
 		default:
 			return 0, errs.Errorf("claim answered %q for %q", c.Outcome, c.Schedule)
 		}

@@ -568,3 +568,50 @@ func TestALateTickRecordsItsLagOnTheDatabaseClock(t *testing.T) {
 	_, ok = attrs.Value(otelpglock.AttrLag)
 	require.True(t, ok)
 }
+
+// Runs skipped (a run still running) and abandoned (its instance cut off) are counted by the
+// instance whose claim recorded them, so the sum over instances matches the history exactly.
+func TestSkippedAndAbandonedRunsAreCountedByTheirRecorder(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	opts := &cron.Options{TTL: time.Second}
+	a, b := newInstance(t, nil), newInstance(t, nil)
+	poolA, partition := d.PartitionablePool(t, nil)
+	started := make(chan cron.Run, 100)
+	startScheduler(t, poolA, a, func(s *cron.Scheduler) {
+		require.NoError(t, s.Add("long", "@every 1s", opts, func(ctx context.Context, run cron.Run) error {
+			started <- run
+			<-ctx.Done() // runs until its lease is lost
+			return context.Cause(ctx)
+		}))
+	})
+	testdb.Receive(t, started)
+	startScheduler(t, d.Pool, b, func(s *cron.Scheduler) {
+		require.NoError(t, s.Add("long", "@every 1s", opts, func(context.Context, cron.Run) error { return nil }))
+	})
+	counted := func(o pglock.Outcome) float64 {
+		return a.read(t, "pglock.cron.runs", name("long"), outcome(o)).value + b.read(t, "pglock.cron.runs", name("long"), outcome(o)).value
+	}
+	recorded := func(s cron.Status) float64 {
+		records, err := cron.History(testdb.Context(t), d.Pool, "long", 1000)
+		require.NoError(t, err)
+		return float64(statuses(records)[s])
+	}
+	testdb.WaitFor(t, func() bool { return recorded(cron.StatusSkipped) >= 2 }, "ticks skipped while the run runs")
+	heal := partition()
+	defer heal()
+	testdb.WaitFor(t, func() bool {
+		return recorded(cron.StatusAbandoned) == 1 && counted(pglock.OutcomeAbandoned) == 1 &&
+			counted(pglock.OutcomeSkipped) == recorded(cron.StatusSkipped)
+	}, "abandoned and skipped runs counted as recorded")
+	require.Equal(t, 1.0, b.read(t, "pglock.cron.runs", outcome(pglock.OutcomeAbandoned)).value, "recorded by the instance still connected")
+	require.False(t, a.read(t, "pglock.cron.runs", outcome(pglock.OutcomeAbandoned)).found)
+}
+
+func statuses(records []cron.RunRecord) map[cron.Status]int {
+	m := map[cron.Status]int{}
+	for _, r := range records {
+		m[r.Status]++
+	}
+	return m
+}

@@ -9,10 +9,12 @@ SELECT pglock_cron_register(@name, @spec, @time_zone, @overlap, @catch_up, @catc
 -- name: SeenCronSchedules :many
 SELECT s::varchar AS name FROM pglock_cron_seen(@names::varchar[], @instance) AS s;
 
+-- With report, the claim also returns the runs it recorded skipped or abandoned.
 -- name: ClaimCronTicks :many
 SELECT c.* FROM pglock_cron_claim(@instance, @names::varchar[], @seen::timestamptz[], @until::timestamptz[],
                                   @ttl_ms::bigint[], @tick_names::varchar[], @tick_times::timestamptz[],
-                                  @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[]) AS c;
+                                  @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[],
+                                  @report::boolean) AS c;
 
 -- RenewCronRun returns no row (pgx.ErrNoRows) when the run no longer holds its lease.
 -- name: RenewCronRun :one

@@ -30,7 +30,8 @@ func (q *Queries) BackfillCronSchedule(ctx context.Context, arg BackfillCronSche
 const claimCronTicks = `-- name: ClaimCronTicks :many
 SELECT c.outcome, c.schedule, c.id, c.scheduled_time, c.kind, c.attempt, c.fencing_token, c.lease_expires_at, c.accounted_until, c.db_now FROM pglock_cron_claim($1, $2::varchar[], $3::timestamptz[], $4::timestamptz[],
                                   $5::bigint[], $6::varchar[], $7::timestamptz[],
-                                  $8::text[], $9::timestamptz[], $10::bigint[]) AS c
+                                  $8::text[], $9::timestamptz[], $10::bigint[],
+                                  $11::boolean) AS c
 `
 
 type ClaimCronTicksParams struct {
@@ -44,8 +45,10 @@ type ClaimCronTicksParams struct {
 	TickKinds    []string
 	MissedUntil  []time.Time
 	MissedCounts []int64
+	Report       bool
 }
 
+// With report, the claim also returns the runs it recorded skipped or abandoned.
 func (q *Queries) ClaimCronTicks(ctx context.Context, arg ClaimCronTicksParams) ([]PglockCronClaimed, error) {
 	rows, err := q.db.Query(ctx, claimCronTicks,
 		arg.Instance,
@@ -58,6 +61,7 @@ func (q *Queries) ClaimCronTicks(ctx context.Context, arg ClaimCronTicksParams) 
 		arg.TickKinds,
 		arg.MissedUntil,
 		arg.MissedCounts,
+		arg.Report,
 	)
 	if err != nil {
 		return nil, err
