@@ -20,16 +20,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// recorder is an Observer that keeps what it is told, and blocks while gate is held.
+// recorder is an Observer that keeps what it is told, and blocks until gate, if any, is closed.
 type recorder struct {
-	gate sync.Mutex
+	gate chan struct{}
 	mu   sync.Mutex
 	got  []pglock.Event
 }
 
 func (r *recorder) Observe(_ context.Context, e pglock.Event) {
-	r.gate.Lock()
-	r.gate.Unlock()
+	if r.gate != nil {
+		<-r.gate
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.Kind == "panic" {
@@ -74,13 +75,12 @@ func TestEventsArriveInOrderAndStampedWithTheirTime(t *testing.T) {
 // A stuck Observer never blocks Emit: what does not fit in the buffer is dropped.
 func TestAStuckObserverDropsEventsInsteadOfBlocking(t *testing.T) {
 	t.Parallel()
-	r := &recorder{}
+	r := &recorder{gate: make(chan struct{})}
 	m := observe.New(r, quiet)
-	r.gate.Lock()
 	for i := range int64(pglock.EventBuffer + 500) {
 		m.Emit(context.Background(), pglock.Event{Kind: pglock.EventReleased, Token: i})
 	}
-	r.gate.Unlock()
+	close(r.gate)
 	testdb.WaitFor(t, func() bool { n := len(r.tokens()); return n >= pglock.EventBuffer })
 	tokens := r.tokens()
 	require.Less(t, len(tokens), pglock.EventBuffer+500, "some were dropped")
