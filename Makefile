@@ -87,6 +87,7 @@ bench-packages:
 	$(GO) test -run '^$$' -bench ResignHandoff -benchtime 300x ./leader/
 	$(GO) test -run '^$$' -bench CrashFailover -benchtime 5x ./leader/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./cron/
+	$(GO) -C otelpglock test -run '^$$' -bench . -benchtime 3000x .
 
 tools: $(SQLC) $(STATICCHECK)
 

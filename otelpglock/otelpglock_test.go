@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,20 +288,51 @@ func cutColon(s string) (string, string, bool) {
 	return s, "", false
 }
 
+// queryTracer is the application's pgx tracer: it records the span each query ran under, by
+// the first of marks the query's text holds.
+type queryTracer struct {
+	marks []string
+	mu    sync.Mutex
+	spans map[string][]trace.SpanID
+}
+
+func (q *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, mark := range q.marks {
+		if strings.Contains(data.SQL, mark) {
+			q.spans[mark] = append(q.spans[mark], trace.SpanContextFromContext(ctx).SpanID())
+			break
+		}
+	}
+	return ctx
+}
+
+func (q *queryTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (q *queryTracer) under(word string) []trace.SpanID {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.spans[word]
+}
+
 // Deliveries are counted by outcome and mode, runs timed; a run is a span under the
-// delivery's, and its function's context carries it.
+// delivery's, and its function's context carries it: the application's pgx tracing sees fn's
+// queries under the run's span, and pglock's own under the delivery's.
 func TestJobDeliveriesAndRuns(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	in := newInstance(t, nil)
 	ctx := testdb.Context(t)
-	dd, err := jobs.New(d.Pool, &jobs.Config{Observer: in.obs, Scope: "billing"})
+	tracer := &queryTracer{marks: []string{"pg_class", "ClaimJob"}, spans: map[string][]trace.SpanID{}}
+	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
+	dd, err := jobs.New(pool, &jobs.Config{Observer: in.obs, Scope: "billing"})
 	require.NoError(t, err)
 	parentCtx, parent := in.tracer.Start(ctx, "consume")
 	var fnSpan trace.SpanContext
 	_, err = dd.RunTx(parentCtx, "order:1", nil, func(ctx context.Context, tx pgx.Tx) error {
 		fnSpan = trace.SpanContextFromContext(ctx)
-		_, err := tx.Exec(ctx, "SELECT 1")
+		_, err := tx.Exec(ctx, "UPDATE pg_catalog.pg_class SET relname = relname WHERE false")
 		return err
 	})
 	require.NoError(t, err)
@@ -329,6 +362,8 @@ func TestJobDeliveriesAndRuns(t *testing.T) {
 	}, "the run's span")
 	require.Equal(t, parent.SpanContext().SpanID(), jobSpan.Parent().SpanID(), "under the delivery's span")
 	require.Equal(t, jobSpan.SpanContext().SpanID(), fnSpan.SpanID(), "fn's context carries the run's span")
+	require.Equal(t, []trace.SpanID{fnSpan.SpanID()}, tracer.under("pg_class"), "fn's query, traced under the run's span")
+	require.Contains(t, tracer.under("ClaimJob"), parent.SpanContext().SpanID(), "the claim, under the delivery's span")
 	for _, s := range in.spans.Ended() {
 		if s.Name() == "pglock.job.run" {
 			require.Equal(t, jobSpan.SpanContext(), s.SpanContext(), "no span for runs without a recording parent")
