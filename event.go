@@ -47,13 +47,13 @@ type Event struct {
 	// Key is a job's key or a rate-limit key.
 	Key     string
 	Outcome Outcome
-	Cause   Cause   // EventLost, EventLeader (Outcome OutcomeLost)
-	Mode    JobMode // EventJobRun, EventJobDelivery
+	Cause   Cause // EventLost, EventLeader (Outcome OutcomeLost)
+	Mode    Mode  // EventJobRun, EventJobDelivery: how the job ran; EventCronRun: the run's kind
 
 	Wait    time.Duration // acquisitions and rate-limit waits: how long the caller waited
 	Held    time.Duration // EventReleased, EventLost, EventLeader: how long it was held
 	Run     time.Duration // EventJobRun, EventCronRun: how long the function ran
-	Lag     time.Duration // EventCronRun: Started − Scheduled, on the database's clock
+	Lag     time.Duration // EventCronRun: Started − Scheduled, on the database's clock (the fire lag for ModeScheduled)
 	Vacancy time.Duration // EventLeader (OutcomeElected): time without a leader before, database clock
 	Offset  time.Duration // EventClockOffset: the database's clock minus this host's
 
@@ -102,8 +102,9 @@ const (
 	// EventCronRun: a cron run was accounted for by this instance — run (Begin was called
 	// before it), or recorded as skipped, missed or abandoned, each once in the fleet.
 	// Outcome is the run's status (OutcomeRan, OutcomeFailed, OutcomeSkipped, OutcomeMissed,
-	// OutcomeAbandoned, OutcomeCanceled); Scheduled, Started, Lag and Run where it ran,
-	// Attempt, Token, Err.
+	// OutcomeAbandoned, OutcomeCanceled), or OutcomeNotRecorded for a run that ended after
+	// another instance had recorded it abandoned (that instance tells it); Mode, Scheduled,
+	// Started, Lag and Run where it ran, Attempt, Token, Err.
 	EventCronRun EventKind = "cron_run"
 	// EventClockOffset: a scheduler measured its host's clock against the database's. Offset.
 	EventClockOffset EventKind = "clock_offset"
@@ -111,7 +112,8 @@ const (
 	// (OutcomeResigned, or OutcomeLost with its Cause: Held, the tenure). Token is the term.
 	EventLeader EventKind = "leader"
 	// EventRateLimit: a limiter decided. Outcome is OutcomeAllowed or OutcomeDenied (Wait
-	// with its wait, which ended denied only when it could not be granted in time).
+	// with its wait, which ended denied only when it could not be granted in time), or, for a
+	// Wait that failed, OutcomeCanceled, OutcomeTimeout or OutcomeError.
 	EventRateLimit EventKind = "ratelimit"
 )
 
@@ -147,9 +149,10 @@ const (
 	OutcomeGaveUp              Outcome = "gave_up"
 	OutcomeFingerprintMismatch Outcome = "fingerprint_mismatch"
 
-	OutcomeSkipped   Outcome = "skipped"
-	OutcomeMissed    Outcome = "missed"
-	OutcomeAbandoned Outcome = "abandoned"
+	OutcomeSkipped     Outcome = "skipped"
+	OutcomeMissed      Outcome = "missed"
+	OutcomeAbandoned   Outcome = "abandoned"
+	OutcomeNotRecorded Outcome = "not_recorded" // a run whose outcome another instance's record overrode
 
 	OutcomeElected  Outcome = "elected"
 	OutcomeResigned Outcome = "resigned"
@@ -177,11 +180,16 @@ const (
 	CauseClosed Cause = "closed"
 )
 
-// JobMode says how a job delivery ran.
-type JobMode string
+// Mode says how a job delivery ran, or what kind of run a cron run is.
+type Mode string
 
-// The job modes.
+// The modes.
 const (
-	JobModeRun   JobMode = "run"   // Run and Do: fn under a renewed lease
-	JobModeRunTx JobMode = "runtx" // RunTx: fn inside the claim's transaction
+	ModeRun   Mode = "run"   // a job's Run and Do: fn under a renewed lease
+	ModeRunTx Mode = "runtx" // a job's RunTx: fn inside the claim's transaction
+
+	ModeScheduled Mode = "scheduled" // a cron tick run on time
+	ModeCatchUp   Mode = "catch_up"  // a missed tick run late, as the catch-up policy says
+	ModeManual    Mode = "manual"    // a cron run triggered by hand
+	ModeBackfill  Mode = "backfill"  // a past tick queued by Backfill
 )

@@ -143,35 +143,23 @@ func setKeepAlive(conn net.Conn, every time.Duration) {
 // pglock.ErrLockTimeout when ctx's deadline passed. Locking a key the session holds stacks:
 // each Lock needs its own Unlock, as in PostgreSQL.
 func (s *Session) Lock(ctx context.Context, key Key) error {
-	start := time.Now()
-	err := s.wait(ctx, key, false)
-	s.observeAcquire(ctx, key, true, start, err)
-	return err
+	return s.wait(ctx, key, false, time.Now())
 }
 
 // RLock waits for the shared lock on key, as Lock does.
 func (s *Session) RLock(ctx context.Context, key Key) error {
-	start := time.Now()
-	err := s.wait(ctx, key, true)
-	s.observeAcquire(ctx, key, true, start, err)
-	return err
+	return s.wait(ctx, key, true, time.Now())
 }
 
 // TryLock takes the exclusive lock on key if it is free, else returns an error matching
 // pglock.ErrLocked.
 func (s *Session) TryLock(ctx context.Context, key Key) error {
-	start := time.Now()
-	err := s.try(ctx, key, false)
-	s.observeAcquire(ctx, key, false, start, err)
-	return err
+	return s.try(ctx, key, false, time.Now())
 }
 
 // TryRLock takes the shared lock on key if no one holds it exclusively, as TryLock does.
 func (s *Session) TryRLock(ctx context.Context, key Key) error {
-	start := time.Now()
-	err := s.try(ctx, key, true)
-	s.observeAcquire(ctx, key, false, start, err)
-	return err
+	return s.try(ctx, key, true, time.Now())
 }
 
 // Unlock releases one hold of the exclusive lock on key; pglock.ErrNotHeld if there is none.
@@ -250,7 +238,10 @@ func (s *Session) named(ctx context.Context, key Key) error {
 	return register(ctx, s.pool, key)
 }
 
-func (s *Session) try(ctx context.Context, key Key, shared bool) error {
+func (s *Session) try(ctx context.Context, key Key, shared bool, start time.Time) (err error) {
+	if s.events != nil {
+		defer s.observeFailure(ctx, key, false, start, &err)
+	}
 	id, err := s.begin(key, shared)
 	if err != nil {
 		return err
@@ -266,13 +257,16 @@ func (s *Session) try(ctx context.Context, key Key, shared bool) error {
 	if !acquired {
 		return errs.Errorf("%s: %w", key, pglock.ErrLocked)
 	}
-	s.hold(ctx, id, key)
+	s.hold(ctx, id, key, false, start)
 	return nil
 }
 
 // wait runs the blocking lock without a context, so that ctx ending does not close the
 // connection (and lose every other lock on it), and cancels it on the server instead.
-func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
+func (s *Session) wait(ctx context.Context, key Key, shared bool, start time.Time) (err error) {
+	if s.events != nil {
+		defer s.observeFailure(ctx, key, true, start, &err)
+	}
 	id, err := s.begin(key, shared)
 	if err != nil {
 		return err
@@ -305,7 +299,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 		s.absorbCancel()
 	}
 	if err == nil {
-		s.hold(ctx, id, key) // granted, even if ctx ended meanwhile
+		s.hold(ctx, id, key, true, start) // granted, even if ctx ended meanwhile
 		return nil
 	}
 	var pgErr *pgconn.PgError
@@ -322,7 +316,7 @@ func (s *Session) wait(ctx context.Context, key Key, shared bool) error {
 	case checkErr != nil:
 		return s.failed(key, checkErr)
 	case granted:
-		s.hold(ctx, id, key)
+		s.hold(ctx, id, key, true, start)
 		return nil
 	case pgErr.Code == pgerrcode.QueryCanceled && ctx.Err() != nil:
 		return waitError(ctx, key)
@@ -372,10 +366,14 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 	return nil
 }
 
-// hold counts a hold of id; the first starts its holding. Called with mu held.
-func (s *Session) hold(ctx context.Context, id lockID, key Key) {
+// hold counts a hold of id, begun at start; the first is an acquisition and starts its holding.
+// A hold stacked on one the session has is neither: it waits for nothing and ends nothing.
+// Called with mu held.
+func (s *Session) hold(ctx context.Context, id lockID, key Key, blocking bool, start time.Time) {
 	if s.held[id]++; s.held[id] == 1 && s.events != nil {
 		s.since[id] = holding{at: time.Now(), ctx: ctx, key: key}
+		s.events.Emit(ctx, pglock.Event{Kind: pglock.EventAcquire, Primitive: pglock.PrimitiveAdvisory, Name: key.String(),
+			Blocking: blocking, Wait: time.Since(start), Outcome: pglock.OutcomeAcquired})
 	}
 }
 
@@ -390,13 +388,14 @@ func (s *Session) released(id lockID, kind pglock.EventKind, cause pglock.Cause,
 		Held: time.Since(h.at), Cause: cause, Err: err})
 }
 
-// observeAcquire reports an acquisition begun at start that ended with err.
-func (s *Session) observeAcquire(ctx context.Context, key Key, blocking bool, start time.Time, err error) {
-	if s.events == nil {
+// observeFailure reports an acquisition begun at start that failed (hold reports those that
+// succeed).
+func (s *Session) observeFailure(ctx context.Context, key Key, blocking bool, start time.Time, err *error) {
+	if *err == nil {
 		return
 	}
 	s.events.Emit(ctx, pglock.Event{Kind: pglock.EventAcquire, Primitive: pglock.PrimitiveAdvisory, Name: key.String(),
-		Blocking: blocking, Wait: time.Since(start), Outcome: observe.AcquireOutcome(err), Err: err})
+		Blocking: blocking, Wait: time.Since(start), Outcome: observe.AcquireOutcome(*err), Err: *err})
 }
 
 // failed ends a session whose connection failed, or whose state is unknown: it is closed (so

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,12 @@ func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
 // execute runs fn under the run's lease, then records how it ended.
 func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, sent, expiresAt, started time.Time) {
 	label := fmt.Sprintf("cron run %d of %q (tick %s)", id, run.Schedule, run.ScheduledTime.Format(time.RFC3339))
-	observed := pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+	observed := pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: run.Schedule, Mode: pglock.Mode(run.Kind),
 		Scheduled: run.ScheduledTime, Started: started, Lag: started.Sub(run.ScheduledTime), Attempt: run.Attempt, Token: run.Token}
-	ctx = s.events.Begin(ctx, observed)
+	// The events of the lease go to the run's context once Begin has given it: Begin comes
+	// after the keeper starts, so that a slow Observer cannot hold up the first renewal.
+	var observedCtx atomic.Pointer[context.Context]
+	observedCtx.Store(&ctx)
 	var background lease.Group
 	keeper := lease.New(lease.Config{
 		Name: label, Timing: e.set.timing, Start: sent, ExpiresAt: expiresAt,
@@ -66,17 +70,19 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 		},
 		OnLost: func(err error, cause pglock.Cause) {
 			s.cfg.Logger.Error("pglock: cron run lost its lease", "schedule", run.Schedule, "run", id, "cause", cause, "error", err)
-			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
 				Scheduled: run.ScheduledTime, Token: run.Token, Cause: cause, Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			s.cfg.Logger.Warn("pglock: cron run lease renewal failed; retrying", "schedule", run.Schedule, "run", id,
 				"failures", failures, "error", err)
-			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
 				Scheduled: run.ScheduledTime, Token: run.Token, Err: err})
 		},
 	})
 	keeper.Start()
+	ctx = s.events.Begin(ctx, observed)
+	observedCtx.Store(&ctx)
 	fnCtx, stopGuard := keeper.Guard(ctx)
 	if e.set.timeout > 0 {
 		var cancel context.CancelFunc
@@ -109,8 +115,12 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 		s.events.Emit(ctx, observed)
 		return // the newer run recorded this one canceled: there is no outcome left to record
 	}
-	s.events.Emit(ctx, observed)
 	pending, err := s.finish(e, id, run.Token, status, fnErr)
+	if err != nil {
+		// Recorded abandoned meanwhile, by a claim that told it, or to be: not this run's count.
+		observed.Outcome, observed.Err = pglock.OutcomeNotRecorded, errors.Join(fnErr, err)
+	}
+	s.events.Emit(ctx, observed)
 	switch {
 	case errors.Is(err, pglock.ErrLockLost):
 		s.cfg.Logger.Warn("pglock: cron run outcome not recorded", "schedule", run.Schedule, "run", id, "status", status, "error", err)

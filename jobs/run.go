@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,15 +23,26 @@ import (
 // returns the answer's lock key when the key runs elsewhere (OutcomeInProgress).
 type attemptFunc func(ctx context.Context, req request) (res Result, lockKey int64, err error)
 
-// deliver makes attempts until one does not find the key running elsewhere, or, without
-// Options.Wait, after the first.
-func (d *Deduper) deliver(ctx context.Context, req request, mode pglock.JobMode, attempt attemptFunc) (res Result, err error) {
-	if d.events != nil {
-		defer func() {
-			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-				Mode: mode, Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
-		}()
+// deliver delivers a key through attempts, and tells the Observer how the delivery ended.
+func (d *Deduper) deliver(ctx context.Context, req request, mode pglock.Mode, attempt attemptFunc) (Result, error) {
+	if d.events == nil {
+		return d.attempts(ctx, req, attempt)
 	}
+	res, err := Result{Outcome: OutcomeRan}, errPanicked // what a panic in fn leaves: a failed run
+	defer func() {
+		d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+			Mode: mode, Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
+	}()
+	res, err = d.attempts(ctx, req, attempt)
+	return res, err
+}
+
+// errPanicked is the error a delivery's event reports when fn panicked.
+var errPanicked = errors.New("pglock: the job's function panicked")
+
+// attempts makes attempts until one does not find the key running elsewhere, or, without
+// Options.Wait, after the first.
+func (d *Deduper) attempts(ctx context.Context, req request, attempt attemptFunc) (Result, error) {
 	var w *waiter
 	defer func() {
 		if w != nil {
@@ -77,7 +89,7 @@ func deliveryOutcome(res Result, err error) pglock.Outcome {
 
 // beginRun tells the Observer that an attempt is about to run fn, and returns fn's context and
 // the function that reports how it ended.
-func (d *Deduper) beginRun(ctx context.Context, req request, mode pglock.JobMode, res Result) (context.Context, func(error)) {
+func (d *Deduper) beginRun(ctx context.Context, req request, mode pglock.Mode, res Result) (context.Context, func(error)) {
 	if d.events == nil {
 		return ctx, func(error) {}
 	}
@@ -145,7 +157,7 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 	if err != nil {
 		return Result{}, err
 	}
-	return d.deliver(ctx, req, pglock.JobModeRun, func(ctx context.Context, req request) (Result, int64, error) {
+	return d.deliver(ctx, req, pglock.ModeRun, func(ctx context.Context, req request) (Result, int64, error) {
 		start := time.Now()
 		a, err := d.queries.ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), false))
 		if err != nil {
@@ -162,7 +174,10 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 // runLeased runs fn under the lease of the attempt just claimed, then records its outcome.
 func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start, expiresAt time.Time,
 	fn func(ctx context.Context) (json.RawMessage, error)) (Result, int64, error) {
-	ctx, ran := d.beginRun(ctx, req, pglock.JobModeRun, res)
+	// The events of the lease go to the run's context once Begin has given it: Begin comes
+	// after the keeper starts, so that a slow Observer cannot hold up the first renewal.
+	var observedCtx atomic.Pointer[context.Context]
+	observedCtx.Store(&ctx)
 	var background lease.Group
 	keeper := lease.New(lease.Config{
 		Name: req.key, Timing: req.timing, Start: start, ExpiresAt: expiresAt,
@@ -177,16 +192,18 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 		},
 		OnLost: func(err error, cause pglock.Cause) {
 			d.cfg.Logger.Error("pglock: job attempt lost its lease", "job", req.key, "scope", req.scope, "token", res.Token, "cause", cause, "error", err)
-			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+			d.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
 				Token: res.Token, Attempt: res.Attempts, Cause: cause, Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			d.cfg.Logger.Warn("pglock: job lease renewal failed; retrying", "job", req.key, "scope", req.scope, "failures", failures, "error", err)
-			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+			d.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
 				Token: res.Token, Attempt: res.Attempts, Err: err})
 		},
 	})
 	keeper.Start()
+	ctx, ran := d.beginRun(ctx, req, pglock.ModeRun, res)
+	observedCtx.Store(&ctx)
 	fnCtx, stop := keeper.Guard(ctx)
 	// Stopped before the outcome is written: a renewal after it would find the attempt gone.
 	stopKeeping := func() {

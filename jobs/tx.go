@@ -33,7 +33,7 @@ func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(
 	if err != nil {
 		return Result{}, err
 	}
-	return d.deliver(ctx, req, pglock.JobModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
+	return d.deliver(ctx, req, pglock.ModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
 		return d.attemptTx(ctx, req, fn)
 	})
 }
@@ -72,7 +72,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		return res, db.Deref(a.LockKey), err
 	}
 
-	runCtx, ran := d.beginRun(ctx, req, pglock.JobModeRunTx, res)
+	runCtx, ran := d.beginRun(ctx, req, pglock.ModeRunTx, res)
 	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(runCtx, tx) }, func(panicked error) {
 		ran(panicked)
 		rollback()

@@ -117,7 +117,7 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 		return nil, errs.Errorf("%w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
 	}
 	// tablelock checks the rest: make one now, so that a mistake is found here.
-	l, err := newLocker(pool, c)
+	l, err := newLocker(pool, c, name, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -135,10 +135,20 @@ func validateName(name string) error {
 	return nil
 }
 
-func newLocker(pool *pgxpool.Pool, c Config) (*tablelock.Locker, error) {
+// newLocker makes the Locker a Run campaigns with; events, when not nil, is told the failed
+// renewals of its terms in election.
+func newLocker(pool *pgxpool.Pool, c Config, election string, events *observe.Emitter) (*tablelock.Locker, error) {
 	cfg := &tablelock.Config{
 		AppName: c.AppName, TTL: c.TTL, DisableNotifications: c.DisableNotifications,
 		ListenerConnConfig: c.ListenerConnConfig, Logger: c.Logger,
+	}
+	if events != nil {
+		cfg.Observer = pglock.ObserverFunc(func(ctx context.Context, e pglock.Event) {
+			if e.Kind == pglock.EventRenewFailed {
+				e.Primitive, e.Name = pglock.PrimitiveLeader, election
+				events.Emit(ctx, e)
+			}
+		})
 	}
 	if !c.DisableNotifications {
 		// A release notifies the next candidate, and a candidate polls at its leader's expiry
@@ -173,7 +183,7 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 		e.mu.Unlock()
 	}()
 
-	locker, err := newLocker(e.pool, e.cfg)
+	locker, err := newLocker(e.pool, e.cfg, e.name, e.events)
 	if err != nil {
 		return err
 	}
@@ -325,8 +335,9 @@ func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	if lk == nil {
 		return errs.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
 	}
+	checked := lk.Err() == nil // a term known lost is refused without a check, and told as lost already
 	err := lk.Fence(ctx, tx)
-	if errors.Is(err, pglock.ErrLockLost) {
+	if checked && errors.Is(err, pglock.ErrLockLost) {
 		e.events.Emit(ctx, pglock.Event{Kind: pglock.EventFenceRefused, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: lk.Token(), Err: err})
 	}
 	return err

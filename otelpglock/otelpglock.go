@@ -223,10 +223,14 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		o.jobRunDuration.Record(ctx, e.Run.Seconds(), a)
 		o.endRun(ctx, e)
 	case pglock.EventCronRun:
-		n := max(e.Count, 1) // a missed range counts its ticks (−1: too many to count, one)
-		o.cronRuns.Add(ctx, n, o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
+		if e.Outcome != pglock.OutcomeNotRecorded { // the instance that recorded it abandoned counts it
+			n := max(e.Count, 1) // a missed range counts its ticks (−1: too many to count, one)
+			o.cronRuns.Add(ctx, n, o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
+		}
 		if !e.Started.IsZero() {
-			o.cronLag.Record(ctx, e.Lag.Seconds(), o.attributes(attrKey{name: e.Name}))
+			if e.Mode == pglock.ModeScheduled { // manual, backfilled and caught-up runs are late by design
+				o.cronLag.Record(ctx, e.Lag.Seconds(), o.attributes(attrKey{name: e.Name}))
+			}
 			o.cronRunDuration.Record(ctx, e.Run.Seconds(), o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
 		}
 		if e.Outcome == pglock.OutcomeRan {
@@ -266,13 +270,14 @@ func isLock(p pglock.Primitive) bool {
 	return p == pglock.PrimitiveLock || p == pglock.PrimitiveSemaphore || p == pglock.PrimitiveAdvisory
 }
 
-// lockName is the name attribute of a lock's metrics: a semaphore's own name, declared in
-// code; a lock's or advisory key's label, if any.
+// lockName is the name attribute of a lease's metrics: a lock's or advisory key's label, if
+// any; the name itself for the primitives whose names code declares (a semaphore, a job's
+// scope, a schedule, an election).
 func (o *Observer) lockName(e pglock.Event) string {
-	if e.Primitive == pglock.PrimitiveSemaphore {
-		return e.Name
+	if e.Primitive == pglock.PrimitiveLock || e.Primitive == pglock.PrimitiveAdvisory {
+		return o.labelOf(e.Primitive, e.Name)
 	}
-	return o.labelOf(e.Primitive, e.Name)
+	return e.Name
 }
 
 func (o *Observer) labelOf(p pglock.Primitive, name string) string {
@@ -287,7 +292,7 @@ type attrKey struct {
 	primitive pglock.Primitive
 	outcome   pglock.Outcome
 	cause     pglock.Cause
-	mode      pglock.JobMode
+	mode      pglock.Mode
 	name, key string
 }
 

@@ -238,6 +238,8 @@ func TestSemaphorePermitsAndAdvisoryLocksAreCounted(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close(context.Background()) })
 	require.NoError(t, s.Lock(ctx, advisory.StringKey("a")))
+	require.NoError(t, s.Lock(ctx, advisory.StringKey("a"))) // stacked: no acquisition, nothing more held
+	require.NoError(t, s.Unlock(ctx, advisory.StringKey("a")))
 	require.NoError(t, s.TryLock(ctx, advisory.StringKey("b")))
 	require.ErrorIs(t, (func() error {
 		other, err := advisory.Open(ctx, d.Pool, nil)
@@ -342,14 +344,16 @@ func TestJobDeliveriesAndRuns(t *testing.T) {
 	require.Equal(t, jobs.OutcomeAlreadyDone, res.Outcome)
 	_, err = dd.Run(ctx, "order:2", nil, func(context.Context) error { return errors.New("refused") })
 	require.Error(t, err)
+	require.Panics(t, func() { dd.Run(ctx, "order:3", nil, func(context.Context) error { panic("bug") }) })
 
 	runtx, run, billing := otelpglock.AttrMode.String("runtx"), otelpglock.AttrMode.String("run"), name("billing")
 	in.waitValue(t, 1, "pglock.job.deliveries", runtx, billing, outcome(pglock.OutcomeAlreadyDone))
 	in.waitValue(t, 1, "pglock.job.deliveries", runtx, billing, outcome(pglock.OutcomeRan))
-	in.waitValue(t, 1, "pglock.job.deliveries", run, billing, outcome(pglock.OutcomeFailed))
+	in.waitValue(t, 2, "pglock.job.deliveries", run, billing, outcome(pglock.OutcomeFailed)) // a panic is a failure
+	require.False(t, in.read(t, "pglock.job.deliveries", run, outcome(pglock.OutcomeRan)).found)
 	require.Equal(t, 1.0, in.read(t, "pglock.job.attempts", runtx, outcome(pglock.OutcomeRan)).value)
-	require.Equal(t, 1.0, in.read(t, "pglock.job.attempts", run, outcome(pglock.OutcomeFailed)).value)
-	require.Equal(t, 2.0, in.read(t, "pglock.job.run.duration", billing).count)
+	require.Equal(t, 2.0, in.read(t, "pglock.job.attempts", run, outcome(pglock.OutcomeFailed)).value)
+	require.Equal(t, 3.0, in.read(t, "pglock.job.run.duration", billing).count)
 
 	var jobSpan sdktrace.ReadOnlySpan
 	testdb.WaitFor(t, func() bool {
@@ -637,8 +641,11 @@ func TestSkippedAndAbandonedRunsAreCountedByTheirRecorder(t *testing.T) {
 	defer heal()
 	testdb.WaitFor(t, func() bool {
 		return recorded(cron.StatusAbandoned) == 1 && counted(pglock.OutcomeAbandoned) == 1 &&
-			counted(pglock.OutcomeSkipped) == recorded(cron.StatusSkipped)
-	}, "abandoned and skipped runs counted as recorded")
+			counted(pglock.OutcomeSkipped) == recorded(cron.StatusSkipped) &&
+			counted(pglock.OutcomeRan) == recorded(cron.StatusRan) && recorded(cron.StatusRan) > 0 &&
+			a.read(t, "pglock.cron.run.duration", outcome(pglock.OutcomeNotRecorded)).count == 1
+	}, "abandoned, skipped and ran runs counted as recorded; the abandoned run's end not counted by its runner")
+	require.Zero(t, counted(pglock.OutcomeFailed), "the run recorded abandoned is not counted failed too")
 	require.Equal(t, 1.0, b.read(t, "pglock.cron.runs", outcome(pglock.OutcomeAbandoned)).value, "recorded by the instance still connected")
 	require.False(t, a.read(t, "pglock.cron.runs", outcome(pglock.OutcomeAbandoned)).found)
 }

@@ -26,7 +26,10 @@ type Lock struct {
 	metadata  map[string]any
 	heldFrom  time.Time
 	vacancy   time.Duration
-	lease     *lease.Keeper
+	// unreported is set, before anything else can see the lock, on one never handed to its
+	// caller (its Locker closed as it was acquired): none of its events is told.
+	unreported bool
+	lease      *lease.Keeper
 }
 
 func newLock(ctx context.Context, l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {

@@ -131,7 +131,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 	if !row.Acquired {
 		return nil, lockedError(name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
 	}
-	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
+	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0, 0)
 }
 
 // Acquire waits until it holds the lock, ctx is done, opts.WaitTimeout has passed, or the
@@ -323,11 +323,13 @@ func (r request) params() db.TryAcquireLockParams {
 // hold makes a held Lock whose lease counts from leaseStart, the start of the request that
 // last wrote it (or its place in the queue), and starts keeping it; unless the Locker closed
 // meanwhile, in which case nobody would keep it: it is released and the caller told so.
-func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, leaseStart time.Time, waited time.Duration) (*Lock, error) {
+func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, leaseStart time.Time, waited, vacancy time.Duration) (*Lock, error) {
 	lk := newLock(ctx, l, req, token, expiresAt, leaseStart)
+	lk.vacancy = vacancy
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		lk.unreported = true // never the caller's: its acquisition is told as canceled, nothing more
 		lk.markReleased()
 		releaseCtx, cancel := context.WithTimeout(l.ctx, req.timing.TTL) // Close's ctx bounds it
 		defer cancel()
@@ -375,7 +377,7 @@ func (l *Locker) observeAcquire(ctx context.Context, p pglock.Primitive, name st
 
 // observe reports an event about a held lock.
 func (lk *Lock) observe(kind pglock.EventKind, f func(*pglock.Event)) {
-	if lk.l.events == nil {
+	if lk.l.events == nil || lk.unreported {
 		return
 	}
 	e := pglock.Event{Kind: kind, Primitive: lk.primitive, Name: lk.label, Token: lk.token}

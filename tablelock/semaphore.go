@@ -40,7 +40,7 @@ func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits i
 	if !row.Acquired {
 		return nil, errs.Errorf("%w: semaphore %q has %d of %d places taken", pglock.ErrLocked, name, row.Holders, permits)
 	}
-	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0)
+	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0, 0)
 }
 
 // AcquireSemaphore waits until it holds one of permits places of the semaphore name, ctx is
@@ -76,7 +76,7 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w)
-			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
+			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start), 0)
 		case err == nil:
 		case ctx.Err() != nil:
 			l.abandonSemaphore(w, name, req)

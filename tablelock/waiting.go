@@ -65,12 +65,12 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
-			lk, err := l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start))
-			if lk != nil && locked != nil && locked.Holder != req.holder {
+			var vacancy time.Duration
+			if locked != nil && locked.Holder != req.holder {
 				// Taken, not handed over: from the end of the lease last seen to the start of this one.
-				lk.vacancy = max(0, row.ExpiresAt.Add(-req.timing.TTL).Sub(locked.ExpiresAt))
+				vacancy = max(0, row.ExpiresAt.Add(-req.timing.TTL).Sub(locked.ExpiresAt))
 			}
-			return lk, err
+			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start), vacancy)
 		case err == nil:
 			if row.Queued {
 				queuedAt = pollStart
@@ -116,7 +116,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			usable := req.timing.TTL - req.timing.Margin
 			if time.Until(queuedAt.Add(usable)) > usable/2 {
 				defer l.unregister(w)
-				return l.hold(ctx, req, handoff.FencingToken, handoff.ExpiresAt, queuedAt, time.Since(start))
+				return l.hold(ctx, req, handoff.FencingToken, handoff.ExpiresAt, queuedAt, time.Since(start), 0)
 			}
 		}
 	}

@@ -6,20 +6,26 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/pglock/pglock"
 )
 
 // Emitter hands events to an Observer on a goroutine of its own, in order, in batches at most
-// deliveryDelay old. A nil *Emitter (no Observer) does nothing, at the cost of a nil check.
+// deliveryDelay old; losses at once. A nil *Emitter (no Observer) does nothing, at the cost of a
+// nil check.
 type Emitter struct {
-	obs       pglock.Observer
-	logger    *slog.Logger
-	queue     chan item
-	scheduled atomic.Bool // a delivery is due, or under way
-	dropped   atomic.Uint64
+	obs    pglock.Observer
+	logger *slog.Logger
+	delay  time.Duration // deliveryDelay; tests' own
+
+	mu         sync.Mutex
+	queue      []item // grown as needed, up to pglock.EventBuffer
+	spare      []item // the last batch's array, for the next queue
+	scheduled  bool   // a delivery is due
+	delivering bool   // a goroutine is delivering
+	dropped    uint64
 }
 
 // deliveryDelay is how long an event may wait for the batch it is delivered in. A goroutine
@@ -34,15 +40,20 @@ type item struct {
 
 // New returns an Emitter for obs, or nil when obs is nil.
 func New(obs pglock.Observer, logger *slog.Logger) *Emitter {
+	return newEmitter(obs, logger, deliveryDelay)
+}
+
+func newEmitter(obs pglock.Observer, logger *slog.Logger, delay time.Duration) *Emitter {
 	if obs == nil {
 		return nil
 	}
-	return &Emitter{obs: obs, logger: logger, queue: make(chan item, pglock.EventBuffer)}
+	return &Emitter{obs: obs, logger: logger, delay: delay}
 }
 
-// Emit queues e for the Observer; a full queue drops it. It never blocks. The goroutine that
-// delivers starts deliveryDelay after the first event of a batch and exits once the queue is
-// empty, so that an idle primitive keeps none.
+// Emit queues e for the Observer; a full queue drops it. It never blocks. Delivery starts
+// deliveryDelay after the first event of a batch, or at once for a loss (so that it reaches the
+// span of the work it guarded while that is likely still open), and its goroutine exits once
+// the queue is empty, so that an idle primitive keeps none.
 func (m *Emitter) Emit(ctx context.Context, e pglock.Event) {
 	if m == nil {
 		return
@@ -50,32 +61,50 @@ func (m *Emitter) Emit(ctx context.Context, e pglock.Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	select {
-	case m.queue <- item{ctx, e}:
-	default:
-		if n := m.dropped.Add(1); n&(n-1) == 0 { // 1, 2, 4, 8...: a stuck Observer logs, but not per event
+	m.mu.Lock()
+	if len(m.queue) >= pglock.EventBuffer {
+		m.dropped++
+		n := m.dropped
+		m.mu.Unlock()
+		if n&(n-1) == 0 { // 1, 2, 4, 8...: a stuck Observer logs, but not per event
 			m.logger.Warn("pglock: observer too slow; events dropped", "dropped", n, "kind", e.Kind)
 		}
+		return
 	}
-	if m.scheduled.CompareAndSwap(false, true) {
-		time.AfterFunc(deliveryDelay, m.deliver)
+	m.queue = append(m.queue, item{ctx, e})
+	now := e.Kind == pglock.EventLost && !m.delivering
+	later := !now && !m.scheduled && !m.delivering
+	m.scheduled = m.scheduled || later
+	m.mu.Unlock()
+	switch {
+	case now:
+		go m.deliver()
+	case later:
+		time.AfterFunc(m.delay, m.deliver)
 	}
 }
 
+// deliver hands the queue to the Observer until it is empty, unless another goroutine does.
 func (m *Emitter) deliver() {
-	for {
-		select {
-		case it := <-m.queue:
-			m.observe(it)
-		default:
-			m.scheduled.Store(false)
-			// An Emit between the empty read and the Store saw a delivery scheduled and left its
-			// event to us.
-			if len(m.queue) == 0 || !m.scheduled.CompareAndSwap(false, true) {
-				return
-			}
-		}
+	m.mu.Lock()
+	if m.delivering {
+		m.mu.Unlock()
+		return
 	}
+	m.delivering = true
+	for len(m.queue) > 0 {
+		batch := m.queue
+		m.queue, m.spare = m.spare[:0], nil
+		m.mu.Unlock()
+		for _, it := range batch {
+			m.observe(it)
+		}
+		clear(batch) // no context kept alive by a delivered event
+		m.mu.Lock()
+		m.spare = batch[:0]
+	}
+	m.delivering, m.scheduled = false, false
+	m.mu.Unlock()
 }
 
 func (m *Emitter) observe(it item) {
@@ -111,7 +140,7 @@ func AcquireOutcome(err error) pglock.Outcome {
 	switch {
 	case err == nil:
 		return pglock.OutcomeAcquired
-	case errors.Is(err, pglock.ErrLockTimeout): // before ErrLocked, which a timeout may match too
+	case errors.Is(err, pglock.ErrLockTimeout), errors.Is(err, context.DeadlineExceeded): // before ErrLocked, which a timeout may match too
 		return pglock.OutcomeTimeout
 	case errors.Is(err, pglock.ErrLocked):
 		return pglock.OutcomeNotAcquired

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -20,15 +21,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// recorder is an Observer that keeps what it is told, and blocks until gate, if any, is closed.
+// recorder is an Observer that keeps what it is told, and blocks until gate, if any, is
+// closed, telling entered first.
 type recorder struct {
-	gate chan struct{}
-	mu   sync.Mutex
-	got  []pglock.Event
+	gate    chan struct{}
+	entered chan struct{}
+	mu      sync.Mutex
+	got     []pglock.Event
 }
 
 func (r *recorder) Observe(_ context.Context, e pglock.Event) {
 	if r.gate != nil {
+		select {
+		case r.entered <- struct{}{}:
+		default:
+		}
 		<-r.gate
 	}
 	r.mu.Lock()
@@ -75,16 +82,29 @@ func TestEventsArriveInOrderAndStampedWithTheirTime(t *testing.T) {
 // A stuck Observer never blocks Emit: what does not fit in the buffer is dropped.
 func TestAStuckObserverDropsEventsInsteadOfBlocking(t *testing.T) {
 	t.Parallel()
-	r := &recorder{gate: make(chan struct{})}
+	r := &recorder{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	m := observe.New(r, quiet)
+	m.Emit(context.Background(), pglock.Event{Kind: pglock.EventReleased, Token: 0})
+	testdb.Receive(t, r.entered) // the delivery is stuck in the Observer
 	for i := range int64(pglock.EventBuffer + 500) {
-		m.Emit(context.Background(), pglock.Event{Kind: pglock.EventReleased, Token: i})
+		m.Emit(context.Background(), pglock.Event{Kind: pglock.EventReleased, Token: 1 + i})
 	}
 	close(r.gate)
-	testdb.WaitFor(t, func() bool { n := len(r.tokens()); return n >= pglock.EventBuffer })
+	testdb.WaitFor(t, func() bool { return len(r.tokens()) == 1+pglock.EventBuffer }, "the first, and a full buffer")
 	tokens := r.tokens()
-	require.Less(t, len(tokens), pglock.EventBuffer+500, "some were dropped")
-	require.Equal(t, int64(0), tokens[0], "the oldest were kept")
+	require.Equal(t, int64(0), tokens[0])
+	require.Equal(t, int64(pglock.EventBuffer), tokens[len(tokens)-1], "the oldest were kept, the last 500 dropped")
+}
+
+// A loss is delivered at once, with what waits before it, not with the next batch.
+func TestALossIsDeliveredAtOnce(t *testing.T) {
+	t.Parallel()
+	r := &recorder{}
+	m := observe.NewWithDelay(r, quiet, time.Hour) // no batch is delivered during the test
+	m.Emit(context.Background(), pglock.Event{Kind: pglock.EventReleased, Token: 1})
+	m.Emit(context.Background(), pglock.Event{Kind: pglock.EventLost, Token: 2})
+	testdb.WaitFor(t, func() bool { return len(r.tokens()) == 2 }, "the loss, and the release before it")
+	require.Equal(t, []int64{1, 2}, r.tokens())
 }
 
 // A panic in Observe is recovered: later events still arrive; a panic in Begin leaves ctx as
