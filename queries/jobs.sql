@@ -70,12 +70,14 @@ SELECT sqlc.embed(j), clock_timestamp()::timestamptz AS now
   FROM pglock_jobs j
  WHERE j.scope = @scope AND j.job_key = @job_key;
 
--- ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all.
+-- ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all;
+-- after a (scope, key), when given: a page of a keyset pagination, on the primary key.
 -- name: ListJobs :many
 SELECT sqlc.embed(j), clock_timestamp()::timestamptz AS now
   FROM pglock_jobs j
  WHERE (sqlc.narg('status')::text IS NULL OR j.status = sqlc.narg('status'))
    AND (sqlc.narg('scope')::varchar IS NULL OR j.scope = sqlc.narg('scope'))
    AND (sqlc.narg('key_like')::text IS NULL OR j.job_key LIKE sqlc.narg('key_like'))
+   AND (sqlc.narg('after_scope')::varchar IS NULL OR (j.scope, j.job_key) > (sqlc.narg('after_scope'), sqlc.narg('after_key')::text))
  ORDER BY j.scope, j.job_key
  LIMIT @max_rows;

@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/ops"
 	"github.com/pglock/pglock/jobs"
 )
 
@@ -43,18 +41,12 @@ func (a *app) jobsCommand() *cobra.Command {
 				return usagef("--limit must be positive")
 			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				params := db.ListJobsParams{MaxRows: int32(min(limit, 1<<31-1)), KeyLike: likePattern(glob)}
-				if status != "" {
-					params.Status = &status
-				}
-				if cmd.Flags().Changed("scope") {
-					params.Scope = &scope
-				}
-				rows, err := db.New(db.Translating(pool)).ListJobs(ctx, params)
+				list, err := ops.ListJobs(ctx, pool, ops.JobFilter{Scope: scope, AnyScope: !cmd.Flags().Changed("scope"),
+					Status: status, KeyGlob: glob, Limit: min(limit, 1_000_000)})
 				if err != nil {
 					return err
 				}
-				return a.printJobs(rows)
+				return a.printJobs(list)
 			})
 		},
 	}
@@ -68,11 +60,11 @@ func (a *app) jobsCommand() *cobra.Command {
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				row, err := a.job(ctx, pool, scope, arguments[0])
+				rec, now, err := ops.GetJob(ctx, pool, scope, arguments[0])
 				if err != nil {
 					return err
 				}
-				return a.printJob(row)
+				return a.printJob(rec, now)
 			})
 		},
 	}
@@ -88,14 +80,13 @@ func (a *app) jobsCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, arguments []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				key := arguments[0]
-				row, err := a.job(ctx, pool, scope, key)
+				j, _, err := ops.GetJob(ctx, pool, scope, key)
 				if err != nil {
 					return err
 				}
-				j := row.PglockJob
 				if !force {
 					fmt.Fprintf(a.stdout, "would forget %q (%s, %d attempts, token %d), so that it runs again\n",
-						key, j.Status, j.Attempts, j.FencingToken)
+						key, j.Status, j.Attempts, j.Token)
 					return errForgetNotConfirmed
 				}
 				d, err := jobs.New(pool, &jobs.Config{AppName: "pglockctl", Scope: scope})
@@ -105,7 +96,7 @@ func (a *app) jobsCommand() *cobra.Command {
 				if err := d.Forget(ctx, key); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "forgot %q (%s, %d attempts, token %d)\n", key, j.Status, j.Attempts, j.FencingToken)
+				fmt.Fprintf(a.stdout, "forgot %q (%s, %d attempts, token %d)\n", key, j.Status, j.Attempts, j.Token)
 				return nil
 			})
 		},
@@ -115,110 +106,44 @@ func (a *app) jobsCommand() *cobra.Command {
 	return cmd
 }
 
-// job reads one record, or says there is none.
-func (a *app) job(ctx context.Context, pool *pgxpool.Pool, scope, key string) (db.GetJobRow, error) {
-	row, err := db.New(db.Translating(pool)).GetJob(ctx, db.GetJobParams{Scope: scope, JobKey: key})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return row, fmt.Errorf("%w: no record of job %q in scope %q", pglock.ErrNotFound, key, scope)
-	}
-	return row, err
-}
-
-// jobJSON is a record as -o json prints it; its field names are stable (see docs/pglockctl.md).
-type jobJSON struct {
-	Scope          string          `json:"scope"`
-	Key            string          `json:"key"`
-	Status         string          `json:"status"`
-	Holder         string          `json:"holder"`
-	Instance       string          `json:"instance"`
-	Attempts       int32           `json:"attempts"`
-	Token          int64           `json:"token"`
-	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
-	StartedAt      time.Time       `json:"started_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
-	LastError      *string         `json:"last_error"`
-	Result         json.RawMessage `json:"result"`
-	Fingerprint    *string         `json:"fingerprint"`
-	RetainUntil    time.Time       `json:"retain_until"`
-	CreatedAt      time.Time       `json:"created_at"`
-}
-
-func toJSON(j db.PglockJob) jobJSON {
-	return jobJSON{
-		Scope: j.Scope, Key: j.JobKey, Status: j.Status, Holder: j.HolderID, Instance: j.Instance,
-		Attempts: j.Attempts, Token: j.FencingToken, LeaseExpiresAt: j.LeaseExpiresAt, StartedAt: j.StartedAt,
-		FinishedAt: j.FinishedAt, LastError: j.LastError, Result: j.Result, Fingerprint: j.Fingerprint,
-		RetainUntil: j.RetainUntil, CreatedAt: j.CreatedAt,
-	}
-}
-
-func (a *app) printJobs(rows []db.ListJobsRow) error {
+func (a *app) printJobs(list ops.Jobs) error {
 	if a.output == "json" {
-		out := make([]jobJSON, 0, len(rows))
-		for _, r := range rows {
-			out = append(out, toJSON(r.PglockJob))
-		}
-		return writeJSON(a.stdout, out)
+		return writeJSON(a.stdout, list.Records)
 	}
-	lines := make([][]string, 0, len(rows))
-	for _, r := range rows {
-		j := r.PglockJob
+	lines := make([][]string, 0, len(list.Records))
+	for _, j := range list.Records {
 		finished := "-"
 		if j.FinishedAt != nil {
-			finished = timestamp(*j.FinishedAt, r.Now)
+			finished = timestamp(*j.FinishedAt, list.Now)
 		}
 		lines = append(lines, []string{
-			orDash(j.Scope), j.JobKey, j.Status, strconv.Itoa(int(j.Attempts)), strconv.FormatInt(j.FencingToken, 10),
-			orDash(j.Instance), timestamp(j.StartedAt, r.Now), finished, timestamp(j.RetainUntil, r.Now),
+			orDash(j.Scope), j.Key, j.Status, strconv.Itoa(int(j.Attempts)), strconv.FormatInt(j.Token, 10),
+			orDash(j.Instance), timestamp(j.StartedAt, list.Now), finished, timestamp(j.RetainUntil, list.Now),
 			orDash(oneLine(db.Deref(j.LastError), 60)),
 		})
 	}
 	return table(a.stdout, []string{"SCOPE", "KEY", "STATUS", "ATTEMPTS", "TOKEN", "INSTANCE", "STARTED", "FINISHED", "KEPT UNTIL", "LAST ERROR"}, lines)
 }
 
-func (a *app) printJob(row db.GetJobRow) error {
-	j := row.PglockJob
+func (a *app) printJob(j ops.JobRecord, now time.Time) error {
 	if a.output == "json" {
-		return writeJSON(a.stdout, toJSON(j))
+		return writeJSON(a.stdout, j)
 	}
 	at := func(t *time.Time) string {
 		if t == nil {
 			return "-"
 		}
-		return timestamp(*t, row.Now)
+		return timestamp(*t, now)
 	}
 	return table(a.stdout, []string{"FIELD", "VALUE"}, [][]string{
-		{"scope", orDash(j.Scope)}, {"key", j.JobKey}, {"status", j.Status},
-		{"attempts", strconv.Itoa(int(j.Attempts))}, {"token", strconv.FormatInt(j.FencingToken, 10)},
-		{"holder", j.HolderID}, {"instance", orDash(j.Instance)},
+		{"scope", orDash(j.Scope)}, {"key", j.Key}, {"status", j.Status},
+		{"attempts", strconv.Itoa(int(j.Attempts))}, {"token", strconv.FormatInt(j.Token, 10)},
+		{"holder", j.Holder}, {"instance", orDash(j.Instance)},
 		{"lease expires", at(j.LeaseExpiresAt)}, {"started", at(&j.StartedAt)}, {"finished", at(j.FinishedAt)},
 		{"kept until", at(&j.RetainUntil)}, {"first claimed", at(&j.CreatedAt)},
 		{"fingerprint", orDash(db.Deref(j.Fingerprint))}, {"last error", orDash(db.Deref(j.LastError))},
 		{"result", orDash(string(j.Result))},
 	})
-}
-
-// likePattern turns a glob (* any text, ? one character) into a LIKE pattern; nil for "*".
-func likePattern(glob string) *string {
-	if glob == "*" {
-		return nil
-	}
-	var b strings.Builder
-	for _, r := range glob {
-		switch r {
-		case '*':
-			b.WriteByte('%')
-		case '?':
-			b.WriteByte('_')
-		case '%', '_', '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	pattern := b.String()
-	return &pattern
 }
 
 // oneLine shortens s to one line of at most n characters.

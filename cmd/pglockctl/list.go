@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -12,8 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/pglock/pglock/advisory"
-	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/ops"
 )
 
 func (a *app) listCommand() *cobra.Command {
@@ -59,42 +57,8 @@ func (a *app) listCommand() *cobra.Command {
 	return cmd
 }
 
-// The JSON of list; its field names are stable (see docs/pglockctl.md).
-type (
-	listJSON struct {
-		Now           time.Time          `json:"now"`
-		TableLocks    []tableLockJSON    `json:"table_locks"`
-		AdvisoryLocks []advisoryLockJSON `json:"advisory_locks"`
-	}
-	tableLockJSON struct {
-		Name        string          `json:"name"`
-		Holder      string          `json:"holder"`
-		Instance    string          `json:"instance"`
-		Token       int64           `json:"token"`
-		AcquiredAt  time.Time       `json:"acquired_at"`
-		ExpiresAt   time.Time       `json:"expires_at"`
-		ExpiresInMs int64           `json:"expires_in_ms"`
-		Expired     bool            `json:"expired"`
-		Waiters     int64           `json:"waiters"`
-		Metadata    json.RawMessage `json:"metadata"`
-	}
-	advisoryLockJSON struct {
-		Key             *int64    `json:"key"`  // null for a pair key
-		Pair            *[2]int32 `json:"pair"` // null for a bigint key
-		Name            string    `json:"name"`
-		Mode            string    `json:"mode"`
-		Granted         bool      `json:"granted"`
-		WaitingMs       int64     `json:"waiting_ms"`
-		PID             int32     `json:"pid"`
-		ApplicationName string    `json:"application_name"`
-		ClientAddr      string    `json:"client_addr"`
-		SessionAgeMs    int64     `json:"session_age_ms"`
-		BlockedBy       []int32   `json:"blocked_by"`
-	}
-)
-
 func (a *app) printLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool) error {
-	locks, err := a.collect(ctx, pool, kind, match, nil)
+	locks, err := ops.ListLocks(ctx, pool, kind, match, nil)
 	if err != nil {
 		return err
 	}
@@ -141,64 +105,6 @@ func (a *app) printLocks(ctx context.Context, pool *pgxpool.Pool, kind string, m
 		return table(a.stdout, []string{"KEY", "NAME", "MODE", "STATE", "PID", "APPLICATION", "CLIENT", "BLOCKED BY"}, rows)
 	}
 	return nil
-}
-
-// collect reads the locks kind asks for whose names match; only the table lock named only,
-// when only is not nil.
-func (a *app) collect(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool, only *string) (listJSON, error) {
-	q := db.New(db.Translating(pool))
-	now, err := q.DatabaseNow(ctx)
-	if err != nil {
-		return listJSON{}, err
-	}
-	out := listJSON{Now: now, TableLocks: []tableLockJSON{}, AdvisoryLocks: []advisoryLockJSON{}}
-	if kind != "advisory" {
-		rows, err := q.ListTableLocks(ctx, only)
-		if err != nil {
-			return listJSON{}, err
-		}
-		for _, r := range rows {
-			if !match(r.LockName) {
-				continue
-			}
-			out.TableLocks = append(out.TableLocks, tableLockJSON{
-				Name: r.LockName, Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken,
-				AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, ExpiresInMs: r.ExpiresAt.Sub(now).Milliseconds(),
-				Expired: !r.ExpiresAt.After(now), Waiters: r.Waiters, Metadata: r.Metadata,
-			})
-		}
-	}
-	if kind != "table" {
-		locks, err := advisory.List(ctx, pool)
-		if err != nil {
-			return listJSON{}, err
-		}
-		for _, l := range locks {
-			name := l.Name
-			if l.Namespace != "" {
-				name = l.Namespace + "/" + l.Name
-			}
-			if !match(name) {
-				continue
-			}
-			lock := advisoryLockJSON{
-				Name: name, Mode: l.Mode, Granted: l.Granted, WaitingMs: l.Waited.Milliseconds(), PID: l.PID,
-				ApplicationName: l.ApplicationName, ClientAddr: l.ClientAddr, SessionAgeMs: l.SessionAge.Milliseconds(),
-				BlockedBy: l.BlockedBy,
-			}
-			if id, ok := l.Key.Int64(); ok {
-				lock.Key = &id
-			} else {
-				ns, minor := l.Key.Pair()
-				lock.Pair = &[2]int32{ns, minor}
-			}
-			if lock.BlockedBy == nil {
-				lock.BlockedBy = []int32{}
-			}
-			out.AdvisoryLocks = append(out.AdvisoryLocks, lock)
-		}
-	}
-	return out, nil
 }
 
 // globMatcher matches whole names against pattern, where * is any text (slashes included:

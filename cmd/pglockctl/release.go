@@ -14,6 +14,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/ops"
 )
 
 // errNotConfirmed ends a release that only showed what it would do.
@@ -60,7 +61,7 @@ func (a *app) releaseTable(ctx context.Context, pool *pgxpool.Pool, name string,
 	if err := pglock.ValidateName(name); err != nil {
 		return usageError{err}
 	}
-	locks, err := a.collect(ctx, pool, "table", func(string) bool { return true }, &name)
+	locks, err := ops.ListLocks(ctx, pool, ops.KindTable, nil, &name)
 	if err != nil {
 		return err
 	}

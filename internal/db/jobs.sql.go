@@ -257,15 +257,18 @@ SELECT j.scope, j.job_key, j.status, j.holder_id, j.instance, j.attempts, j.fenc
  WHERE ($1::text IS NULL OR j.status = $1)
    AND ($2::varchar IS NULL OR j.scope = $2)
    AND ($3::text IS NULL OR j.job_key LIKE $3)
+   AND ($4::varchar IS NULL OR (j.scope, j.job_key) > ($4, $5::text))
  ORDER BY j.scope, j.job_key
- LIMIT $4
+ LIMIT $6
 `
 
 type ListJobsParams struct {
-	Status  *string
-	Scope   *string
-	KeyLike *string
-	MaxRows int32
+	Status     *string
+	Scope      *string
+	KeyLike    *string
+	AfterScope *string
+	AfterKey   *string
+	MaxRows    int32
 }
 
 type ListJobsRow struct {
@@ -273,12 +276,15 @@ type ListJobsRow struct {
 	Now       time.Time
 }
 
-// ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all.
+// ListJobs lists records in key order, with a status, a scope, keys LIKE a pattern, or all;
+// after a (scope, key), when given: a page of a keyset pagination, on the primary key.
 func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsRow, error) {
 	rows, err := q.db.Query(ctx, listJobs,
 		arg.Status,
 		arg.Scope,
 		arg.KeyLike,
+		arg.AfterScope,
+		arg.AfterKey,
 		arg.MaxRows,
 	)
 	if err != nil {

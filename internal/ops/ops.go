@@ -1,0 +1,120 @@
+// Package ops is what operators read and do, for pglockctl and the console alike: one layer,
+// so that a page and a command never disagree about what they show.
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/advisory"
+	"github.com/pglock/pglock/internal/db"
+)
+
+// The locks an operator sees; the JSON field names are pglockctl list's, stable (see
+// docs/pglockctl.md).
+type (
+	// Locks is a snapshot of the locks, as of Now by the database's clock.
+	Locks struct {
+		Now           time.Time      `json:"now"`
+		TableLocks    []TableLock    `json:"table_locks"`
+		AdvisoryLocks []AdvisoryLock `json:"advisory_locks"`
+	}
+	// TableLock is a row of distributed_locks.
+	TableLock struct {
+		Name        string          `json:"name"`
+		Holder      string          `json:"holder"`
+		Instance    string          `json:"instance"`
+		Token       int64           `json:"token"`
+		AcquiredAt  time.Time       `json:"acquired_at"`
+		ExpiresAt   time.Time       `json:"expires_at"`
+		ExpiresInMs int64           `json:"expires_in_ms"`
+		Expired     bool            `json:"expired"`
+		Waiters     int64           `json:"waiters"`
+		Metadata    json.RawMessage `json:"metadata"`
+	}
+	// AdvisoryLock is an advisory lock held or awaited, from pg_locks.
+	AdvisoryLock struct {
+		Key             *int64    `json:"key"`  // null for a pair key
+		Pair            *[2]int32 `json:"pair"` // null for a bigint key
+		Name            string    `json:"name"`
+		Mode            string    `json:"mode"`
+		Granted         bool      `json:"granted"`
+		WaitingMs       int64     `json:"waiting_ms"`
+		PID             int32     `json:"pid"`
+		ApplicationName string    `json:"application_name"`
+		ClientAddr      string    `json:"client_addr"`
+		SessionAgeMs    int64     `json:"session_age_ms"`
+		BlockedBy       []int32   `json:"blocked_by"`
+	}
+)
+
+// The kinds of lock ListLocks reads.
+const (
+	KindTable    = "table"
+	KindAdvisory = "advisory"
+	KindAll      = "all"
+)
+
+// ListLocks reads the locks of kind whose names match (nil: all); only the table lock named
+// only, when only is not nil.
+func ListLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool, only *string) (Locks, error) {
+	if match == nil {
+		match = func(string) bool { return true }
+	}
+	q := db.New(db.Translating(pool))
+	now, err := q.DatabaseNow(ctx)
+	if err != nil {
+		return Locks{}, err
+	}
+	out := Locks{Now: now, TableLocks: []TableLock{}, AdvisoryLocks: []AdvisoryLock{}}
+	if kind != KindAdvisory {
+		rows, err := q.ListTableLocks(ctx, only)
+		if err != nil {
+			return Locks{}, err
+		}
+		for _, r := range rows {
+			if !match(r.LockName) {
+				continue
+			}
+			out.TableLocks = append(out.TableLocks, TableLock{
+				Name: r.LockName, Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken,
+				AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, ExpiresInMs: r.ExpiresAt.Sub(now).Milliseconds(),
+				Expired: !r.ExpiresAt.After(now), Waiters: r.Waiters, Metadata: r.Metadata,
+			})
+		}
+	}
+	if kind != KindTable {
+		locks, err := advisory.List(ctx, pool)
+		if err != nil {
+			return Locks{}, err
+		}
+		for _, l := range locks {
+			name := l.Name
+			if l.Namespace != "" {
+				name = l.Namespace + "/" + l.Name
+			}
+			if !match(name) {
+				continue
+			}
+			lock := AdvisoryLock{
+				Name: name, Mode: l.Mode, Granted: l.Granted, WaitingMs: l.Waited.Milliseconds(), PID: l.PID,
+				ApplicationName: l.ApplicationName, ClientAddr: l.ClientAddr, SessionAgeMs: l.SessionAge.Milliseconds(),
+				BlockedBy: l.BlockedBy,
+			}
+			if id, ok := l.Key.Int64(); ok {
+				lock.Key = &id
+			} else {
+				ns, minor := l.Key.Pair()
+				lock.Pair = &[2]int32{ns, minor}
+			}
+			if lock.BlockedBy == nil {
+				lock.BlockedBy = []int32{}
+			}
+			out.AdvisoryLocks = append(out.AdvisoryLocks, lock)
+		}
+	}
+	return out, nil
+}
