@@ -1,0 +1,146 @@
+package console
+
+import (
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/errs"
+)
+
+// DefaultRefreshInterval is how often pages refresh their tables unless Options says otherwise.
+const DefaultRefreshInterval = 2 * time.Second
+
+// Options configure a console. A nil *Options, and every zero field, means the default.
+type Options struct {
+	// ReadOnly says whether a request may only read. It is the server that refuses actions:
+	// a POST from a read-only request gets 403 whatever its page showed. Default: every request
+	// is read-only.
+	ReadOnly func(r *http.Request) bool
+
+	// AllowedHosts are the Host header values (a name, or name:port) the console answers; others
+	// get 421, so that a page on another site cannot reach it through DNS rebinding. Default:
+	// the loopback names, localhost, 127.0.0.1 and [::1], on any port.
+	AllowedHosts []string
+
+	// RefreshInterval is how often pages refresh their tables, with JavaScript on. Negative: never.
+	// Default: DefaultRefreshInterval.
+	RefreshInterval time.Duration
+
+	// Logger receives the console's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+//go:embed templates static
+var files embed.FS
+
+// console serves the pages of one database.
+type console struct {
+	pool    *pgxpool.Pool
+	opts    Options
+	pages   map[string]*template.Template
+	static  http.Handler
+	refresh time.Duration
+}
+
+// New returns the console of the database pool reaches, as an http.Handler to mount under any
+// prefix (with http.StripPrefix: links and forms stay under it).
+func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
+	if pool == nil {
+		return nil, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.ReadOnly == nil {
+		o.ReadOnly = func(*http.Request) bool { return true }
+	}
+	if o.RefreshInterval == 0 {
+		o.RefreshInterval = DefaultRefreshInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	for _, h := range o.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ ") {
+			return nil, errs.Errorf("%w: Options.AllowedHosts: %q is not a host", pglock.ErrInvalidArgument, h)
+		}
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	staticFiles, err := fs.Sub(files, "static")
+	if err != nil {
+		return nil, err
+	}
+	c := &console{pool: pool, opts: o, pages: pages, static: http.FileServerFS(staticFiles), refresh: o.RefreshInterval}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /locks", c.locks)
+	mux.HandleFunc("GET /jobs", c.jobs)
+	mux.HandleFunc("GET /job", c.job)
+	mux.HandleFunc("GET /cron", c.schedules)
+	mux.HandleFunc("GET /schedule", c.schedule)
+	mux.HandleFunc("GET /leaders", c.leaders)
+	mux.Handle("GET /static/", http.StripPrefix("/static/", c.static))
+	mux.HandleFunc("POST /", c.act)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, errors.New("no such page"))
+	})
+	return c.guard(http.NewCrossOriginProtection().Handler(mux)), nil
+}
+
+// guard checks the Host header and sets the headers every answer carries.
+func (c *console) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		if !c.hostAllowed(r.Host) {
+			c.opts.Logger.Warn("pglock console: refused a request for another host", "host", r.Host, "remote", r.RemoteAddr)
+			http.Error(w, "pglock console: this host name is not served here", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *console) hostAllowed(host string) bool {
+	if len(c.opts.AllowedHosts) > 0 {
+		name, _, err := net.SplitHostPort(host)
+		return slices.Contains(c.opts.AllowedHosts, host) || (err == nil && slices.Contains(c.opts.AllowedHosts, name))
+	}
+	name, _, err := net.SplitHostPort(host)
+	if err != nil {
+		name = host
+	}
+	name = strings.Trim(name, "[]")
+	return name == "localhost" || name == "127.0.0.1" || name == "::1"
+}
+
+// act answers a POST: refused in read-only mode. (Actions come with the next part.)
+func (c *console) act(w http.ResponseWriter, r *http.Request) {
+	if c.opts.ReadOnly(r) {
+		c.opts.Logger.Warn("pglock console: refused an action in read-only mode", "path", r.URL.Path, "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusForbidden, errors.New("this console is read-only: no action is taken"))
+		return
+	}
+	c.fail(w, r, http.StatusNotFound, errors.New("no such action"))
+}

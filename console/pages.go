@@ -1,0 +1,329 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/ops"
+	"github.com/pglock/pglock/leader"
+)
+
+// parsePages parses each page with the layout it shares.
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{"when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
+		"last": func(n int) int { return n - 1 }}
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html")
+	if err != nil {
+		return nil, err
+	}
+	names, err := fs.Glob(files, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range names {
+		base := path.Base(name)
+		if base == "layout.html" {
+			continue
+		}
+		t, err := template.Must(layout.Clone()).ParseFS(files, name)
+		if err != nil {
+			return nil, err
+		}
+		pages[strings.TrimSuffix(base, ".html")] = t
+	}
+	return pages, nil
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string        // the section, for the navigation
+	Base     string        // the prefix the console is mounted under, with a trailing slash
+	Refresh  time.Duration // 0: the page does not refresh
+	ReadOnly bool
+	Now      time.Time // by the database's clock
+	Data     any
+}
+
+// base is the path the console is mounted under: what a StripPrefix took off the request's
+// path, so that links and forms stay under it.
+func base(r *http.Request) string {
+	full := r.URL.EscapedPath()
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+		full = u.EscapedPath()
+	}
+	prefix := strings.TrimSuffix(full, r.URL.EscapedPath())
+	return strings.TrimSuffix(prefix, "/") + "/"
+}
+
+func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.Base, p.ReadOnly = base(r), c.opts.ReadOnly(r)
+	if p.Refresh == 0 && c.refresh > 0 && status == http.StatusOK {
+		p.Refresh = c.refresh
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		c.opts.Logger.Error("pglock console: render", "page", name, "error", err)
+		http.Error(w, "pglock console: the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// fail answers with an error page: 404 for what does not exist, 400 for a malformed request,
+// 403 for a refused action, 500 (logged, with the database error kept out of the page) else.
+func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	msg := err.Error()
+	if status >= 500 {
+		c.opts.Logger.Error("pglock console", "path", r.URL.Path, "error", err)
+		msg = "the database could not be read; the console's log says why"
+	}
+	c.render(w, r, status, "error", page{Title: http.StatusText(status), Data: msg})
+}
+
+// failRead answers a failed read: 404 when what was asked for does not exist.
+func (c *console) failRead(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, pglock.ErrNotFound) {
+		c.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	c.fail(w, r, http.StatusInternalServerError, err)
+}
+
+// overviewData is the overview's: counts, and what needs attention.
+type overviewData struct {
+	TableLocks, ExpiredLocks, AdvisoryLocks, Waiting int
+	OldestLease                                      *ops.TableLock
+	Schedules, Paused, Orphaned                      int
+	Elections, Leaderless                            int
+}
+
+func (c *console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	locks, err := ops.ListLocks(ctx, c.pool, ops.KindAll, nil, nil)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	schedules, err := cron.List(ctx, c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	leaders, err := leader.List(ctx, c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	var d overviewData
+	for i, l := range locks.TableLocks {
+		d.TableLocks++
+		if l.Expired {
+			d.ExpiredLocks++
+		}
+		d.Waiting += int(l.Waiters)
+		if d.OldestLease == nil || l.AcquiredAt.Before(d.OldestLease.AcquiredAt) {
+			d.OldestLease = &locks.TableLocks[i]
+		}
+	}
+	for _, l := range locks.AdvisoryLocks {
+		if l.Granted {
+			d.AdvisoryLocks++
+		} else {
+			d.Waiting++
+		}
+	}
+	for _, s := range schedules {
+		d.Schedules++
+		if s.Paused {
+			d.Paused++
+		}
+		if s.Orphaned {
+			d.Orphaned++
+		}
+	}
+	for _, l := range leaders {
+		d.Elections++
+		if l.Holder == "" || !l.ExpiresAt.After(locks.Now) {
+			d.Leaderless++
+		}
+	}
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Now: locks.Now, Data: d})
+}
+
+func (c *console) locks(w http.ResponseWriter, r *http.Request) {
+	match, err := nameFilter(r.URL.Query().Get("name"))
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	locks, err := ops.ListLocks(r.Context(), c.pool, ops.KindAll, match, nil)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "locks", page{Title: "Locks", Nav: "locks", Now: locks.Now,
+		Data: struct {
+			ops.Locks
+			Name string
+		}{locks, r.URL.Query().Get("name")}})
+}
+
+// nameFilter matches names containing s; "" matches all. A NUL is refused, as no name has one.
+func nameFilter(s string) (func(string) bool, error) {
+	if strings.ContainsRune(s, 0) {
+		return nil, fmt.Errorf("%w: name filter holds a NUL character", pglock.ErrInvalidArgument)
+	}
+	return func(name string) bool { return strings.Contains(name, s) }, nil
+}
+
+func (c *console) schedules(w http.ResponseWriter, r *http.Request) {
+	list, err := cron.List(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	now, err := ops.DatabaseNow(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "cron", page{Title: "Cron", Nav: "cron", Now: now, Data: list})
+}
+
+func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if err := pglock.ValidateName(name); err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	limit, err := limitParam(r, 100)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	info, runs, now, err := ops.Schedule(r.Context(), c.pool, name, limit)
+	if err != nil {
+		c.failRead(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "schedule", page{Title: "Schedule " + name, Nav: "cron", Now: now,
+		Data: struct {
+			Info cron.ScheduleInfo
+			Runs []cron.RunRecord
+		}{info, runs}})
+}
+
+func (c *console) leaders(w http.ResponseWriter, r *http.Request) {
+	list, err := leader.List(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	now, err := ops.DatabaseNow(r.Context(), c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "leaders", page{Title: "Leaders", Nav: "leaders", Now: now, Data: list})
+}
+
+func (c *console) jobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := ops.JobFilter{Scope: q.Get("scope"), AnyScope: q.Get("scope") == "", Status: q.Get("status"), KeyGlob: q.Get("key"),
+		AfterScope: q.Get("after_scope"), AfterKey: q.Get("after_key"), HasAfter: q.Has("after_key")}
+	limit, err := limitParam(r, 100)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	f.Limit = limit
+	list, err := ops.ListJobs(r.Context(), c.pool, f)
+	if errors.Is(err, pglock.ErrInvalidArgument) {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Now: list.Now,
+		Data: struct {
+			ops.Jobs
+			Filter ops.JobFilter
+		}{list, f}})
+}
+
+func (c *console) job(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	rec, now, err := ops.GetJob(r.Context(), c.pool, q.Get("scope"), q.Get("key"))
+	if errors.Is(err, pglock.ErrInvalidArgument) {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if err != nil {
+		c.failRead(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "job", page{Title: "Job " + rec.Key, Nav: "jobs", Now: now, Data: rec})
+}
+
+// limitParam reads the limit query parameter: 1 to 1000, def when absent.
+func limitParam(r *http.Request, def int) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, fmt.Errorf("%w: limit %q must be a number from 1 to 1000", pglock.ErrInvalidArgument, s)
+	}
+	return n, nil
+}
+
+// when shows a database time absolutely (UTC, to the second).
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// ago shows t relative to now: "5s ago", "in 2m".
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		return span(-d) + " ago"
+	}
+	return "in " + span(d)
+}
+
+// span shows a duration to a useful precision.
+func span(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
