@@ -5,9 +5,9 @@ SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 
 # Modules of their own under the root, so that what they bring never enters the library's graph.
-NESTED := internal/containerdb internal/demo otelpglock
+NESTED := internal/containerdb internal/demo otelpglock console/browsertest
 
-.PHONY: test lint generate check-generated bench bench-packages tools demo chaos setup
+.PHONY: test lint generate check-generated bench bench-packages tools demo chaos setup screenshots
 
 ## test: lint, check that generated code is current, run every test with the race detector, in
 ## the library and in the nested modules. Installs PostgreSQL first where none is found.
@@ -78,6 +78,12 @@ bench:
 	fi; \
 	tags=; [ -f $$peer/COMMIT ] || tags=nocirello; \
 	cd bench && $(GO) run -tags "$$tags" . -out ../docs
+
+## screenshots: the console's pages, photographed in Chromium by its browser tests from a seeded
+## database, into docs/console/.
+screenshots: setup
+	mkdir -p docs/console
+	PGLOCK_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) -C console/browsertest test -count=1 -run TestEveryPageLoadsCleanlyInABrowser .
 
 ## bench-packages: each package's benchmarks, each comparing pglock with its baseline in the same
 ## run. A failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of

@@ -17,70 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/console"
-	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/consoletest"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/jobs"
-	"github.com/pglock/pglock/leader"
-	"github.com/pglock/pglock/tablelock"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
-
-// seeded is a database with one of everything the console shows.
-type seeded struct {
-	d    *testdb.DB
-	lock *tablelock.Lock
-}
-
-func seed(t *testing.T) seeded {
-	t.Helper()
-	d := testdb.New(t, nil)
-	ctx := testdb.Context(t)
-	l, err := tablelock.New(d.Pool, &tablelock.Config{AppName: "console-test"})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close(context.Background()) })
-	lk, err := l.TryAcquire(ctx, "orders:42", &tablelock.AcquireOptions{Metadata: map[string]any{"owner": "billing"}})
-	require.NoError(t, err)
-
-	s, err := advisory.Open(ctx, d.Pool, &advisory.Config{RegisterNames: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close(context.Background()) })
-	require.NoError(t, s.Lock(ctx, advisory.StringKey("nightly-report")))
-
-	dd, err := jobs.New(d.Pool, &jobs.Config{AppName: "console-test", Scope: "billing"})
-	require.NoError(t, err)
-	_, err = dd.RunTx(ctx, "invoice:1", nil, func(context.Context, pgx.Tx) error { return nil })
-	require.NoError(t, err)
-	_, err = dd.Run(ctx, "invoice:2", nil, func(context.Context) error { return errors.New("card declined <script>") })
-	require.Error(t, err)
-
-	ran := make(chan struct{}, 10)
-	sched, err := cron.New(d.Pool, &cron.Config{AppName: "console-test"})
-	require.NoError(t, err)
-	require.NoError(t, sched.Add("rollup", "@every 1s", nil, func(context.Context, cron.Run) error {
-		ran <- struct{}{}
-		return errors.New("rollup failed: disk full")
-	}))
-	require.NoError(t, sched.Start(ctx))
-	testdb.Receive(t, ran)
-	require.NoError(t, sched.Stop(ctx))
-
-	e, err := leader.New(d.Pool, "reconciler", &leader.Config{AppName: "console-test"})
-	require.NoError(t, err)
-	electionCtx, stop := context.WithCancel(context.Background())
-	done, elected := make(chan error, 1), make(chan struct{})
-	go func() {
-		done <- e.Run(electionCtx, leader.Callbacks{OnElected: func(ctx context.Context, _ int64) {
-			close(elected)
-			<-ctx.Done()
-		}})
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	testdb.Receive(t, elected)
-	return seeded{d: d, lock: lk}
-}
 
 // mount serves the console under /ops/, as a host application would.
 func mount(t *testing.T, pool *pgxpool.Pool, opts *console.Options) *httptest.Server {
@@ -156,8 +99,8 @@ func parse(t *testing.T, body string) page {
 // prefix the console is mounted at.
 func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 	t.Parallel()
-	s := seed(t)
-	srv := mount(t, s.d.Pool, nil)
+	s := consoletest.Seed(t)
+	srv := mount(t, s.DB.Pool, nil)
 	for _, c := range []struct {
 		path string
 		want []string
@@ -243,8 +186,8 @@ func TestBadRequestsSayWhy(t *testing.T) {
 // console that allows actions still refuses cross-origin POSTs.
 func TestReadOnlyAndCrossOriginPostsAreRefused(t *testing.T) {
 	t.Parallel()
-	s := seed(t)
-	readOnly := mount(t, s.d.Pool, nil)
+	s := consoletest.Seed(t)
+	readOnly := mount(t, s.DB.Pool, nil)
 	post := func(srv *httptest.Server, path string, header map[string]string) response {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(url.Values{"name": {"orders:42"}}.Encode()))
 		require.NoError(t, err)
@@ -257,10 +200,10 @@ func TestReadOnlyAndCrossOriginPostsAreRefused(t *testing.T) {
 	r := post(readOnly, "/ops/locks/release", nil)
 	require.Equal(t, http.StatusForbidden, r.status)
 	require.Contains(t, r.body, "read-only")
-	require.NoError(t, s.lock.Err(), "nothing was written")
+	require.NoError(t, s.Lock.Err(), "nothing was written")
 	require.Contains(t, parse(t, get(t, readOnly, "/ops/locks").body).text, "orders:42")
 
-	acting := mount(t, s.d.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false }})
+	acting := mount(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false }})
 	r = post(acting, "/ops/locks/release", map[string]string{"Sec-Fetch-Site": "cross-site"})
 	require.Equal(t, http.StatusForbidden, r.status)
 	require.NotContains(t, r.body, "read-only", "refused as cross-origin")
@@ -303,12 +246,12 @@ func TestForeignHostsAreRefused(t *testing.T) {
 // the same page.
 func TestAReleasedLockLeavesThePage(t *testing.T) {
 	t.Parallel()
-	s := seed(t)
-	srv := mount(t, s.d.Pool, &console.Options{RefreshInterval: time.Second})
+	s := consoletest.Seed(t)
+	srv := mount(t, s.DB.Pool, &console.Options{RefreshInterval: time.Second})
 	r := get(t, srv, "/ops/locks")
 	require.Contains(t, r.body, `data-refresh-ms="1000"`)
 	require.Contains(t, parse(t, r.body).text, "orders:42")
-	require.NoError(t, s.lock.Release(testdb.Context(t)))
+	require.NoError(t, s.Lock.Release(testdb.Context(t)))
 	require.NotContains(t, parse(t, get(t, srv, "/ops/locks").body).text, "orders:42")
 }
 

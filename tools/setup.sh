@@ -6,8 +6,9 @@
 #   tools/setup.sh test   PostgreSQL, found as a URL in PGLOCK_TEST_DATABASE_URL or
 #                         DATABASE_URL or as its server programs (initdb, postgres: the tests
 #                         start clusters of their own), its client (psql, pg_dump), PgBouncer,
-#                         and the de_DE and ja_JP locales (internal/db's tests read server
-#                         errors in German and Japanese)
+#                         the de_DE and ja_JP locales (internal/db's tests read server
+#                         errors in German and Japanese), and Chromium (the console's browser
+#                         tests)
 #   tools/setup.sh demo   PostgreSQL as a URL or its server programs, unless a Docker engine
 #                         answers (the demo then starts a container)
 set -euo pipefail
@@ -50,6 +51,7 @@ missing=()
 have_server || missing+=(postgresql)
 have_client || missing+=(postgresql-client)
 have_pgbouncer || missing+=(pgbouncer)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the console's browser tests
 need_locales=
 for locale in de_DE ja_JP; do
   [ -d "/usr/lib/locale/$locale.utf8" ] || need_locales=1
@@ -59,7 +61,7 @@ done
 [ ${#missing[@]} = 0 ] && [ -z "$need_locales" ] && exit 0
 if [ ${#missing[@]} != 0 ]; then
   if ! can_apt; then
-    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client and PgBouncer (Debian, Ubuntu: sudo apt-get install -y postgresql postgresql-client pgbouncer locales), then run this again" >&2
+    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client, PgBouncer and Chromium (Debian: sudo apt-get install -y postgresql postgresql-client pgbouncer locales chromium), then run this again" >&2
     exit 1
   fi
   echo "Installing what the tests need with apt-get: ${missing[*]}" >&2

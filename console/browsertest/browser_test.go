@@ -1,0 +1,159 @@
+package browsertest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/console"
+	"github.com/pglock/pglock/internal/consoletest"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// screenshotsEnv names a directory the tests write their screenshots to (docs/console).
+const screenshotsEnv = "PGLOCK_CONSOLE_SCREENSHOTS"
+
+// browser is a headless Chromium tab, and what its pages reported: JavaScript exceptions and
+// console or security errors (a CSP violation is one).
+type browser struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	problems []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("chromium is not installed (.ci/run installs Debian's chromium): %v", err)
+		}
+		t.Skipf("chromium is not installed: %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 800))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	b := &browser{ctx: ctx}
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			b.problems = append(b.problems, "exception: "+ev.ExceptionDetails.Text)
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError || ev.Entry.Source == log.EntrySourceSecurity {
+				b.problems = append(b.problems, fmt.Sprintf("%s %s: %s (%s)", ev.Entry.Source, ev.Entry.Level, ev.Entry.Text, ev.Entry.URL))
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				b.problems = append(b.problems, "console.error")
+			}
+		}
+	}))
+	_, err = chromedp.Call(ctx, log.Enable, cdp.Empty{})
+	require.NoError(t, err)
+	_, err = chromedp.Call(ctx, runtime.Enable, cdp.Empty{})
+	require.NoError(t, err)
+	return b
+}
+
+// do runs steps in the tab, each page bounded.
+func (b *browser) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, steps...))
+}
+
+// get runs an action that answers, in the tab.
+func get[T any](t *testing.T, b *browser, action chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, action)
+	require.NoError(t, err)
+	return v
+}
+
+func (b *browser) requireNoProblems(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Empty(t, b.problems, "JavaScript errors or CSP violations")
+}
+
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/ops/", http.StripPrefix("/ops", h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/ops/"
+}
+
+// Every page loads with no JavaScript error and no CSP violation, and its script runs (the
+// pause button it reveals works); the overview, locks, cron and leaders pages are
+// photographed when screenshotsEnv names a directory.
+func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
+	s := consoletest.Seed(t)
+	h, err := console.New(s.DB.Pool, nil)
+	require.NoError(t, err)
+	base := serve(t, h)
+	b := newBrowser(t)
+	shots := os.Getenv(screenshotsEnv)
+	for _, p := range []struct{ path, shot string }{
+		{"", "overview"}, {"locks", "locks"}, {"jobs", ""}, {"job?scope=billing&key=invoice:2", ""},
+		{"cron", "cron"}, {"schedule?name=rollup", ""}, {"leaders", "leaders"},
+	} {
+		b.do(t, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS("#refresh-toggle")),
+			chromedp.Click(chromedp.CSS("#refresh-toggle")))
+		require.Equal(t, "Resume refresh", get(t, b, chromedp.Text(chromedp.CSS("#refresh-toggle"))), p.path)
+		if shots != "" && p.shot != "" {
+			b.do(t, chromedp.Click(chromedp.CSS("#refresh-toggle")))
+			png := get(t, b, chromedp.FullScreenshot(100))
+			require.NoError(t, os.WriteFile(filepath.Join(shots, p.shot+".png"), png, 0o644))
+		}
+	}
+	b.requireNoProblems(t)
+}
+
+// A lock released by another pool leaves the open page at its next refresh, without a reload;
+// in read-only mode no form posts, and a POST forged from the page gets 403.
+func TestAReleasedLockLeavesTheOpenPageAndForgedPostsAreRefused(t *testing.T) {
+	s := consoletest.Seed(t)
+	h, err := console.New(s.DB.Pool, &console.Options{RefreshInterval: 500 * time.Millisecond})
+	require.NoError(t, err)
+	base := serve(t, h)
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(base+"locks"), chromedp.WaitVisible(chromedp.CSS(`tr[data-lock="orders:42"]`)))
+	get(t, b, chromedp.Evaluate[string](`document.title = "before"`))
+	require.Equal(t, 0.0, get(t, b, chromedp.Evaluate[float64](`document.querySelectorAll('form[method="post"]').length`)),
+		"read-only: nothing to post")
+	require.NoError(t, s.Lock.Release(testdb.Context(t)))
+	b.do(t, chromedp.WaitNotPresent(chromedp.CSS(`tr[data-lock="orders:42"]`)))
+	require.Equal(t, "before", get(t, b, chromedp.Title()), "refreshed in place, not reloaded")
+	b.requireNoProblems(t) // before the forged POST, whose 403 the browser logs as a failed load
+
+	status := get(t, b, chromedp.Evaluate[float64](
+		`fetch("release", {method: "POST", body: new URLSearchParams({name: "pglock.leader/reconciler"})}).then(r => r.status)`,
+		chromedp.EvalAwaitPromise))
+	require.Equal(t, float64(http.StatusForbidden), status)
+}

@@ -1,0 +1,76 @@
+// Package consoletest seeds a database with what the console shows, for its handler tests and
+// its browser tests alike.
+package consoletest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/advisory"
+	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/jobs"
+	"github.com/pglock/pglock/leader"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// Seeded is a database with one of everything the console shows: a table lock (Lock,
+// "orders:42") and an election's, an advisory lock, a succeeded and a failed job record, a
+// schedule with a failed run, and a leader.
+type Seeded struct {
+	DB   *testdb.DB
+	Lock *tablelock.Lock
+}
+
+// Seed makes a database with one of everything; what it started ends with the test.
+func Seed(t testing.TB) Seeded {
+	t.Helper()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	l, err := tablelock.New(d.Pool, &tablelock.Config{AppName: "console-test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close(context.Background()) })
+	lk, err := l.TryAcquire(ctx, "orders:42", &tablelock.AcquireOptions{Metadata: map[string]any{"owner": "billing"}})
+	require.NoError(t, err)
+
+	s, err := advisory.Open(ctx, d.Pool, &advisory.Config{RegisterNames: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	require.NoError(t, s.Lock(ctx, advisory.StringKey("nightly-report")))
+
+	dd, err := jobs.New(d.Pool, &jobs.Config{AppName: "console-test", Scope: "billing"})
+	require.NoError(t, err)
+	_, err = dd.RunTx(ctx, "invoice:1", nil, func(context.Context, pgx.Tx) error { return nil })
+	require.NoError(t, err)
+	_, err = dd.Run(ctx, "invoice:2", nil, func(context.Context) error { return errors.New("card declined <script>") })
+	require.Error(t, err)
+
+	ran := make(chan struct{}, 10)
+	sched, err := cron.New(d.Pool, &cron.Config{AppName: "console-test"})
+	require.NoError(t, err)
+	require.NoError(t, sched.Add("rollup", "@every 1s", nil, func(context.Context, cron.Run) error {
+		ran <- struct{}{}
+		return errors.New("rollup failed: disk full")
+	}))
+	require.NoError(t, sched.Start(ctx))
+	testdb.Receive(t, ran)
+	require.NoError(t, sched.Stop(ctx))
+
+	e, err := leader.New(d.Pool, "reconciler", &leader.Config{AppName: "console-test"})
+	require.NoError(t, err)
+	electionCtx, stop := context.WithCancel(context.Background())
+	done, elected := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- e.Run(electionCtx, leader.Callbacks{OnElected: func(ctx context.Context, _ int64) {
+			close(elected)
+			<-ctx.Done()
+		}})
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	testdb.Receive(t, elected)
+	return Seeded{DB: d, Lock: lk}
+}
