@@ -7,9 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/pglock/pglock/cron"
-	"github.com/pglock/pglock/internal/db"
-	"github.com/pglock/pglock/jobs"
+	"github.com/pglock/pglock/internal/ops"
 )
 
 func (a *app) gcCommand() *cobra.Command {
@@ -19,24 +17,15 @@ func (a *app) gcCommand() *cobra.Command {
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				counts, err := db.New(db.Translating(pool)).CollectGarbage(ctx)
-				if err != nil {
-					return err
-				}
-				expiredJobs, err := jobs.Collect(ctx, pool)
-				if err != nil {
-					return err
-				}
-				cronRuns, err := cron.Collect(ctx, pool)
+				c, err := ops.Collect(ctx, pool)
 				if err != nil {
 					return err
 				}
 				if a.output == "json" {
-					return writeJSON(a.stdout, map[string]int64{"expired_locks": counts.ExpiredLocks,
-						"expired_waiters": counts.ExpiredWaiters, "expired_jobs": int64(expiredJobs), "expired_cron_runs": int64(cronRuns)})
+					return writeJSON(a.stdout, c)
 				}
 				_, err = fmt.Fprintf(a.stdout, "deleted %d expired locks, %d expired waiter places, %d expired job records and %d cron runs past retention\n",
-					counts.ExpiredLocks, counts.ExpiredWaiters, expiredJobs, cronRuns)
+					c.ExpiredLocks, c.ExpiredWaiters, c.ExpiredJobs, c.ExpiredCronRuns)
 				return err
 			})
 		},

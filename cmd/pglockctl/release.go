@@ -7,13 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
-	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/ops"
 )
 
@@ -74,10 +72,7 @@ func (a *app) releaseTable(ctx context.Context, pool *pgxpool.Pool, name string,
 			l.Name, l.Holder, orDash(l.Instance), l.Token, timestamp(l.ExpiresAt, locks.Now))
 		return errNotConfirmed
 	}
-	released, err := db.New(db.Translating(pool)).ForceReleaseLock(ctx, name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %q was released meanwhile", pglock.ErrNotHeld, name)
-	}
+	released, err := ops.ForceRelease(ctx, pool, name)
 	if err != nil {
 		return err
 	}
@@ -86,37 +81,26 @@ func (a *app) releaseTable(ctx context.Context, pool *pgxpool.Pool, name string,
 		next = "handed to the next waiter"
 	}
 	fmt.Fprintf(a.stdout, "released %q from %s (%s), token %d; %s\n",
-		name, released.HolderID, orDash(released.Instance), released.FencingToken, next)
+		name, released.Holder, orDash(released.Instance), released.Token, next)
 	return nil
 }
 
 func (a *app) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, key advisory.Key, terminate bool) error {
-	all, err := advisory.List(ctx, pool)
+	holders, err := ops.AdvisoryHolders(ctx, pool, key)
 	if err != nil {
 		return err
-	}
-	var holders []advisory.LockInfo
-	for _, l := range all {
-		if l.Granted && l.Key == withoutName(key) {
-			holders = append(holders, l)
-		}
 	}
 	if len(holders) == 0 {
 		return fmt.Errorf("%w: nobody holds %s", pglock.ErrNotHeld, key)
 	}
-	q := db.New(db.Translating(pool))
 	for _, h := range holders {
 		if !terminate {
 			fmt.Fprintf(a.stdout, "would end backend %d (%s, %s), which holds %s %s\n",
 				h.PID, orDash(h.ApplicationName), orDash(h.ClientAddr), key, h.Mode)
 			continue
 		}
-		ended, err := q.TerminateBackend(ctx, h.PID)
-		if err != nil {
+		if err := ops.Terminate(ctx, pool, h.PID); err != nil {
 			return err
-		}
-		if !ended {
-			return fmt.Errorf("backend %d could not be ended (it is gone, or you may not end it)", h.PID)
 		}
 		fmt.Fprintf(a.stdout, "ended backend %d (%s, %s), which held %s %s\n",
 			h.PID, orDash(h.ApplicationName), orDash(h.ClientAddr), key, h.Mode)
@@ -140,12 +124,4 @@ func parseKey(s, namespace string) advisory.Key {
 		}
 	}
 	return advisory.NamespacedKey(namespace, s)
-}
-
-// withoutName is the key as List reports it: numbers only.
-func withoutName(k advisory.Key) advisory.Key {
-	if id, ok := k.Int64(); ok {
-		return advisory.Int64Key(id)
-	}
-	return advisory.PairKey(k.Pair())
 }
