@@ -37,7 +37,12 @@ type Options struct {
 	// Default: DefaultRefreshInterval.
 	RefreshInterval time.Duration
 
-	// Logger receives the console's logs. Default: slog.Default().
+	// Operator names who makes a request, as actions are logged and recorded with (a pause's
+	// "by", a trigger's "requested_by"). Default: "console:" and the user name of HTTP basic
+	// authentication, else "console@" and the client's address.
+	Operator func(r *http.Request) string
+
+	// Logger receives the console's logs, actions among them. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -69,6 +74,9 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	if o.RefreshInterval == 0 {
 		o.RefreshInterval = DefaultRefreshInterval
 	}
+	if o.Operator == nil {
+		o.Operator = operator
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -96,7 +104,9 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	mux.HandleFunc("GET /schedule", c.schedule)
 	mux.HandleFunc("GET /leaders", c.leaders)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", c.static))
-	mux.HandleFunc("POST /", c.act)
+	mux.HandleFunc("GET /confirm/{action}", c.confirm)
+	mux.HandleFunc("POST /do/{action}", c.doAction)
+	mux.HandleFunc("POST /", c.doAction) // refused: read-only, or no such action
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, errors.New("no such page"))
 	})
@@ -133,14 +143,4 @@ func (c *console) hostAllowed(host string) bool {
 	}
 	name = strings.Trim(name, "[]")
 	return name == "localhost" || name == "127.0.0.1" || name == "::1"
-}
-
-// act answers a POST: refused in read-only mode. (Actions come with the next part.)
-func (c *console) act(w http.ResponseWriter, r *http.Request) {
-	if c.opts.ReadOnly(r) {
-		c.opts.Logger.Warn("pglock console: refused an action in read-only mode", "path", r.URL.Path, "remote", r.RemoteAddr)
-		c.fail(w, r, http.StatusForbidden, errors.New("this console is read-only: no action is taken"))
-		return
-	}
-	c.fail(w, r, http.StatusNotFound, errors.New("no such action"))
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,10 +21,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/console"
+	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/consoletest"
+	"github.com/pglock/pglock/internal/ops"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/jobs"
+	"github.com/pglock/pglock/leader"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -285,4 +293,176 @@ func TestJobsPageByKey(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"a", "b", "c", "d", "e"}, seen)
+}
+
+// client is a browser-like client: cookies kept, redirects followed.
+func client(t *testing.T) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &http.Client{Jar: jar}
+}
+
+// act confirms and performs an action as a user would: the confirmation page's form, posted.
+func act(t *testing.T, c *http.Client, srv *httptest.Server, confirmPath string, extra url.Values) response {
+	t.Helper()
+	resp, err := c.Get(srv.URL + confirmPath)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	action, form := formOf(t, string(body))
+	for k, v := range extra {
+		form[k] = v
+	}
+	require.True(t, strings.HasPrefix(action, "/ops/do/"), action)
+	resp, err = c.PostForm(srv.URL+action, form)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{resp.StatusCode, resp.Header, string(body)}
+}
+
+// formOf reads the POST form of a page: its action and hidden fields.
+func formOf(t *testing.T, body string) (string, url.Values) {
+	t.Helper()
+	dec := xml.NewDecoder(strings.NewReader(body))
+	dec.Strict, dec.AutoClose, dec.Entity = false, xml.HTMLAutoClose, xml.HTMLEntity
+	action, values := "", url.Values{}
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if el, ok := tok.(xml.StartElement); ok {
+			attr := map[string]string{}
+			for _, a := range el.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			switch {
+			case el.Name.Local == "form" && attr["method"] == "post":
+				action = attr["action"]
+			case el.Name.Local == "input" && attr["type"] == "hidden":
+				values.Set(attr["name"], attr["value"])
+			}
+		}
+	}
+	require.NotEmpty(t, action, "a form to post")
+	return action, values
+}
+
+// Each action asks for confirmation, does what pglockctl's command does, is logged with who did
+// it, records it where the database keeps it, and shows what it did on the page it returns to.
+func TestActionsConfirmActLogAndReport(t *testing.T) {
+	t.Parallel()
+	s := consoletest.Seed(t)
+	ctx := testdb.Context(t)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	srv := mount(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false },
+		Operator: func(*http.Request) string { return "alice" }, Logger: logger})
+	c := client(t)
+
+	r := act(t, c, srv, fmt.Sprintf("/ops/confirm/release?name=orders:42&token=%d", s.Lock.Token()), nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, `Released "orders:42"`)
+	require.NotContains(t, parse(t, get(t, srv, "/ops/locks").body).text, "orders:42")
+	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/release?name=orders:42&token=%d", s.Lock.Token()), nil)
+	require.Equal(t, http.StatusConflict, r.status, "released already")
+	require.Contains(t, r.body, "released meanwhile")
+
+	// Pause needs a note; it is recorded with who paused.
+	r = act(t, c, srv, "/ops/confirm/pause?name=rollup", nil)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Contains(t, r.body, "note")
+	list, err := cron.List(ctx, s.DB.Pool)
+	require.NoError(t, err)
+	require.False(t, list[0].Paused, "nothing written on a refusal")
+	r = act(t, c, srv, "/ops/confirm/pause?name=rollup", url.Values{"note": {"disk full, see INC-7"}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "disk full, see INC-7 by alice")
+	r = act(t, c, srv, "/ops/confirm/resume?name=rollup", nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "Resumed")
+
+	// A trigger is queued with who asked for it.
+	r = act(t, c, srv, "/ops/confirm/trigger?name=rollup", nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "manual by alice")
+
+	// A leader's resignation names the term it was asked for.
+	current, err := leader.Current(ctx, s.DB.Pool, "reconciler")
+	require.NoError(t, err)
+	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/resign?election=reconciler&term=%d", current.Term+1), nil)
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Contains(t, r.body, "new term meanwhile")
+	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/resign?election=reconciler&term=%d", current.Term), nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "was made to resign")
+
+	r = act(t, c, srv, "/ops/confirm/forget?scope=billing&key=invoice:2", nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Equal(t, http.StatusNotFound, get(t, srv, "/ops/job?scope=billing&key=invoice:2").status)
+
+	held, err := ops.AdvisoryHolders(ctx, s.DB.Pool, advisory.StringKey("nightly-report"))
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	key, _ := held[0].Key.Int64()
+	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/terminate?pid=%d&key=%d", held[0].PID, key), nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "Ended backend")
+
+	r = act(t, c, srv, "/ops/confirm/gc", nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "Deleted")
+
+	logMu.Lock()
+	defer logMu.Unlock()
+	for _, action := range []string{"release", "pause", "resume", "trigger", "resign", "forget", "terminate", "gc"} {
+		require.Contains(t, logs.String(), "action="+action+" by=alice")
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A read-only console offers no action and refuses every one, confirmation pages included;
+// unknown actions are 404.
+func TestReadOnlyOffersAndTakesNoAction(t *testing.T) {
+	t.Parallel()
+	s := consoletest.Seed(t)
+	readOnly := mount(t, s.DB.Pool, nil)
+	for _, path := range []string{"/ops/", "/ops/locks", "/ops/leaders", "/ops/schedule?name=rollup", "/ops/job?scope=billing&key=invoice:1"} {
+		for _, u := range parse(t, get(t, readOnly, path).body).urls {
+			require.NotContains(t, u, "/confirm/", path)
+		}
+	}
+	require.Equal(t, http.StatusForbidden, get(t, readOnly, "/ops/confirm/gc").status)
+	resp, err := http.PostForm(readOnly.URL+"/ops/do/release", url.Values{"name": {"orders:42"}, "token": {fmt.Sprint(s.Lock.Token())}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.NoError(t, s.Lock.Err())
+
+	acting := mount(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false }})
+	require.Equal(t, http.StatusNotFound, get(t, acting, "/ops/confirm/drop-table").status)
+	require.Equal(t, http.StatusBadRequest, get(t, acting, "/ops/confirm/release?name=orders:42").status, "no token")
+	var offered []url.Values
+	for _, u := range parse(t, get(t, acting, "/ops/locks").body).urls {
+		if target, ok := strings.CutPrefix(u, "/ops/confirm/release?"); ok {
+			q, err := url.ParseQuery(target)
+			require.NoError(t, err)
+			offered = append(offered, q)
+		}
+	}
+	require.Contains(t, offered, url.Values{"name": {"orders:42"}, "token": {fmt.Sprint(s.Lock.Token())}})
 }

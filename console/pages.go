@@ -53,6 +53,7 @@ type page struct {
 	Base     string        // the prefix the console is mounted under, with a trailing slash
 	Refresh  time.Duration // 0: the page does not refresh
 	ReadOnly bool
+	Done     string    // what the last action did
 	Now      time.Time // by the database's clock
 	Data     any
 }
@@ -70,8 +71,11 @@ func base(r *http.Request) string {
 
 func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Base, p.ReadOnly = base(r), c.opts.ReadOnly(r)
-	if p.Refresh == 0 && c.refresh > 0 && status == http.StatusOK {
-		p.Refresh = c.refresh
+	if status == http.StatusOK && r.Method == http.MethodGet {
+		p.Done = takeDone(w, r)
+		if p.Refresh == 0 && c.refresh > 0 && name != "confirm" {
+			p.Refresh = c.refresh
+		}
 	}
 	var buf bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {

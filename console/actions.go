@@ -1,0 +1,286 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/advisory"
+	"github.com/pglock/pglock/cron"
+	"github.com/pglock/pglock/internal/ops"
+	"github.com/pglock/pglock/leader"
+)
+
+// An action is something an operator does from the console: the same effect as a pglockctl
+// command. Each asks for confirmation on a page of its own (which works without JavaScript),
+// is a POST that the server refuses in read-only mode, is logged with who did it, and redirects
+// to the page that shows its effect.
+type action struct {
+	title    string   // what the confirmation page asks, with the target
+	explain  string   // what it will do
+	fields   []string // the form fields it carries
+	needNote bool     // a note (why) is required
+	// do performs it and returns what to tell the operator, and where to go next.
+	do func(c *console, r *http.Request, f url.Values, by string) (done, next string, err error)
+}
+
+var actions = map[string]action{
+	"release": {
+		title: "Force-release table lock %q", fields: []string{"name", "token"},
+		explain: "Its holder loses it: it is told so at its next renewal (up to a third of its TTL away), and must stop; the next waiter gets it with a larger token.",
+		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
+			name, token := f.Get("name"), f.Get("token")
+			locks, err := ops.ListLocks(r.Context(), c.pool, ops.KindTable, nil, &name)
+			if err != nil {
+				return "", "", err
+			}
+			if len(locks.TableLocks) == 0 {
+				return "", "", fmt.Errorf("%w: %q was released meanwhile: nothing was done", pglock.ErrNotHeld, name)
+			}
+			if held := strconv.FormatInt(locks.TableLocks[0].Token, 10); held != token {
+				return "", "", fmt.Errorf("%w: %q changed hands meanwhile (token %s now, not %s): nothing was done", errChanged, name, held, token)
+			}
+			rel, err := ops.ForceRelease(r.Context(), c.pool, name)
+			if err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Released %q from %s, token %d.", name, rel.Instance, rel.Token), "locks", nil
+		},
+	},
+	"terminate": {
+		title: "End the backend %s holding advisory lock %s", fields: []string{"pid", "key"},
+		explain: "PostgreSQL ends the session, and every lock it holds, advisory or not, with it; its transaction rolls back.",
+		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
+			pid, err := strconv.ParseInt(f.Get("pid"), 10, 32)
+			if err != nil {
+				return "", "", fmt.Errorf("%w: pid %q is not a process id", pglock.ErrInvalidArgument, f.Get("pid"))
+			}
+			key, err := strconv.ParseInt(f.Get("key"), 10, 64)
+			if err != nil {
+				return "", "", fmt.Errorf("%w: key %q is not an advisory key", pglock.ErrInvalidArgument, f.Get("key"))
+			}
+			holders, err := ops.AdvisoryHolders(r.Context(), c.pool, advisory.Int64Key(key))
+			if err != nil {
+				return "", "", err
+			}
+			held := false
+			for _, h := range holders {
+				held = held || int64(h.PID) == pid
+			}
+			if !held {
+				return "", "", fmt.Errorf("%w: backend %d no longer holds advisory lock %d: nothing was done", pglock.ErrNotHeld, pid, key)
+			}
+			if err := ops.Terminate(r.Context(), c.pool, int32(pid)); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Ended backend %d, which held advisory lock %d.", pid, key), "locks", nil
+		},
+	},
+	"forget": {
+		title: "Forget job %[2]q of scope %[1]q", fields: []string{"scope", "key"},
+		explain: "Its record is deleted: its next delivery runs it again. A Run attempt under way loses its lease; a RunTx under way finishes first.",
+		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
+			if err := ops.Forget(r.Context(), c.pool, f.Get("scope"), f.Get("key")); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Forgot job %q of scope %q.", f.Get("key"), f.Get("scope")), "jobs", nil
+		},
+	},
+	"pause": {
+		title: "Pause schedule %q", fields: []string{"name"}, needNote: true,
+		explain: "From its next tick, every instance records its ticks as skipped, with your note, until it is resumed.",
+		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+			if err := cron.Pause(r.Context(), c.pool, f.Get("name"), f.Get("note"), by); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Paused %q: %s", f.Get("name"), f.Get("note")), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
+		},
+	},
+	"resume": {
+		title: "Resume schedule %q", fields: []string{"name"},
+		explain: "It runs again from its next tick; ticks that came while it was paused stay skipped.",
+		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
+			if err := cron.Resume(r.Context(), c.pool, f.Get("name")); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Resumed %q.", f.Get("name")), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
+		},
+	},
+	"trigger": {
+		title: "Run schedule %q now", fields: []string{"name"},
+		explain: "A manual run is queued, and starts on some instance as soon as its turn comes (it is never one of the schedule's ticks).",
+		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+			id, err := cron.Trigger(r.Context(), c.pool, f.Get("name"), by)
+			if err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Triggered %q: run %d.", f.Get("name"), id), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
+		},
+	},
+	"resign": {
+		title: "Make the leader of election %q resign (term %s)", fields: []string{"election", "term"},
+		explain: "Its lock is released: the leader is told at its next renewal and must stop, and the next candidate is elected with a larger term.",
+		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
+			election, term := f.Get("election"), f.Get("term")
+			current, err := leader.Current(r.Context(), c.pool, election)
+			if err != nil {
+				return "", "", err
+			}
+			if now := strconv.FormatInt(current.Term, 10); now != term {
+				return "", "", fmt.Errorf("%w: election %q has a new term meanwhile (%s, not %s): nothing was done", errChanged, election, now, term)
+			}
+			resigned, err := leader.ForceResign(r.Context(), c.pool, election)
+			if err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("The leader of %q (%s, term %d) was made to resign.", election, resigned.Instance, resigned.Term), "leaders", nil
+		},
+	},
+	"gc": {
+		title:   "Collect garbage",
+		explain: "Expired lock rows and waiter places, job records past their retention and cron runs past theirs are deleted.",
+		do: func(c *console, r *http.Request, _ url.Values, _ string) (string, string, error) {
+			n, err := ops.Collect(r.Context(), c.pool)
+			if err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Deleted %d expired locks, %d waiter places, %d job records and %d cron runs.",
+				n.ExpiredLocks, n.ExpiredWaiters, n.ExpiredJobs, n.ExpiredCronRuns), "", nil
+		},
+	},
+}
+
+// errChanged is an action refused because its target changed since the page showed it.
+var errChanged = errors.New("pglock console: changed meanwhile")
+
+// confirmData is the confirmation page's.
+type confirmData struct {
+	Action, Title, Explain string
+	Fields                 []field
+	NeedNote               bool
+}
+
+type field struct{ Name, Value string }
+
+// confirm shows what an action will do, and the form that does it.
+func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("action")
+	a, ok := actions[name]
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no such action %q", name))
+		return
+	}
+	if c.opts.ReadOnly(r) {
+		c.fail(w, r, http.StatusForbidden, errReadOnly)
+		return
+	}
+	q := r.URL.Query()
+	d := confirmData{Action: name, Explain: a.explain, NeedNote: a.needNote}
+	var args []any
+	for _, f := range a.fields {
+		if q.Get(f) == "" && f != "scope" {
+			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %s is missing", pglock.ErrInvalidArgument, f))
+			return
+		}
+		d.Fields = append(d.Fields, field{f, q.Get(f)})
+		args = append(args, q.Get(f))
+	}
+	d.Title = fmt.Sprintf(a.title, args...)
+	c.render(w, r, http.StatusOK, "confirm", page{Title: d.Title, Data: d})
+}
+
+var errReadOnly = errors.New("this console is read-only: no action is taken")
+
+// doAction performs a confirmed action: refused in read-only mode, logged with who did it.
+func (c *console) doAction(w http.ResponseWriter, r *http.Request) {
+	if c.opts.ReadOnly(r) {
+		c.opts.Logger.Warn("pglock console: refused an action in read-only mode", "path", r.URL.Path, "remote", r.RemoteAddr)
+		c.fail(w, r, http.StatusForbidden, errReadOnly)
+		return
+	}
+	name := r.PathValue("action")
+	a, ok := actions[name]
+	if !ok {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no such action %q", name))
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	f := r.PostForm
+	for _, field := range a.fields {
+		if f.Get(field) == "" && field != "scope" {
+			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %s is missing", pglock.ErrInvalidArgument, field))
+			return
+		}
+	}
+	if a.needNote && strings.TrimSpace(f.Get("note")) == "" {
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: a note saying why is required", pglock.ErrInvalidArgument))
+		return
+	}
+	by := c.opts.Operator(r)
+	done, next, err := a.do(c, r, f, by)
+	logArgs := []any{"action", name, "by", by, "remote", r.RemoteAddr}
+	for _, field := range a.fields {
+		logArgs = append(logArgs, field, f.Get(field))
+	}
+	if err != nil {
+		c.opts.Logger.Warn("pglock console: action failed", append(logArgs, "error", err)...)
+		c.failAction(w, r, err)
+		return
+	}
+	c.opts.Logger.Info("pglock console: action", append(logArgs, "done", done)...)
+	http.SetCookie(w, &http.Cookie{Name: doneCookie, Value: url.QueryEscape(done), Path: base(r), MaxAge: 60,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, base(r)+next, http.StatusSeeOther)
+}
+
+// failAction answers a failed action with what happened: nothing was written on any refusal.
+func (c *console) failAction(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, pglock.ErrNotFound):
+		c.fail(w, r, http.StatusNotFound, err)
+	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, errChanged), errors.Is(err, pglock.ErrNoLeader):
+		c.fail(w, r, http.StatusConflict, err)
+	case errors.Is(err, pglock.ErrInvalidArgument), errors.Is(err, pglock.ErrInvalidName):
+		c.fail(w, r, http.StatusBadRequest, err)
+	default:
+		c.fail(w, r, http.StatusInternalServerError, err)
+	}
+}
+
+// doneCookie carries what the last action did to the page it redirects to, once.
+const doneCookie = "pglock_console_done"
+
+// takeDone reads and clears the message of the last action.
+func takeDone(w http.ResponseWriter, r *http.Request) string {
+	ck, err := r.Cookie(doneCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(w, &http.Cookie{Name: doneCookie, Path: base(r), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	done, err := url.QueryUnescape(ck.Value)
+	if err != nil {
+		return ""
+	}
+	return done
+}
+
+// operator is who does an action, by default: the user name of HTTP basic authentication,
+// else the client's address.
+func operator(r *http.Request) string {
+	if user, _, ok := r.BasicAuth(); ok && user != "" {
+		return "console:" + user
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "console@" + host
+}
