@@ -157,3 +157,33 @@ func TestAReleasedLockLeavesTheOpenPageAndForgedPostsAreRefused(t *testing.T) {
 		chromedp.EvalAwaitPromise))
 	require.Equal(t, float64(http.StatusForbidden), status)
 }
+
+// Pausing asks why: without a note it is refused (by the browser, and by the server when the
+// browser is bypassed), with one the schedule shows it. Running a schedule now asks for
+// confirmation, and the run appears in its history.
+func TestPauseNeedsANoteAndRunNowIsConfirmed(t *testing.T) {
+	s := consoletest.Seed(t)
+	h, err := console.New(s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false },
+		Operator: func(*http.Request) string { return "browser-test" }})
+	require.NoError(t, err)
+	base := serve(t, h)
+	b := newBrowser(t)
+
+	b.do(t, chromedp.Navigate(base+"schedule?name=rollup"), chromedp.Click(chromedp.CSS(`a[href*="confirm/pause"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm")))
+	require.Contains(t, get(t, b, chromedp.Location()), "/confirm/pause", "the browser keeps the form: a note is required")
+	b.requireNoProblems(t) // before the POST forged below, whose 400 the browser logs as a failed load
+	status := get(t, b, chromedp.Evaluate[float64](
+		`fetch(document.querySelector("form").action, {method: "POST", body: new URLSearchParams({name: "rollup", note: " "})}).then(r => r.status)`,
+		chromedp.EvalAwaitPromise))
+	require.Equal(t, float64(http.StatusBadRequest), status, "and the server refuses a blank one")
+	b.do(t, chromedp.SendKeys(chromedp.CSS("textarea[name=note]"), "disk full, see INC-7"), chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS(".done")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS("main"))), "disk full, see INC-7 by browser-test")
+
+	b.do(t, chromedp.Click(chromedp.CSS(`a[href*="confirm/trigger"]`)), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS("h1"))), `Run schedule "rollup" now`)
+	b.do(t, chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS(".done")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS(".done"))), `Triggered "rollup"`)
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS("#runs"))), "manual by browser-test")
+}
