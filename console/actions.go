@@ -35,7 +35,7 @@ var actions = map[string]action{
 		explain: "Its holder loses it: it is told so at its next renewal (up to a third of its TTL away), and must stop; the next waiter gets it with a larger token.",
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
 			name, token := f.Get("name"), f.Get("token")
-			locks, err := ops.ListLocks(r.Context(), c.pool, ops.KindTable, nil, &name)
+			locks, err := ops.ListLocks(r.Context(), c.pool, ops.LockFilter{Kind: ops.KindTable, Only: &name})
 			if err != nil {
 				return "", "", err
 			}

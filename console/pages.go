@@ -110,15 +110,20 @@ func (c *console) failRead(w http.ResponseWriter, r *http.Request, err error) {
 
 // overviewData is the overview's: counts, and what needs attention.
 type overviewData struct {
-	TableLocks, ExpiredLocks, AdvisoryLocks, Waiting int
-	OldestLease                                      *ops.TableLock
-	Schedules, Paused, Orphaned                      int
-	Elections, Leaderless                            int
+	ops.LockCounts
+	AdvisoryLocks, AdvisoryWaiting int
+	Schedules, Paused, Orphaned    int
+	Elections, Leaderless          int
 }
 
 func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	locks, err := ops.ListLocks(ctx, c.pool, ops.KindAll, nil, nil)
+	counts, err := ops.CountLocks(ctx, c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	locks, err := ops.ListLocks(ctx, c.pool, ops.LockFilter{Kind: ops.KindAdvisory})
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -133,22 +138,12 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	var d overviewData
-	for i, l := range locks.TableLocks {
-		d.TableLocks++
-		if l.Expired {
-			d.ExpiredLocks++
-		}
-		d.Waiting += int(l.Waiters)
-		if d.OldestLease == nil || l.AcquiredAt.Before(d.OldestLease.AcquiredAt) {
-			d.OldestLease = &locks.TableLocks[i]
-		}
-	}
+	d := overviewData{LockCounts: counts}
 	for _, l := range locks.AdvisoryLocks {
 		if l.Granted {
 			d.AdvisoryLocks++
 		} else {
-			d.Waiting++
+			d.AdvisoryWaiting++
 		}
 	}
 	for _, s := range schedules {
@@ -162,20 +157,29 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, l := range leaders {
 		d.Elections++
-		if l.Holder == "" || !l.ExpiresAt.After(locks.Now) {
+		if l.Holder == "" || !l.ExpiresAt.After(counts.Now) {
 			d.Leaderless++
 		}
 	}
-	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Now: locks.Now, Data: d})
+	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Now: counts.Now, Data: d})
 }
 
 func (c *console) locks(w http.ResponseWriter, r *http.Request) {
-	match, err := nameFilter(r.URL.Query().Get("name"))
+	q := r.URL.Query()
+	limit, err := limitParam(r, 100)
 	if err != nil {
 		c.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	locks, err := ops.ListLocks(r.Context(), c.pool, ops.KindAll, match, nil)
+	kind := ops.KindAll
+	if q.Get("after") != "" {
+		kind = ops.KindTable // the next page of table locks
+	}
+	locks, err := ops.ListLocks(r.Context(), c.pool, ops.LockFilter{Kind: kind, Contains: q.Get("name"), After: q.Get("after"), Limit: limit})
+	if errors.Is(err, pglock.ErrInvalidArgument) {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -184,15 +188,7 @@ func (c *console) locks(w http.ResponseWriter, r *http.Request) {
 		Data: struct {
 			ops.Locks
 			Name string
-		}{locks, r.URL.Query().Get("name")}})
-}
-
-// nameFilter matches names containing s; "" matches all. A NUL is refused, as no name has one.
-func nameFilter(s string) (func(string) bool, error) {
-	if strings.ContainsRune(s, 0) {
-		return nil, fmt.Errorf("%w: name filter holds a NUL character", pglock.ErrInvalidArgument)
-	}
-	return func(name string) bool { return strings.Contains(name, s) }, nil
+		}{locks, q.Get("name")}})
 }
 
 func (c *console) schedules(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 -- What pglockctl reads and does. Times are the database's: now is its clock_timestamp().
 
--- ListTableLocks lists the table locks, or with @lock_name only that one.
+-- ListTableLocks lists the table locks in name order, or with @lock_name only that one; with
+-- @name_like those whose names are LIKE it, after @after (keyset pagination), @max_rows at most.
 -- name: ListTableLocks :many
 SELECT l.lock_name::varchar          AS lock_name,
        l.holder_id::varchar          AS holder_id,
@@ -12,8 +13,21 @@ SELECT l.lock_name::varchar          AS lock_name,
        (SELECT count(*) FROM distributed_lock_waiters w
          WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters
   FROM distributed_locks l
- WHERE sqlc.narg('lock_name')::varchar IS NULL OR l.lock_name = sqlc.narg('lock_name')
- ORDER BY l.lock_name;
+ WHERE (sqlc.narg('lock_name')::varchar IS NULL OR l.lock_name = sqlc.narg('lock_name'))
+   AND (sqlc.narg('name_like')::text IS NULL OR l.lock_name LIKE sqlc.narg('name_like'))
+   AND (sqlc.narg('after')::varchar IS NULL OR l.lock_name > sqlc.narg('after'))
+ ORDER BY l.lock_name
+ LIMIT @max_rows;
+
+-- LockCounts counts the table locks, those expired (awaiting gc) and the live waiters, and
+-- finds the oldest holding, in one statement.
+-- name: LockCounts :one
+SELECT (SELECT count(*) FROM distributed_locks)::bigint AS locks,
+       (SELECT count(*) FROM distributed_locks WHERE expires_at <= clock_timestamp())::bigint AS expired,
+       (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())::bigint AS waiters,
+       coalesce((SELECT lock_name FROM distributed_locks ORDER BY acquired_at LIMIT 1), '')::varchar AS oldest_name,
+       coalesce((SELECT min(acquired_at) FROM distributed_locks), clock_timestamp())::timestamptz AS oldest_acquired_at,
+       clock_timestamp()::timestamptz AS now;
 
 -- name: ForceReleaseLock :one
 SELECT f.holder_id::varchar AS holder_id, f.instance::varchar AS instance,

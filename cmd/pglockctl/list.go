@@ -58,7 +58,7 @@ func (a *app) listCommand() *cobra.Command {
 }
 
 func (a *app) printLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool) error {
-	locks, err := ops.ListLocks(ctx, pool, kind, match, nil)
+	locks, err := ops.ListLocks(ctx, pool, ops.LockFilter{Kind: kind, Match: match})
 	if err != nil {
 		return err
 	}

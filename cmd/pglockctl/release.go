@@ -59,7 +59,7 @@ func (a *app) releaseTable(ctx context.Context, pool *pgxpool.Pool, name string,
 	if err := pglock.ValidateName(name); err != nil {
 		return usageError{err}
 	}
-	locks, err := ops.ListLocks(ctx, pool, ops.KindTable, nil, &name)
+	locks, err := ops.ListLocks(ctx, pool, ops.LockFilter{Kind: ops.KindTable, Only: &name})
 	if err != nil {
 		return err
 	}

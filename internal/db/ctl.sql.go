@@ -79,9 +79,19 @@ SELECT l.lock_name::varchar          AS lock_name,
        (SELECT count(*) FROM distributed_lock_waiters w
          WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters
   FROM distributed_locks l
- WHERE $1::varchar IS NULL OR l.lock_name = $1
+ WHERE ($1::varchar IS NULL OR l.lock_name = $1)
+   AND ($2::text IS NULL OR l.lock_name LIKE $2)
+   AND ($3::varchar IS NULL OR l.lock_name > $3)
  ORDER BY l.lock_name
+ LIMIT $4
 `
+
+type ListTableLocksParams struct {
+	LockName *string
+	NameLike *string
+	After    *string
+	MaxRows  int32
+}
 
 type ListTableLocksRow struct {
 	LockName     string
@@ -95,9 +105,15 @@ type ListTableLocksRow struct {
 }
 
 // What pglockctl reads and does. Times are the database's: now is its clock_timestamp().
-// ListTableLocks lists the table locks, or with @lock_name only that one.
-func (q *Queries) ListTableLocks(ctx context.Context, lockName *string) ([]ListTableLocksRow, error) {
-	rows, err := q.db.Query(ctx, listTableLocks, lockName)
+// ListTableLocks lists the table locks in name order, or with @lock_name only that one; with
+// @name_like those whose names are LIKE it, after @after (keyset pagination), @max_rows at most.
+func (q *Queries) ListTableLocks(ctx context.Context, arg ListTableLocksParams) ([]ListTableLocksRow, error) {
+	rows, err := q.db.Query(ctx, listTableLocks,
+		arg.LockName,
+		arg.NameLike,
+		arg.After,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +139,40 @@ func (q *Queries) ListTableLocks(ctx context.Context, lockName *string) ([]ListT
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockCounts = `-- name: LockCounts :one
+SELECT (SELECT count(*) FROM distributed_locks)::bigint AS locks,
+       (SELECT count(*) FROM distributed_locks WHERE expires_at <= clock_timestamp())::bigint AS expired,
+       (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())::bigint AS waiters,
+       coalesce((SELECT lock_name FROM distributed_locks ORDER BY acquired_at LIMIT 1), '')::varchar AS oldest_name,
+       coalesce((SELECT min(acquired_at) FROM distributed_locks), clock_timestamp())::timestamptz AS oldest_acquired_at,
+       clock_timestamp()::timestamptz AS now
+`
+
+type LockCountsRow struct {
+	Locks            int64
+	Expired          int64
+	Waiters          int64
+	OldestName       string
+	OldestAcquiredAt time.Time
+	Now              time.Time
+}
+
+// LockCounts counts the table locks, those expired (awaiting gc) and the live waiters, and
+// finds the oldest holding, in one statement.
+func (q *Queries) LockCounts(ctx context.Context) (LockCountsRow, error) {
+	row := q.db.QueryRow(ctx, lockCounts)
+	var i LockCountsRow
+	err := row.Scan(
+		&i.Locks,
+		&i.Expired,
+		&i.Waiters,
+		&i.OldestName,
+		&i.OldestAcquiredAt,
+		&i.Now,
+	)
+	return i, err
 }
 
 const terminateBackend = `-- name: TerminateBackend :one

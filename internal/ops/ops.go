@@ -5,10 +5,13 @@ package ops
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/internal/db"
 )
@@ -21,6 +24,7 @@ type (
 		Now           time.Time      `json:"now"`
 		TableLocks    []TableLock    `json:"table_locks"`
 		AdvisoryLocks []AdvisoryLock `json:"advisory_locks"`
+		MoreTable     bool           `json:"-"` // table locks past the page's Limit
 	}
 	// TableLock is a row of distributed_locks.
 	TableLock struct {
@@ -58,11 +62,41 @@ const (
 	KindAll      = "all"
 )
 
-// ListLocks reads the locks of kind whose names match (nil: all); only the table lock named
-// only, when only is not nil.
-func ListLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(string) bool, only *string) (Locks, error) {
+// containsPattern is a LIKE pattern for the text that contains s.
+func containsPattern(s string) *string {
+	p := "%" + likeEscaper.Replace(s) + "%"
+	return &p
+}
+
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// LockCounts are the table locks' numbers, for an overview.
+type LockCounts = db.LockCountsRow
+
+// CountLocks counts the table locks, those expired and the live waiters, and finds the oldest
+// holding, in one statement.
+func CountLocks(ctx context.Context, pool *pgxpool.Pool) (LockCounts, error) {
+	return db.New(db.Translating(pool)).LockCounts(ctx)
+}
+
+// LockFilter selects locks; every zero field selects all.
+type LockFilter struct {
+	Kind     string            // KindTable, KindAdvisory or KindAll (""); a table lock's
+	Only     *string           // the table lock of this name alone
+	Contains string            // names containing this (in the database, for table locks)
+	Match    func(string) bool // names it accepts (in Go)
+	After    string            // table locks after this name: keyset pagination
+	Limit    int               // table locks at most; 0: no limit
+}
+
+// ListLocks reads the locks f selects, table locks in name order.
+func ListLocks(ctx context.Context, pool *pgxpool.Pool, f LockFilter) (Locks, error) {
+	match := f.Match
 	if match == nil {
 		match = func(string) bool { return true }
+	}
+	if strings.ContainsRune(f.Contains+f.After, 0) {
+		return Locks{}, fmt.Errorf("%w: a filter holds a NUL character", pglock.ErrInvalidArgument)
 	}
 	q := db.New(db.Translating(pool))
 	now, err := q.DatabaseNow(ctx)
@@ -70,10 +104,23 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(
 		return Locks{}, err
 	}
 	out := Locks{Now: now, TableLocks: []TableLock{}, AdvisoryLocks: []AdvisoryLock{}}
-	if kind != KindAdvisory {
-		rows, err := q.ListTableLocks(ctx, only)
+	if f.Kind != KindAdvisory {
+		params := db.ListTableLocksParams{LockName: f.Only, MaxRows: 1<<31 - 1}
+		if f.Limit > 0 {
+			params.MaxRows = int32(min(f.Limit, 1<<30)) + 1
+		}
+		if f.Contains != "" {
+			params.NameLike = containsPattern(f.Contains)
+		}
+		if f.After != "" {
+			params.After = &f.After
+		}
+		rows, err := q.ListTableLocks(ctx, params)
 		if err != nil {
 			return Locks{}, err
+		}
+		if f.Limit > 0 && len(rows) > f.Limit {
+			rows, out.MoreTable = rows[:f.Limit], true
 		}
 		for _, r := range rows {
 			if !match(r.LockName) {
@@ -86,7 +133,7 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(
 			})
 		}
 	}
-	if kind != KindTable {
+	if f.Kind != KindTable {
 		locks, err := advisory.List(ctx, pool)
 		if err != nil {
 			return Locks{}, err
@@ -96,7 +143,7 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, kind string, match func(
 			if l.Namespace != "" {
 				name = l.Namespace + "/" + l.Name
 			}
-			if !match(name) {
+			if !match(name) || !strings.Contains(name, f.Contains) {
 				continue
 			}
 			lock := AdvisoryLock{
