@@ -53,7 +53,7 @@ func BenchmarkPages(b *testing.B) {
 	for _, path := range []string{
 		"/", "/locks", "/locks?name=tenant:99", "/locks?after=tenant:5000", "/jobs", "/jobs?scope=scope-1&status=failed",
 		"/jobs?key=order:9*", "/jobs?after_scope=scope-2&after_key=order:5000", "/job?scope=scope-3&key=order:7",
-		"/cron", "/schedule?name=rollup", "/leaders",
+		"/cron", "/schedule?name=rollup", "/leaders", "/ratelimits",
 	} {
 		b.Run(path, func(b *testing.B) {
 			var samples []time.Duration

@@ -103,6 +103,7 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	mux.HandleFunc("GET /cron", c.schedules)
 	mux.HandleFunc("GET /schedule", c.schedule)
 	mux.HandleFunc("GET /leaders", c.leaders)
+	mux.HandleFunc("GET /ratelimits", c.rateLimits)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", c.static))
 	mux.HandleFunc("GET /confirm/{action}", c.confirm)
 	mux.HandleFunc("POST /do/{action}", c.doAction)

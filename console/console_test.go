@@ -122,6 +122,8 @@ func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 		{"/ops/cron", []string{"rollup", "@every 1s", "UTC", "skip", "active", "failed"}},
 		{"/ops/schedule?name=rollup", []string{"rollup failed: disk full", "scheduled", "console-test@"}},
 		{"/ops/leaders", []string{"reconciler", "console-test@"}},
+		{"/ops/ratelimits", []string{"partner-api:tenant-1", "logged", "Next free"}},
+		{"/ops/ratelimits?key=tenant", []string{"partner-api:tenant-1"}},
 	} {
 		t.Run(c.path, func(t *testing.T) {
 			r := get(t, srv, c.path)

@@ -282,6 +282,31 @@ func (c *console) job(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "job", page{Title: "Job " + rec.Key, Nav: "jobs", Now: now, Data: rec})
 }
 
+func (c *console) rateLimits(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, err := limitParam(r, 100)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	f := ops.RateFilter{Contains: q.Get("key"), AfterKey: q.Get("after_key"), HasAfter: q.Has("after_key"),
+		AfterDurable: q.Get("after_durable") == "true", Limit: limit}
+	keys, err := ops.ListRateLimits(r.Context(), c.pool, f)
+	if errors.Is(err, pglock.ErrInvalidArgument) {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "ratelimits", page{Title: "Rate limits", Nav: "ratelimits", Now: keys.Now,
+		Data: struct {
+			ops.RateKeys
+			Key string
+		}{keys, q.Get("key")}})
+}
+
 // limitParam reads the limit query parameter: 1 to 1000, def when absent.
 func limitParam(r *http.Request, def int) (int, error) {
 	s := r.URL.Query().Get("limit")

@@ -121,7 +121,7 @@ func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
 	shots := os.Getenv(screenshotsEnv)
 	for _, p := range []struct{ path, shot string }{
 		{"", "overview"}, {"locks", "locks"}, {"jobs", ""}, {"job?scope=billing&key=invoice:2", ""},
-		{"cron", "cron"}, {"schedule?name=rollup", ""}, {"leaders", "leaders"},
+		{"cron", "cron"}, {"schedule?name=rollup", ""}, {"leaders", "leaders"}, {"ratelimits", ""},
 	} {
 		b.do(t, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS("#refresh-toggle")),
 			chromedp.Click(chromedp.CSS("#refresh-toggle")))

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -15,12 +16,13 @@ import (
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/jobs"
 	"github.com/pglock/pglock/leader"
+	"github.com/pglock/pglock/ratelimit"
 	"github.com/pglock/pglock/tablelock"
 )
 
 // Seeded is a database with one of everything the console shows: a table lock (Lock,
 // "orders:42") and an election's, an advisory lock, a succeeded and a failed job record, a
-// schedule with a failed run, and a leader.
+// schedule with a failed run, a rate-limit key in use, and a leader.
 type Seeded struct {
 	DB   *testdb.DB
 	Lock *tablelock.Lock
@@ -59,6 +61,13 @@ func Seed(t testing.TB) Seeded {
 	require.NoError(t, sched.Start(ctx))
 	testdb.Receive(t, ran)
 	require.NoError(t, sched.Stop(ctx))
+
+	lim, err := ratelimit.New(d.Pool, &ratelimit.Config{Name: "partner-api"})
+	require.NoError(t, err)
+	for range 3 {
+		_, err = lim.Allow(ctx, "partner-api:tenant-1", ratelimit.Limit{Rate: 1, Per: time.Minute, Burst: 5})
+		require.NoError(t, err)
+	}
 
 	e, err := leader.New(d.Pool, "reconciler", &leader.Config{AppName: "console-test"})
 	require.NoError(t, err)

@@ -7,7 +7,64 @@ package db
 
 import (
 	"context"
+	"time"
 )
+
+const listRateLimits = `-- name: ListRateLimits :many
+SELECT r.durable, r.rate_key, r.tat, clock_timestamp()::timestamptz AS now
+  FROM pglock_rate_limits r
+ WHERE ($1::text IS NULL OR r.rate_key LIKE $1)
+   AND ($2::varchar IS NULL OR (r.durable, r.rate_key) > ($3::boolean, $2))
+ ORDER BY r.durable, r.rate_key
+ LIMIT $4
+`
+
+type ListRateLimitsParams struct {
+	KeyLike      *string
+	AfterKey     *string
+	AfterDurable *bool
+	MaxRows      int32
+}
+
+type ListRateLimitsRow struct {
+	Durable bool
+	RateKey string
+	Tat     time.Time
+	Now     time.Time
+}
+
+// ListRateLimits lists the keys with their next free time (tat: a key whose tat has passed is
+// as fresh as a new one), in (durable, key) order after a key (keyset pagination), those
+// containing @key_like's match when given.
+func (q *Queries) ListRateLimits(ctx context.Context, arg ListRateLimitsParams) ([]ListRateLimitsRow, error) {
+	rows, err := q.db.Query(ctx, listRateLimits,
+		arg.KeyLike,
+		arg.AfterKey,
+		arg.AfterDurable,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListRateLimitsRow
+	for rows.Next() {
+		var i ListRateLimitsRow
+		if err := rows.Scan(
+			&i.Durable,
+			&i.RateKey,
+			&i.Tat,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const takeRate = `-- name: TakeRate :one
 
