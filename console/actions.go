@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
@@ -25,6 +26,8 @@ type action struct {
 	explain  string   // what it will do
 	fields   []string // the form fields it carries
 	needNote bool     // a note (why) is required
+	// preview, when set, says on the confirmation page what the action would do now.
+	preview func(c *console, r *http.Request, f url.Values) (string, error)
 	// do performs it and returns what to tell the operator, and where to go next.
 	do func(c *console, r *http.Request, f url.Values, by string) (done, next string, err error)
 }
@@ -122,6 +125,32 @@ var actions = map[string]action{
 			return fmt.Sprintf("Triggered %q: run %d.", f.Get("name"), id), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
 		},
 	},
+	"backfill": {
+		title: "Backfill schedule %q from %s to %s", fields: []string{"name", "from", "to"},
+		explain: "Each tick of the schedule in that range (both ends included, UTC) that did not run or fail, and is not running or queued, is queued; instances run them oldest first.",
+		preview: func(c *console, r *http.Request, f url.Values) (string, error) {
+			from, to, err := backfillRange(f)
+			if err != nil {
+				return "", err
+			}
+			n, err := cron.PreviewBackfill(r.Context(), c.pool, f.Get("name"), from, to)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("As of now, it will queue %d ticks.", n), nil
+		},
+		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+			from, to, err := backfillRange(f)
+			if err != nil {
+				return "", "", err
+			}
+			n, err := cron.Backfill(r.Context(), c.pool, f.Get("name"), from, to, by)
+			if err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Queued %d ticks of %q.", n, f.Get("name")), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
+		},
+	},
 	"resign": {
 		title: "Make the leader of election %q resign (term %s)", fields: []string{"election", "term"},
 		explain: "Its lock is released: the leader is told at its next renewal and must stop, and the next candidate is elected with a larger term.",
@@ -155,14 +184,32 @@ var actions = map[string]action{
 	},
 }
 
+// backfillRange reads a backfill's range: RFC 3339 times, or a form's date and time, in UTC.
+func backfillRange(f url.Values) (from, to time.Time, err error) {
+	parse := func(field string) (time.Time, error) {
+		s := f.Get(field)
+		for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
+			if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+				return t, nil
+			}
+		}
+		return time.Time{}, fmt.Errorf("%w: %s %q is not a time such as 2026-11-01T00:00 (UTC)", pglock.ErrInvalidArgument, field, s)
+	}
+	if from, err = parse("from"); err != nil {
+		return
+	}
+	to, err = parse("to")
+	return
+}
+
 // errChanged is an action refused because its target changed since the page showed it.
 var errChanged = errors.New("pglock console: changed meanwhile")
 
 // confirmData is the confirmation page's.
 type confirmData struct {
-	Action, Title, Explain string
-	Fields                 []field
-	NeedNote               bool
+	Action, Title, Explain, Preview string
+	Fields                          []field
+	NeedNote                        bool
 }
 
 type field struct{ Name, Value string }
@@ -191,6 +238,14 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
 		args = append(args, q.Get(f))
 	}
 	d.Title = fmt.Sprintf(a.title, args...)
+	if a.preview != nil {
+		preview, err := a.preview(c, r, q)
+		if err != nil {
+			c.failAction(w, r, err)
+			return
+		}
+		d.Preview = preview
+	}
 	c.render(w, r, http.StatusOK, "confirm", page{Title: d.Title, Data: d})
 }
 

@@ -400,6 +400,24 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Contains(t, parse(t, r.body).text, "manual by alice")
 
+	// A backfill previews how many ticks it will queue, then queues as many.
+	runs, err := cron.History(ctx, s.DB.Pool, "rollup", 10)
+	require.NoError(t, err)
+	first := runs[len(runs)-1].ScheduledTime.UTC()
+	backfill := fmt.Sprintf("/ops/confirm/backfill?name=rollup&from=%s&to=%s",
+		first.Add(-10*time.Second).Format("2006-01-02T15:04:05"), first.Add(-2*time.Second).Format(time.RFC3339))
+	preview := get(t, srv, backfill)
+	require.Equal(t, http.StatusOK, preview.status, preview.body)
+	require.Contains(t, parse(t, preview.body).text, "As of now, it will queue 9 ticks.")
+	history, err := cron.History(ctx, s.DB.Pool, "rollup", 100)
+	require.NoError(t, err)
+	require.Len(t, history, len(runs), "the preview queued nothing")
+	r = act(t, c, srv, backfill, nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, `Queued 9 ticks of "rollup".`)
+	require.Equal(t, http.StatusBadRequest, get(t, srv, "/ops/confirm/backfill?name=rollup&from=yesterday&to=today").status)
+	require.Equal(t, http.StatusNotFound, get(t, srv, "/ops/confirm/backfill?name=nope&from=2026-01-01T00:00&to=2026-01-02T00:00").status)
+
 	// A leader's resignation names the term it was asked for.
 	current, err := leader.Current(ctx, s.DB.Pool, "reconciler")
 	require.NoError(t, err)
@@ -428,7 +446,7 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 
 	logMu.Lock()
 	defer logMu.Unlock()
-	for _, action := range []string{"release", "pause", "resume", "trigger", "resign", "forget", "terminate", "gc"} {
+	for _, action := range []string{"release", "pause", "resume", "trigger", "backfill", "resign", "forget", "terminate", "gc"} {
 		require.Contains(t, logs.String(), "action="+action+" by=alice")
 	}
 }

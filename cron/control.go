@@ -86,6 +86,24 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to tim
 	if err != nil {
 		return 0, err
 	}
+	return backfill(ctx, q, name, from, to, by)
+}
+
+// PreviewBackfill returns how many ticks Backfill would queue now, and queues none: it backfills
+// in a transaction that it rolls back.
+func PreviewBackfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time) (int, error) {
+	if pool == nil {
+		return 0, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, errs.Errorf("preview backfill %q: %w", name, db.Translate(err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	return backfill(ctx, db.New(db.Translating(tx)), name, from, to, "preview")
+}
+
+func backfill(ctx context.Context, q *db.Queries, name string, from, to time.Time, by string) (int, error) {
 	if to.Before(from) {
 		return 0, errs.Errorf("%w: backfill %q: from %s is after to %s", pglock.ErrInvalidArgument, name, from, to)
 	}
