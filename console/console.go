@@ -98,6 +98,7 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /locks", c.locks)
+	mux.HandleFunc("GET /lock", c.lock)
 	mux.HandleFunc("GET /jobs", c.jobs)
 	mux.HandleFunc("GET /job", c.job)
 	mux.HandleFunc("GET /cron", c.schedules)

@@ -29,6 +29,7 @@ import (
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/jobs"
 	"github.com/pglock/pglock/leader"
+	"github.com/pglock/pglock/tablelock"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -485,4 +486,37 @@ func TestReadOnlyOffersAndTakesNoAction(t *testing.T) {
 		}
 	}
 	require.Contains(t, offered, url.Values{"name": {"orders:42"}, "token": {fmt.Sprint(s.Lock.Token())}})
+}
+
+// A lock's page shows its holder and its waiters in queue order; an unknown lock is 404.
+func TestALockShowsItsWaitersInQueueOrder(t *testing.T) {
+	t.Parallel()
+	s := consoletest.Seed(t)
+	ctx := testdb.Context(t)
+	acquired := make(chan error, 2)
+	for i, app := range []string{"first-waiter", "second-waiter"} {
+		l, err := tablelock.New(s.DB.NewPool(t, nil), &tablelock.Config{AppName: app})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close(context.Background()) })
+		go func() {
+			_, err := l.Acquire(ctx, "orders:42", nil)
+			acquired <- err
+		}()
+		testdb.WaitFor(t, func() bool {
+			var places int
+			require.NoError(t, s.DB.Pool.QueryRow(ctx, "SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'orders:42'").Scan(&places))
+			return places == i+1
+		}, "%s queued", app)
+	}
+	srv := mount(t, s.DB.Pool, nil)
+	r := get(t, srv, "/ops/lock?name=orders:42")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	text := parse(t, r.body).text
+	first, second := strings.Index(text, "first-waiter@"), strings.Index(text, "second-waiter@")
+	require.True(t, first >= 0 && second > first, "in queue order: %s", text)
+	require.Contains(t, text, "console-test@", "the holder")
+	require.Equal(t, http.StatusNotFound, get(t, srv, "/ops/lock?name=nobody").status)
+	require.Equal(t, http.StatusBadRequest, get(t, srv, "/ops/lock?name=").status)
+	require.NoError(t, s.Lock.Release(ctx))
+	require.NoError(t, testdb.Receive(t, acquired))
 }

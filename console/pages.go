@@ -22,7 +22,7 @@ import (
 // parsePages parses each page with the layout it shares.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
-		"last": func(n int) int { return n - 1 }}
+		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html")
 	if err != nil {
 		return nil, err
@@ -189,6 +189,25 @@ func (c *console) locks(w http.ResponseWriter, r *http.Request) {
 			ops.Locks
 			Name string
 		}{locks, q.Get("name")}})
+}
+
+func (c *console) lock(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if err := pglock.ValidateName(name); err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	locks, waiters, err := ops.Lock(r.Context(), c.pool, name)
+	if err != nil {
+		c.failRead(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "lock", page{Title: "Lock " + name, Nav: "locks", Now: locks.Now,
+		Data: struct {
+			Name    string
+			Held    []ops.TableLock
+			Waiters []ops.Waiter
+		}{name, locks.TableLocks, waiters}})
 }
 
 func (c *console) schedules(w http.ResponseWriter, r *http.Request) {

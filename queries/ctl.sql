@@ -45,3 +45,10 @@ SELECT pg_terminate_backend(@pid::integer, 5000) AS terminated;
 
 -- name: DatabaseNow :one
 SELECT clock_timestamp()::timestamptz AS now;
+
+-- ListLockWaiters lists a lock's live waiters in queue order.
+-- name: ListLockWaiters :many
+SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata
+  FROM distributed_lock_waiters w
+ WHERE w.lock_name = @lock_name AND w.expires_at > clock_timestamp()
+ ORDER BY w.waiter_seq;

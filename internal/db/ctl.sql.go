@@ -67,6 +67,48 @@ func (q *Queries) ForceReleaseLock(ctx context.Context, lockName string) (ForceR
 	return i, err
 }
 
+const listLockWaiters = `-- name: ListLockWaiters :many
+SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata
+  FROM distributed_lock_waiters w
+ WHERE w.lock_name = $1 AND w.expires_at > clock_timestamp()
+ ORDER BY w.waiter_seq
+`
+
+type ListLockWaitersRow struct {
+	HolderID   string
+	Instance   string
+	EnqueuedAt time.Time
+	ExpiresAt  time.Time
+	Metadata   json.RawMessage
+}
+
+// ListLockWaiters lists a lock's live waiters in queue order.
+func (q *Queries) ListLockWaiters(ctx context.Context, lockName string) ([]ListLockWaitersRow, error) {
+	rows, err := q.db.Query(ctx, listLockWaiters, lockName)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListLockWaitersRow
+	for rows.Next() {
+		var i ListLockWaitersRow
+		if err := rows.Scan(
+			&i.HolderID,
+			&i.Instance,
+			&i.EnqueuedAt,
+			&i.ExpiresAt,
+			&i.Metadata,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listTableLocks = `-- name: ListTableLocks :many
 
 SELECT l.lock_name::varchar          AS lock_name,

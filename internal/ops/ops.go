@@ -165,3 +165,26 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, f LockFilter) (Locks, er
 	}
 	return out, nil
 }
+
+// Waiter is a place in a table lock's queue.
+type Waiter = db.ListLockWaitersRow
+
+// Lock reads the table lock name and its live waiters in queue order; pglock.ErrNotFound if
+// nobody holds it and nobody waits for it.
+func Lock(ctx context.Context, pool *pgxpool.Pool, name string) (Locks, []Waiter, error) {
+	if err := pglock.ValidateName(name); err != nil {
+		return Locks{}, nil, err
+	}
+	locks, err := ListLocks(ctx, pool, LockFilter{Kind: KindTable, Only: &name})
+	if err != nil {
+		return Locks{}, nil, err
+	}
+	waiters, err := db.New(db.Translating(pool)).ListLockWaiters(ctx, name)
+	if err != nil {
+		return Locks{}, nil, err
+	}
+	if len(locks.TableLocks) == 0 && len(waiters) == 0 {
+		return Locks{}, nil, fmt.Errorf("%w: nobody holds or waits for table lock %q", pglock.ErrNotFound, name)
+	}
+	return locks, waiters, nil
+}
