@@ -46,6 +46,7 @@ func orchestrate() int {
 	began := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	interrupted := ctx
 	say := newProgress(os.Stdout)
 
 	say.line("pglock demo: finding PostgreSQL (DATABASE_URL, local binaries, or Docker)…")
@@ -87,6 +88,13 @@ func orchestrate() int {
 	for i, addr := range addrs {
 		say.line(fmt.Sprintf("pglock demo: worker %d serves its metrics at http://%s/metrics while the scene runs", i+1, addr))
 	}
+	consoleAddr, stopConsole, err := serveConsole(pool)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		return 1
+	}
+	defer stopConsole()
+	say.line(fmt.Sprintf("pglock demo: the console, read-only, at http://%s/ while the scene runs", consoleAddr))
 	deliveries := broker(procs)
 	say.line(fmt.Sprintf("pglock demo: a broker delivers %d jobs %d times in all (each at least twice, to random workers)", jobCount, deliveries))
 
@@ -133,6 +141,15 @@ func orchestrate() int {
 	// What an operator would see while the workers run.
 	views := pglockctl(d.URL(), []string{"list"}, []string{"cron", "list"}, []string{"leader", "list"})
 	metrics := metricsReport(ctx, addrs, procs)
+	if os.Getenv("DEMO_HOLD") == "1" {
+		say.line(fmt.Sprintf("pglock demo: DEMO_HOLD=1: the workers and the console (http://%s/) keep running; Ctrl-C to end", consoleAddr))
+		<-interrupted.Done()
+		// The scene's deadline has long passed, and Ctrl-C ended the rest: the shutdown and the
+		// checks get a deadline of their own.
+		var cancelShutdown context.CancelFunc
+		ctx, cancelShutdown = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancelShutdown()
+	}
 	for _, p := range procs {
 		if !p.dead {
 			p.stdin.Close() // the worker stops its scheduler and exits

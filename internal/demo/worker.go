@@ -40,6 +40,8 @@ func work(id string) error {
 	if err != nil {
 		return err
 	}
+	// Ctrl-C reaches the whole process group: the orchestrator, not the terminal, stops workers.
+	signal.Ignore(os.Interrupt)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
