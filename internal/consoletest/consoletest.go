@@ -33,7 +33,7 @@ func Seed(t testing.TB) Seeded {
 	t.Helper()
 	d := testdb.New(t, nil)
 	ctx := testdb.Context(t)
-	l, err := tablelock.New(d.Pool, &tablelock.Config{AppName: "console-test"})
+	l, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "console-test"}) // another pool than the console's
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close(context.Background()) })
 	lk, err := l.TryAcquire(ctx, "orders:42", &tablelock.AcquireOptions{Metadata: map[string]any{"owner": "billing"}})
