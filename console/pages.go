@@ -22,7 +22,7 @@ import (
 // parsePages parses each page with the layout it shares.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
-		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }}
+		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }, "offset": offset}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html")
 	if err != nil {
 		return nil, err
@@ -114,6 +114,7 @@ type overviewData struct {
 	AdvisoryLocks, AdvisoryWaiting int
 	Schedules, Paused, Orphaned    int
 	Elections, Leaderless          int
+	Instances                      []ops.Instance // live schedulers, with their clocks
 }
 
 func (c *console) overview(w http.ResponseWriter, r *http.Request) {
@@ -138,7 +139,12 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	d := overviewData{LockCounts: counts}
+	instances, err := ops.Instances(ctx, c.pool, counts.Now)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	d := overviewData{LockCounts: counts, Instances: instances}
 	for _, l := range locks.AdvisoryLocks {
 		if l.Granted {
 			d.AdvisoryLocks++
@@ -357,6 +363,14 @@ func ago(t, now time.Time) string {
 		return span(-d) + " ago"
 	}
 	return "in " + span(d)
+}
+
+// offset shows a clock offset with its sign: the database's clock minus the host's.
+func offset(d time.Duration) string {
+	if d < 0 {
+		return "−" + span(-d)
+	}
+	return "+" + span(d)
 }
 
 // span shows a duration to a useful precision.

@@ -123,7 +123,11 @@ func (s *Scheduler) housekeep(ctx context.Context, entries []*entry, now time.Ti
 		for i, e := range entries {
 			names[i] = e.name
 		}
-		gone, err := s.queries.SeenCronSchedules(ctx, db.SeenCronSchedulesParams{Names: names, Instance: s.instance})
+		s.mu.Lock()
+		offset := s.offset
+		s.mu.Unlock()
+		gone, err := s.queries.SeenCronSchedules(ctx, db.SeenCronSchedulesParams{Names: names, Instance: s.instance,
+			OffsetUs: offset.offset.Microseconds(), UncertaintyUs: max(0, offset.uncertainty.Microseconds())})
 		if err != nil {
 			return errs.Errorf("record schedules seen: %w", err)
 		}

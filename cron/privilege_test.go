@@ -27,11 +27,11 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs TO %[1]s;
 		GRANT EXECUTE ON FUNCTION
 			pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar),
-			pglock_cron_seen(varchar[], varchar),
+			pglock_cron_seen(varchar[], varchar, bigint, bigint),
 			pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean),
 			pglock_cron_renew(bigint, bigint, bigint), pglock_cron_finish(bigint, bigint, text, text),
 			pglock_cron_collect() TO %[1]s;
-		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs TO %[2]s;
+		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs, pglock_instances TO %[2]s;
 		GRANT EXECUTE ON FUNCTION pglock_cron_pause(varchar, text, text), pglock_cron_resume(varchar),
 			pglock_cron_trigger(varchar, text), pglock_cron_backfill(varchar, timestamptz[], text),
 			pglock_cron_collect() TO %[2]s;`, app, ops))

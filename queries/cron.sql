@@ -5,9 +5,10 @@
 SELECT pglock_cron_register(@name, @spec, @time_zone, @overlap, @catch_up, @catch_up_window_ms,
                             @keep_for_ms, @keep_runs, @instance)::timestamptz AS accounted_until;
 
--- SeenCronSchedules answers the names that have no schedule any more.
+-- SeenCronSchedules answers the names that have no schedule any more, and records this
+-- instance's clock offset.
 -- name: SeenCronSchedules :many
-SELECT s::varchar AS name FROM pglock_cron_seen(@names::varchar[], @instance) AS s;
+SELECT s::varchar AS name FROM pglock_cron_seen(@names::varchar[], @instance, @offset_us::bigint, @uncertainty_us::bigint) AS s;
 
 -- With report, the claim also returns the runs it recorded skipped or abandoned.
 -- name: ClaimCronTicks :many

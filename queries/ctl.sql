@@ -46,6 +46,13 @@ SELECT pg_terminate_backend(@pid::integer, 5000) AS terminated;
 -- name: DatabaseNow :one
 SELECT clock_timestamp()::timestamptz AS now;
 
+-- ListInstances lists the scheduler instances seen since @since, with their clock offsets.
+-- name: ListInstances :many
+SELECT i.instance, i.clock_offset_us, i.uncertainty_us, i.seen_at
+  FROM pglock_instances i
+ WHERE i.seen_at >= @since
+ ORDER BY i.instance;
+
 -- ListLockWaiters lists a lock's live waiters in queue order.
 -- name: ListLockWaiters :many
 SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata

@@ -409,17 +409,25 @@ func (q *Queries) ResumeCronSchedule(ctx context.Context, name string) error {
 }
 
 const seenCronSchedules = `-- name: SeenCronSchedules :many
-SELECT s::varchar AS name FROM pglock_cron_seen($1::varchar[], $2) AS s
+SELECT s::varchar AS name FROM pglock_cron_seen($1::varchar[], $2, $3::bigint, $4::bigint) AS s
 `
 
 type SeenCronSchedulesParams struct {
-	Names    []string
-	Instance string
+	Names         []string
+	Instance      string
+	OffsetUs      int64
+	UncertaintyUs int64
 }
 
-// SeenCronSchedules answers the names that have no schedule any more.
+// SeenCronSchedules answers the names that have no schedule any more, and records this
+// instance's clock offset.
 func (q *Queries) SeenCronSchedules(ctx context.Context, arg SeenCronSchedulesParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, seenCronSchedules, arg.Names, arg.Instance)
+	rows, err := q.db.Query(ctx, seenCronSchedules,
+		arg.Names,
+		arg.Instance,
+		arg.OffsetUs,
+		arg.UncertaintyUs,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -67,6 +67,39 @@ func (q *Queries) ForceReleaseLock(ctx context.Context, lockName string) (ForceR
 	return i, err
 }
 
+const listInstances = `-- name: ListInstances :many
+SELECT i.instance, i.clock_offset_us, i.uncertainty_us, i.seen_at
+  FROM pglock_instances i
+ WHERE i.seen_at >= $1
+ ORDER BY i.instance
+`
+
+// ListInstances lists the scheduler instances seen since @since, with their clock offsets.
+func (q *Queries) ListInstances(ctx context.Context, since time.Time) ([]PglockInstance, error) {
+	rows, err := q.db.Query(ctx, listInstances, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PglockInstance
+	for rows.Next() {
+		var i PglockInstance
+		if err := rows.Scan(
+			&i.Instance,
+			&i.ClockOffsetUs,
+			&i.UncertaintyUs,
+			&i.SeenAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listLockWaiters = `-- name: ListLockWaiters :many
 SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata
   FROM distributed_lock_waiters w

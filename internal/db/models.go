@@ -93,6 +93,13 @@ type PglockCronSchedule struct {
 	CreatedAt       time.Time
 }
 
+type PglockInstance struct {
+	Instance      string
+	ClockOffsetUs int64
+	UncertaintyUs int64
+	SeenAt        time.Time
+}
+
 type PglockJob struct {
 	Scope          string
 	JobKey         string

@@ -1,31 +1,15 @@
--- pglock_cron_claim reports what it records besides the runs it starts: the runs it records
--- skipped (paused, or by the overlap policy) and abandoned (their lease expired), each told
--- once, by the instance whose claim recorded it, so that a sum of its metrics over instances is
--- exact (otelpglock's pglock.cron.runs). Missed ticks need no report: the claiming instance
--- planned them. A new overload takes p_report; the old signature, which schedulers of v0.1.0
--- call, becomes that overload without reports, so that the claim's body exists once.
+-- Reverts 000002: the instances' clocks go, pglock_cron_claim's old signature gets 000001's
+-- body back, and the overload that reports is dropped.
 BEGIN;
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
 
--- A run the claim recorded, as a claim's answer: its status is the outcome ('skipped',
--- 'abandoned').
-CREATE FUNCTION pglock_cron_recorded(r pglock_cron_runs, p_now timestamptz)
-RETURNS pglock_cron_claimed
-LANGUAGE sql IMMUTABLE
-SET search_path FROM CURRENT
-AS $$
-    SELECT ROW(r.status, r.schedule, r.id, r.scheduled_time, r.kind, r.attempt, r.fencing_token,
-               r.lease_expires_at, NULL, p_now)::pglock_cron_claimed
-$$;
+DROP FUNCTION pglock_cron_seen(varchar[], varchar, bigint, bigint);
+DROP TABLE pglock_instances;
 
-REVOKE ALL ON FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz) FROM PUBLIC;
-
--- As 000001's pglock_cron_claim, and with p_report, also returns a row per run it records
--- skipped or abandoned (pglock_cron_recorded).
-CREATE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
+CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
     p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
-    p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[], p_report boolean)
+    p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[])
 RETURNS SETOF pglock_cron_claimed
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -37,7 +21,6 @@ DECLARE
     v_buffered boolean;
     v_catching_up boolean;
     v_run pglock_cron_runs;
-    v_rec pglock_cron_runs;
     e record;
     t record;
     c bigint;
@@ -77,15 +60,10 @@ BEGIN
             CONTINUE;
         END IF;
         -- Runs whose instance stopped renewing are over.
-        FOR v_rec IN UPDATE pglock_cron_runs
-                        SET status = 'abandoned', finished_at = lease_expires_at,
-                            error = 'its instance (' || instance || ') stopped renewing its lease'
-                      WHERE schedule = e.name AND status = 'running' AND lease_expires_at < v_now
-                  RETURNING *
-        LOOP
-            CONTINUE WHEN NOT p_report;
-            RETURN NEXT pglock_cron_recorded(v_rec, v_now);
-        END LOOP;
+        UPDATE pglock_cron_runs
+           SET status = 'abandoned', finished_at = lease_expires_at,
+               error = 'its instance (' || instance || ') stopped renewing its lease'
+         WHERE schedule = e.name AND status = 'running' AND lease_expires_at < v_now;
         SELECT count(*) INTO v_running FROM pglock_cron_runs WHERE schedule = e.name AND status = 'running';
 
         IF e.until IS DISTINCT FROM e.seen THEN
@@ -121,11 +99,7 @@ BEGIN
                     RAISE EXCEPTION 'p_tick_kinds: must be scheduled, catch_up or missed' USING ERRCODE = '22023', COLUMN = 'p_tick_kinds';
                 ELSIF v_s.paused THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
-                    VALUES (e.name, t.tick, t.kind, 'skipped', 0, v_now, v_now, 'paused: ' || coalesce(v_s.pause_note, ''))
-                    RETURNING * INTO v_rec;
-                    IF p_report THEN
-                        RETURN NEXT pglock_cron_recorded(v_rec, v_now);
-                    END IF;
+                    VALUES (e.name, t.tick, t.kind, 'skipped', 0, v_now, v_now, 'paused: ' || coalesce(v_s.pause_note, ''));
                 ELSIF t.kind = 'catch_up' OR v_catching_up THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
                     VALUES (e.name, t.tick, t.kind, 'pending', 1, v_now);
@@ -152,11 +126,7 @@ BEGIN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
                     VALUES (e.name, t.tick, 'scheduled', 'skipped', 0, v_now, v_now,
                             CASE WHEN v_s.overlap = 'buffer_one' THEN 'a run was running and another was buffered'
-                                 ELSE 'a run was running' END)
-                    RETURNING * INTO v_rec;
-                    IF p_report THEN
-                        RETURN NEXT pglock_cron_recorded(v_rec, v_now);
-                    END IF;
+                                 ELSE 'a run was running' END);
                 END IF;
             END LOOP;
             UPDATE pglock_cron_schedules SET accounted_until = e.until WHERE name = e.name;
@@ -171,11 +141,7 @@ BEGIN
             IF v_s.paused AND v_run.kind IN ('scheduled', 'catch_up') THEN
                 UPDATE pglock_cron_runs SET status = 'skipped', attempt = 0, finished_at = v_now,
                        error = 'paused: ' || coalesce(v_s.pause_note, '')
-                 WHERE id = v_run.id
-                RETURNING * INTO v_rec;
-                IF p_report THEN
-                    RETURN NEXT pglock_cron_recorded(v_rec, v_now);
-                END IF;
+                 WHERE id = v_run.id;
                 CONTINUE;
             END IF;
             RETURN NEXT pglock_cron_start(e.name, v_run.id, NULL, NULL, p_instance, e.ttl, v_now);
@@ -186,32 +152,16 @@ BEGIN
     -- Every other schedule's runs whose instance stopped renewing, last and without waiting for a
     -- row another claim holds: a claim that waited here while holding schedule locks could
     -- deadlock with one that holds such a row and waits for a schedule.
-    FOR v_rec IN UPDATE pglock_cron_runs r
-                    SET status = 'abandoned', finished_at = r.lease_expires_at,
-                        error = 'its instance (' || r.instance || ') stopped renewing its lease'
-                  WHERE r.id IN (SELECT x.id FROM pglock_cron_runs x
-                                  WHERE x.status = 'running' AND x.lease_expires_at < clock_timestamp()
-                                    FOR UPDATE SKIP LOCKED)
-              RETURNING r.*
-    LOOP
-        CONTINUE WHEN NOT p_report;
-        RETURN NEXT pglock_cron_recorded(v_rec, clock_timestamp());
-    END LOOP;
+    UPDATE pglock_cron_runs r
+       SET status = 'abandoned', finished_at = r.lease_expires_at,
+           error = 'its instance (' || r.instance || ') stopped renewing its lease'
+     WHERE r.id IN (SELECT x.id FROM pglock_cron_runs x
+                     WHERE x.status = 'running' AND x.lease_expires_at < clock_timestamp()
+                       FOR UPDATE SKIP LOCKED);
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean) FROM PUBLIC;
-
--- The signature v0.1.0's schedulers call: the claim without reports.
-CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
-    p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
-    p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[])
-RETURNS SETOF pglock_cron_claimed
-LANGUAGE sql VOLATILE SECURITY DEFINER
-SET search_path FROM CURRENT
-AS $$
-    SELECT * FROM pglock_cron_claim(p_instance, p_names, p_seen, p_until, p_ttl_ms, p_tick_names, p_tick_times,
-                                    p_tick_kinds, p_missed_until, p_missed_counts, false)
-$$;
+DROP FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
+DROP FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz);
 
 COMMIT;
