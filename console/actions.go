@@ -37,22 +37,15 @@ var actions = map[string]action{
 		title: "Force-release table lock %q", fields: []string{"name", "token"},
 		explain: "Its holder loses it: it is told so at its next renewal (up to a third of its TTL away), and must stop; the next waiter gets it with a larger token.",
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
-			name, token := f.Get("name"), f.Get("token")
-			locks, err := ops.ListLocks(r.Context(), c.pool, ops.LockFilter{Kind: ops.KindTable, Only: &name})
+			token, err := strconv.ParseInt(f.Get("token"), 10, 64)
+			if err != nil {
+				return "", "", fmt.Errorf("%w: token %q is not a fencing token", pglock.ErrInvalidArgument, f.Get("token"))
+			}
+			rel, err := ops.ForceRelease(r.Context(), c.pool, f.Get("name"), &token)
 			if err != nil {
 				return "", "", err
 			}
-			if len(locks.TableLocks) == 0 {
-				return "", "", fmt.Errorf("%w: %q was released meanwhile: nothing was done", pglock.ErrNotHeld, name)
-			}
-			if held := strconv.FormatInt(locks.TableLocks[0].Token, 10); held != token {
-				return "", "", fmt.Errorf("%w: %q changed hands meanwhile (token %s now, not %s): nothing was done", errChanged, name, held, token)
-			}
-			rel, err := ops.ForceRelease(r.Context(), c.pool, name)
-			if err != nil {
-				return "", "", err
-			}
-			return fmt.Sprintf("Released %q from %s, token %d.", name, rel.Instance, rel.Token), "locks", nil
+			return fmt.Sprintf("Released %q from %s, token %d.", f.Get("name"), rel.Instance, rel.Token), "locks", nil
 		},
 	},
 	"terminate": {
@@ -155,19 +148,20 @@ var actions = map[string]action{
 		title: "Make the leader of election %q resign (term %s)", fields: []string{"election", "term"},
 		explain: "Its lock is released: the leader is told at its next renewal and must stop, and the next candidate is elected with a larger term.",
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
-			election, term := f.Get("election"), f.Get("term")
-			current, err := leader.Current(r.Context(), c.pool, election)
+			// A term is its election's lock's token: released with that token, or not at all.
+			election := f.Get("election")
+			term, err := strconv.ParseInt(f.Get("term"), 10, 64)
+			if err != nil {
+				return "", "", fmt.Errorf("%w: term %q is not a term", pglock.ErrInvalidArgument, f.Get("term"))
+			}
+			rel, err := ops.ForceRelease(r.Context(), c.pool, leader.LockName(election), &term)
+			if errors.Is(err, pglock.ErrNotHeld) {
+				return "", "", fmt.Errorf("%w: election %q has no leader now: nothing was done", pglock.ErrNotHeld, election)
+			}
 			if err != nil {
 				return "", "", err
 			}
-			if now := strconv.FormatInt(current.Term, 10); now != term {
-				return "", "", fmt.Errorf("%w: election %q has a new term meanwhile (%s, not %s): nothing was done", errChanged, election, now, term)
-			}
-			resigned, err := leader.ForceResign(r.Context(), c.pool, election)
-			if err != nil {
-				return "", "", err
-			}
-			return fmt.Sprintf("The leader of %q (%s, term %d) was made to resign.", election, resigned.Instance, resigned.Term), "leaders", nil
+			return fmt.Sprintf("The leader of %q (%s, term %d) was made to resign.", election, rel.Instance, rel.Token), "leaders", nil
 		},
 	},
 	"gc": {
@@ -202,8 +196,6 @@ func backfillRange(f url.Values) (from, to time.Time, err error) {
 	return
 }
 
-// errChanged is an action refused because its target changed since the page showed it.
-var errChanged = errors.New("pglock console: changed meanwhile")
 
 // confirmData is the confirmation page's.
 type confirmData struct {
@@ -301,7 +293,7 @@ func (c *console) failAction(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case errors.Is(err, pglock.ErrNotFound):
 		c.fail(w, r, http.StatusNotFound, err)
-	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, errChanged), errors.Is(err, pglock.ErrNoLeader):
+	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, ops.ErrChanged), errors.Is(err, pglock.ErrNoLeader):
 		c.fail(w, r, http.StatusConflict, err)
 	case errors.Is(err, pglock.ErrInvalidArgument), errors.Is(err, pglock.ErrInvalidName):
 		c.fail(w, r, http.StatusBadRequest, err)

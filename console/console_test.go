@@ -424,7 +424,7 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 	require.NoError(t, err)
 	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/resign?election=reconciler&term=%d", current.Term+1), nil)
 	require.Equal(t, http.StatusConflict, r.status)
-	require.Contains(t, r.body, "new term meanwhile")
+	require.Contains(t, r.body, "changed hands meanwhile")
 	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/resign?election=reconciler&term=%d", current.Term), nil)
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Contains(t, parse(t, r.body).text, "was made to resign")
@@ -519,4 +519,38 @@ func TestALockShowsItsWaitersInQueueOrder(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, get(t, srv, "/ops/lock?name=").status)
 	require.NoError(t, s.Lock.Release(ctx))
 	require.NoError(t, testdb.Receive(t, acquired))
+}
+
+// A force-release names the holding the page showed: a lock that changed hands since is left to
+// its new holder (the check and the release are one transaction).
+func TestAReleaseOfALockThatChangedHandsDoesNothing(t *testing.T) {
+	t.Parallel()
+	s := consoletest.Seed(t)
+	ctx := testdb.Context(t)
+	srv := mount(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false }})
+	c := client(t)
+	resp, err := c.Get(srv.URL + fmt.Sprintf("/ops/confirm/release?name=orders:42&token=%d", s.Lock.Token()))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	action, form := formOf(t, string(body))
+
+	require.NoError(t, s.Lock.Release(ctx)) // meanwhile, the lock changes hands
+	l, err := tablelock.New(s.DB.NewPool(t, nil), &tablelock.Config{AppName: "new-holder"})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close(context.Background()) })
+	newHolder, err := l.TryAcquire(ctx, "orders:42", nil)
+	require.NoError(t, err)
+
+	resp, err = c.PostForm(srv.URL+action, form)
+	require.NoError(t, err)
+	body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "changed hands meanwhile")
+	var token int64
+	require.NoError(t, s.DB.Pool.QueryRow(ctx, "SELECT fencing_token FROM distributed_locks WHERE lock_name = 'orders:42'").Scan(&token))
+	require.Equal(t, newHolder.Token(), token, "the new holder keeps it")
 }

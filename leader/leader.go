@@ -22,6 +22,10 @@ import (
 // lockPrefix starts the name of an election's lock.
 const lockPrefix = "pglock.leader/"
 
+// LockName is the table lock an election's leadership is: its holder leads, its token is the
+// term (what pglockctl and the console release to make a leader resign).
+func LockName(election string) string { return lockPrefix + election }
+
 // MaxNameLen is the longest election name, in bytes: its lock's name is lockPrefix followed by
 // it.
 const MaxNameLen = pglock.MaxNameLen - len(lockPrefix)

@@ -59,3 +59,8 @@ SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enq
   FROM distributed_lock_waiters w
  WHERE w.lock_name = @lock_name AND w.expires_at > clock_timestamp()
  ORDER BY w.waiter_seq;
+
+-- LockTokenForUpdate reads a lock's token and locks its row until the transaction ends, so that
+-- a force-release in the same transaction releases the holding the caller saw, or nothing.
+-- name: LockTokenForUpdate :one
+SELECT l.fencing_token FROM distributed_locks l WHERE l.lock_name = @lock_name FOR UPDATE;

@@ -72,7 +72,7 @@ func (a *app) releaseTable(ctx context.Context, pool *pgxpool.Pool, name string,
 			l.Name, l.Holder, orDash(l.Instance), l.Token, timestamp(l.ExpiresAt, locks.Now))
 		return errNotConfirmed
 	}
-	released, err := ops.ForceRelease(ctx, pool, name)
+	released, err := ops.ForceRelease(ctx, pool, name, &l.Token)
 	if err != nil {
 		return err
 	}

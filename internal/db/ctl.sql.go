@@ -250,6 +250,19 @@ func (q *Queries) LockCounts(ctx context.Context) (LockCountsRow, error) {
 	return i, err
 }
 
+const lockTokenForUpdate = `-- name: LockTokenForUpdate :one
+SELECT l.fencing_token FROM distributed_locks l WHERE l.lock_name = $1 FOR UPDATE
+`
+
+// LockTokenForUpdate reads a lock's token and locks its row until the transaction ends, so that
+// a force-release in the same transaction releases the holding the caller saw, or nothing.
+func (q *Queries) LockTokenForUpdate(ctx context.Context, lockName string) (int64, error) {
+	row := q.db.QueryRow(ctx, lockTokenForUpdate, lockName)
+	var fencing_token int64
+	err := row.Scan(&fencing_token)
+	return fencing_token, err
+}
+
 const terminateBackend = `-- name: TerminateBackend :one
 SELECT pg_terminate_backend($1::integer, 5000) AS terminated
 `

@@ -22,20 +22,41 @@ type Released struct {
 	HandedOff        bool // to the next waiter; else the waiters were woken
 }
 
-// ForceRelease releases the table lock name from whoever holds it: pglock.ErrNotHeld if nobody
-// does (released meanwhile).
-func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string) (Released, error) {
+// ErrChanged means that what an operator acted on changed since they saw it: nothing was done.
+var ErrChanged = errors.New("pglock: changed meanwhile")
+
+// ForceRelease releases the table lock name from whoever holds it, or, when token is not nil,
+// only from the holding with that token (ErrChanged otherwise), checked and released in one
+// transaction: pglock.ErrNotHeld if nobody holds it (released meanwhile).
+func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, token *int64) (Released, error) {
 	if err := pglock.ValidateName(name); err != nil {
 		return Released{}, err
 	}
-	r, err := db.New(db.Translating(pool)).ForceReleaseLock(ctx, name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Released{}, fmt.Errorf("%w: %q was released meanwhile", pglock.ErrNotHeld, name)
-	}
-	if err != nil {
-		return Released{}, err
-	}
-	return Released{Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken, HandedOff: r.HandedOff}, nil
+	var out Released
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(db.Translating(tx))
+		if token != nil {
+			held, err := q.LockTokenForUpdate(ctx, name)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return fmt.Errorf("%w: %q was released meanwhile: nothing was done", pglock.ErrNotHeld, name)
+			case err != nil:
+				return err
+			case held != *token:
+				return fmt.Errorf("%w: %q changed hands meanwhile (token %d now, not %d): nothing was done", ErrChanged, name, held, *token)
+			}
+		}
+		r, err := q.ForceReleaseLock(ctx, name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: %q was released meanwhile", pglock.ErrNotHeld, name)
+		}
+		if err != nil {
+			return err
+		}
+		out = Released{Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken, HandedOff: r.HandedOff}
+		return nil
+	})
+	return out, db.Translate(err)
 }
 
 // AdvisoryHolders are the sessions that hold key (granted, in any mode).
