@@ -196,7 +196,6 @@ func backfillRange(f url.Values) (from, to time.Time, err error) {
 	return
 }
 
-
 // confirmData is the confirmation page's.
 type confirmData struct {
 	Action, Title, Explain, Preview string
@@ -218,7 +217,15 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusForbidden, errReadOnly)
 		return
 	}
-	q := r.URL.Query()
+	if a.preview != nil && r.Method != http.MethodPost {
+		c.fail(w, r, http.StatusMethodNotAllowed, errors.New("its preview runs queries: ask for it with the form, not a link"))
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	q := r.Form
 	d := confirmData{Action: name, Explain: a.explain, NeedNote: a.needNote}
 	var args []any
 	for _, f := range a.fields {
@@ -283,6 +290,9 @@ func (c *console) doAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.opts.Logger.Info("pglock console: action", append(logArgs, "done", done)...)
+	if r := []rune(done); len(r) > 300 { // a cookie holds it: a long note must not lose it
+		done = string(r[:299]) + "…"
+	}
 	http.SetCookie(w, &http.Cookie{Name: doneCookie, Value: url.QueryEscape(done), Path: base(r), MaxAge: 60,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, base(r)+next, http.StatusSeeOther)

@@ -107,6 +107,7 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	mux.HandleFunc("GET /ratelimits", c.rateLimits)
 	mux.Handle("GET /static/", http.StripPrefix("/static/", c.static))
 	mux.HandleFunc("GET /confirm/{action}", c.confirm)
+	mux.HandleFunc("POST /confirm/{action}", c.confirm) // a preview runs queries: a form POST, never a link
 	mux.HandleFunc("POST /do/{action}", c.doAction)
 	mux.HandleFunc("POST /", c.doAction) // refused: read-only, or no such action
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +138,9 @@ func (c *console) guard(next http.Handler) http.Handler {
 func (c *console) hostAllowed(host string) bool {
 	if len(c.opts.AllowedHosts) > 0 {
 		name, _, err := net.SplitHostPort(host)
-		return slices.Contains(c.opts.AllowedHosts, host) || (err == nil && slices.Contains(c.opts.AllowedHosts, name))
+		return slices.ContainsFunc(c.opts.AllowedHosts, func(allowed string) bool {
+			return strings.EqualFold(allowed, host) || (err == nil && strings.EqualFold(allowed, name))
+		})
 	}
 	name, _, err := net.SplitHostPort(host)
 	if err != nil {

@@ -65,13 +65,16 @@ func base(r *http.Request) string {
 	if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
 		full = u.EscapedPath()
 	}
-	prefix := strings.TrimSuffix(full, r.URL.EscapedPath())
-	return strings.TrimSuffix(prefix, "/") + "/"
+	prefix := strings.TrimSuffix(strings.TrimSuffix(full, r.URL.EscapedPath()), "/")
+	if !strings.HasPrefix(prefix, "/") || strings.HasPrefix(prefix, "//") {
+		return "/" // not a path of this host's (a router that did not clean it): the root
+	}
+	return prefix + "/"
 }
 
 func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Base, p.ReadOnly = base(r), c.opts.ReadOnly(r)
-	if status == http.StatusOK && r.Method == http.MethodGet {
+	if status == http.StatusOK {
 		p.Done = takeDone(w, r)
 		if p.Refresh == 0 && c.refresh > 0 && name != "confirm" {
 			p.Refresh = c.refresh

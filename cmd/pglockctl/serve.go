@@ -24,11 +24,12 @@ const tokenEnv = "PGLOCK_CONSOLE_TOKEN"
 func (a *app) serveCommand() *cobra.Command {
 	var listen string
 	var hosts []string
-	var insecure bool
+	var insecure, allowActions bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the web console: locks, jobs, schedules and leaders, refreshed live",
-		Long: "serve runs the console (docs/console.md) on --listen, 127.0.0.1:8080 by default, read-only. " +
+		Long: "serve runs the console (docs/console.md) on --listen, 127.0.0.1:8080 by default, read-only unless " +
+			"--allow-actions. " +
 			"A non-loopback address needs authentication: the password in $" + tokenEnv + " (HTTP basic " +
 			"authentication, any user name), or --insecure, which serves anyone who can reach it and says so.",
 		Args: args(cobra.NoArgs),
@@ -42,13 +43,17 @@ func (a *app) serveCommand() *cobra.Command {
 			if !loopback && token == "" && !insecure {
 				return usagef("--listen %s is not a loopback address: set $%s (the console's password) or pass --insecure", listen, tokenEnv)
 			}
+			if !loopback && token == "" && allowActions {
+				return usagef("--allow-actions on a non-loopback address needs $%s: anyone could act", tokenEnv)
+			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
 				allowed := hosts
 				if !loopback && len(allowed) == 0 && host != "" && host != "0.0.0.0" && host != "::" {
 					allowed = []string{host}
 				}
 				logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-				h, err := console.New(pool, &console.Options{AllowedHosts: allowed, Logger: logger})
+				h, err := console.New(pool, &console.Options{AllowedHosts: allowed, Logger: logger,
+					ReadOnly: func(*http.Request) bool { return !allowActions }})
 				if err != nil {
 					return err
 				}
@@ -64,6 +69,7 @@ func (a *app) serveCommand() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "the address to serve on")
 	cmd.Flags().StringSliceVar(&hosts, "host", nil, "a host name browsers reach the console by (default: loopback names, or --listen's host)")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "serve a non-loopback address without authentication")
+	cmd.Flags().BoolVar(&allowActions, "allow-actions", false, "let the console release locks, pause schedules and the like (confirmed, logged)")
 	return cmd
 }
 

@@ -78,6 +78,16 @@ func TestServeIsSafeByDefault(t *testing.T) {
 
 	_, warned := serveConsole(t, d.URL(), "--listen", "0.0.0.0:0", "--insecure")
 	require.Contains(t, warned.String(), "WARNING: --insecure")
+	_, stderr, code = pglockctl(t, context.Background(), d.URL(), "serve", "--listen", "0.0.0.0:0", "--insecure", "--allow-actions")
+	require.Equal(t, exitUsage, code, "acting unauthenticated from anywhere")
+	require.Contains(t, stderr, tokenEnv)
+
+	acting, _ := serveConsole(t, d.URL(), "--listen", "127.0.0.1:0", "--allow-actions")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err = noRedirect.Post("http://"+acting+"/do/gc", "application/x-www-form-urlencoded", strings.NewReader(""))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "acting, then redirected")
 
 	t.Setenv(tokenEnv, "s3cret")
 	addr, _ = serveConsole(t, d.URL(), "--listen", "127.0.0.1:0")

@@ -153,7 +153,7 @@ func TestAReleasedLockLeavesTheOpenPageAndForgedPostsAreRefused(t *testing.T) {
 	b.requireNoProblems(t) // before the forged POST, whose 403 the browser logs as a failed load
 
 	status := get(t, b, chromedp.Evaluate[float64](
-		`fetch("release", {method: "POST", body: new URLSearchParams({name: "pglock.leader/reconciler"})}).then(r => r.status)`,
+		`fetch("do/release", {method: "POST", body: new URLSearchParams({name: "pglock.leader/reconciler", token: "1"})}).then(r => r.status)`,
 		chromedp.EvalAwaitPromise))
 	require.Equal(t, float64(http.StatusForbidden), status)
 }

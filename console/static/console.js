@@ -8,13 +8,15 @@
     return;
   }
   var paused = false;
+  var editing = false; // a form field was changed: a refresh would lose it
+  document.addEventListener("input", function () { editing = true; });
   toggle.hidden = false;
   toggle.addEventListener("click", function () {
     paused = !paused;
     toggle.textContent = paused ? "Resume refresh" : "Pause refresh";
   });
   function refresh() {
-    if (paused || document.hidden) {
+    if (paused || editing || document.hidden) {
       return;
     }
     fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
@@ -28,7 +30,7 @@
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         var live = document.getElementById("live");
         var focused = document.activeElement;
-        if (fresh && live && !(focused && live.contains(focused) && focused.form)) {
+        if (fresh && live && !editing && !(focused && live.contains(focused) && focused.form)) {
           live.replaceWith(fresh); // not while someone is filling in a form
         }
       })
