@@ -595,3 +595,38 @@ func TestAReleaseOfALockThatChangedHandsDoesNothing(t *testing.T) {
 	require.NoError(t, s.DB.Pool.QueryRow(ctx, "SELECT fencing_token FROM distributed_locks WHERE lock_name = 'orders:42'").Scan(&token))
 	require.Equal(t, newHolder.Token(), token, "the new holder keeps it")
 }
+
+// A semaphore's page, by its name or a place's, shows the places held and its waiters.
+func TestASemaphoreShowsItsPlacesAndWaiters(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	holder, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "place-holder"})
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close(context.Background()) })
+	place, err := holder.TryAcquireSemaphore(ctx, "exports", 1, nil)
+	require.NoError(t, err)
+	waiter, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "queued-exporter"})
+	require.NoError(t, err)
+	t.Cleanup(func() { waiter.Close(context.Background()) })
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := waiter.AcquireSemaphore(ctx, "exports", 1, nil)
+		acquired <- err
+	}()
+	testdb.WaitFor(t, func() bool {
+		var places int
+		require.NoError(t, d.Pool.QueryRow(ctx, "SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/exports'").Scan(&places))
+		return places == 1
+	}, "queued")
+	srv := mount(t, d.Pool, nil)
+	for _, name := range []string{place.Name(), tablelock.SemaphorePrefix + "exports"} {
+		r := get(t, srv, "/ops/lock?name="+url.QueryEscape(name))
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		text := parse(t, r.body).text
+		require.Contains(t, text, "place-holder@", name)
+		require.Contains(t, text, "queued-exporter@", name)
+	}
+	require.NoError(t, place.Release(ctx))
+	require.NoError(t, testdb.Receive(t, acquired))
+}

@@ -379,6 +379,8 @@ func offset(d time.Duration) string {
 // span shows a duration to a useful precision.
 func span(d time.Duration) string {
 	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	case d < time.Minute:

@@ -280,8 +280,8 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	if err := pglock.ValidateName(name); err != nil {
 		return request{}, err
 	}
-	if strings.HasPrefix(name, semaphorePrefix) {
-		return request{}, errs.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, semaphorePrefix)
+	if strings.HasPrefix(name, SemaphorePrefix) {
+		return request{}, errs.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, SemaphorePrefix)
 	}
 	ttl := opts.TTL
 	if ttl == 0 {

@@ -11,9 +11,9 @@ import (
 	"github.com/pglock/pglock/internal/retry"
 )
 
-// semaphorePrefix starts the names of a semaphore's queue ("pglock.semaphore/<name>") and of
-// its holders' rows ("pglock.semaphore/<name>/<holder>").
-const semaphorePrefix = "pglock.semaphore/"
+// SemaphorePrefix starts the names of a semaphore's queue ("pglock.semaphore/<name>") and of
+// its holders' places ("pglock.semaphore/<name>/<holder>"): names reserved for semaphores.
+const SemaphorePrefix = "pglock.semaphore/"
 
 // TryAcquireSemaphore takes one of permits places of the semaphore name, in one round trip,
 // if fewer than permits are held and nobody waits ahead; otherwise it returns an error
@@ -62,7 +62,7 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	defer done()
 	// Registered under the queue's name: a released place wakes the first local waiter.
 	queue := req
-	queue.name = semaphorePrefix + name
+	queue.name = SemaphorePrefix + name
 	w, err := l.register(queue)
 	if err != nil {
 		return nil, err
@@ -112,11 +112,11 @@ func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions
 	if err != nil {
 		return request{}, err
 	}
-	req.name = semaphorePrefix + name + "/" + req.holder
+	req.name = SemaphorePrefix + name + "/" + req.holder
 	req.primitive = pglock.PrimitiveSemaphore
 	if len(req.name) > pglock.MaxNameLen {
 		return request{}, errs.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
-			pglock.ErrInvalidName, len(name), semaphorePrefix, pglock.MaxNameLen)
+			pglock.ErrInvalidName, len(name), SemaphorePrefix, pglock.MaxNameLen)
 	}
 	return req, nil
 }
@@ -147,17 +147,17 @@ func (l *Locker) abandonSemaphore(w *waiter, name string, req request) {
 
 // leaveBoth leaves name's queue and the place req may hold (see leave for when it may run).
 func (l *Locker) leaveBoth(name string, req request) {
-	l.leave(semaphorePrefix+name, req.holder, req.timing.TTL)
+	l.leave(SemaphorePrefix+name, req.holder, req.timing.TTL)
 	l.leave(req.name, req.holder, req.timing.TTL)
 }
 
 // semaphoreQueue is the queue of the semaphore whose place rowName is, if it is one.
-func semaphoreQueue(rowName string) (string, bool) {
-	if !strings.HasPrefix(rowName, semaphorePrefix) {
+func SemaphoreQueue(rowName string) (string, bool) {
+	if !strings.HasPrefix(rowName, SemaphorePrefix) {
 		return "", false
 	}
 	i := strings.LastIndexByte(rowName, '/')
-	if i < len(semaphorePrefix) {
+	if i < len(SemaphorePrefix) {
 		return "", false
 	}
 	return rowName[:i], true

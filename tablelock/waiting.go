@@ -309,7 +309,7 @@ func (l *Locker) handedOff(payload string) {
 // released wakes the first local waiter of a lock freed with nobody waiting, or of the
 // semaphore a released place belonged to.
 func (l *Locker) released(name string) {
-	if queue, ok := semaphoreQueue(name); ok {
+	if queue, ok := SemaphoreQueue(name); ok {
 		name = queue
 	}
 	l.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/tablelock"
 )
 
 // The locks an operator sees; the JSON field names are pglockctl list's, stable (see
@@ -170,16 +171,24 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, f LockFilter) (Locks, er
 type Waiter = db.ListLockWaitersRow
 
 // Lock reads the table lock name and its live waiters in queue order; pglock.ErrNotFound if
-// nobody holds it and nobody waits for it.
+// nobody holds it and nobody waits for it. For a semaphore, by its queue's name or a place's,
+// it reads every place held and the semaphore's waiters.
 func Lock(ctx context.Context, pool *pgxpool.Pool, name string) (Locks, []Waiter, error) {
 	if err := pglock.ValidateName(name); err != nil {
 		return Locks{}, nil, err
 	}
-	locks, err := ListLocks(ctx, pool, LockFilter{Kind: KindTable, Only: &name})
+	queue, filter := name, LockFilter{Kind: KindTable, Only: &name}
+	if q, ok := tablelock.SemaphoreQueue(name); ok {
+		queue = q
+	} else if strings.HasPrefix(name, tablelock.SemaphorePrefix) {
+		filter = LockFilter{Kind: KindTable, Match: func(place string) bool { return strings.HasPrefix(place, name+"/") },
+			Contains: name + "/"}
+	}
+	locks, err := ListLocks(ctx, pool, filter)
 	if err != nil {
 		return Locks{}, nil, err
 	}
-	waiters, err := db.New(db.Translating(pool)).ListLockWaiters(ctx, name)
+	waiters, err := db.New(db.Translating(pool)).ListLockWaiters(ctx, queue)
 	if err != nil {
 		return Locks{}, nil, err
 	}
