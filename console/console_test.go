@@ -134,7 +134,7 @@ func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 		{"/ops/cron", []string{"rollup", "@every 1s", "UTC", "skip", "active", "failed"}},
 		{"/ops/schedule?name=rollup", []string{"rollup failed: disk full", "scheduled", "console-test@"}},
 		{"/ops/leaders", []string{"reconciler", "console-test@"}},
-		{"/ops/ratelimits", []string{"partner-api:tenant-1", "logged", "Next free"}},
+		{"/ops/ratelimits", []string{"partner-api:tenant-1", "logged", "Fully free at"}},
 		{"/ops/ratelimits?key=tenant", []string{"partner-api:tenant-1"}},
 	} {
 		t.Run(c.path, func(t *testing.T) {
@@ -629,4 +629,43 @@ func TestASemaphoreShowsItsPlacesAndWaiters(t *testing.T) {
 	}
 	require.NoError(t, place.Release(ctx))
 	require.NoError(t, testdb.Receive(t, acquired))
+}
+
+// A schedule's runs page by tick (keyset): every run once, newest first.
+func TestASchedulesRunsPageByTick(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	s, err := cron.New(d.Pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Add("hourly", "@hourly", nil, func(context.Context, cron.Run) error { return nil }))
+	require.NoError(t, s.Start(ctx))
+	require.NoError(t, s.Stop(ctx))
+	_, err = d.Pool.Exec(ctx, `INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at)
+		SELECT 'hourly', date_trunc('hour', now()) - i * interval '1 hour', 'scheduled', 'missed', 0, now(), now()
+		  FROM generate_series(1, 5) AS i`)
+	require.NoError(t, err)
+	srv := mount(t, d.Pool, nil)
+	var ticks []string
+	rows := 0
+	next := "/ops/schedule?name=hourly&limit=2"
+	for pages := 0; next != ""; pages++ {
+		require.Less(t, pages, 4)
+		r := get(t, srv, next)
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		rows += strings.Count(parse(t, r.body).text, " missed ")
+		next = ""
+		for _, u := range parse(t, r.body).urls {
+			if strings.Contains(u, "before_id=") {
+				next = u + "&limit=2"
+				q, err := url.ParseQuery(u[strings.Index(u, "?")+1:])
+				require.NoError(t, err)
+				ticks = append(ticks, q.Get("before"))
+			}
+		}
+	}
+	require.Equal(t, 5, rows, "every run once")
+	require.Len(t, ticks, 2, "two full pages of two, then the last run alone")
+	require.Greater(t, ticks[0], ticks[1], "newest first")
+	require.Equal(t, http.StatusBadRequest, get(t, srv, "/ops/schedule?name=hourly&before=yesterday&before_id=1").status)
 }

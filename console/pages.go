@@ -21,7 +21,7 @@ import (
 
 // parsePages parses each page with the layout it shares.
 func parsePages() (map[string]*template.Template, error) {
-	funcs := template.FuncMap{"when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
+	funcs := template.FuncMap{"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }, "when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
 		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }, "offset": offset}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html")
 	if err != nil {
@@ -244,7 +244,17 @@ func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	info, runs, now, err := ops.Schedule(r.Context(), c.pool, name, limit)
+	var before *cron.RunRecord
+	if q := r.URL.Query(); q.Has("before") {
+		t, err1 := time.Parse(time.RFC3339Nano, q.Get("before"))
+		id, err2 := strconv.ParseInt(q.Get("before_id"), 10, 64)
+		if err1 != nil || err2 != nil {
+			c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: before must be a run's tick (RFC 3339) and before_id its id", pglock.ErrInvalidArgument))
+			return
+		}
+		before = &cron.RunRecord{ScheduledTime: t, ID: id}
+	}
+	info, runs, more, now, err := ops.Schedule(r.Context(), c.pool, name, before, limit)
 	if err != nil {
 		c.failRead(w, r, err)
 		return
@@ -253,7 +263,8 @@ func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
 		Data: struct {
 			Info cron.ScheduleInfo
 			Runs []cron.RunRecord
-		}{info, runs}})
+			More bool
+		}{info, runs, more}})
 }
 
 func (c *console) leaders(w http.ResponseWriter, r *http.Request) {

@@ -205,6 +205,16 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]ScheduleInfo, error) {
 
 // History returns the schedule's runs, newest tick first, at most limit of them.
 func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([]RunRecord, error) {
+	return history(ctx, pool, name, nil, limit)
+}
+
+// HistoryBefore is the page of History after the run last, the oldest of the page before:
+// the runs of older ticks (or of the same tick, created before it), newest first.
+func HistoryBefore(ctx context.Context, pool *pgxpool.Pool, name string, last RunRecord, limit int) ([]RunRecord, error) {
+	return history(ctx, pool, name, &last, limit)
+}
+
+func history(ctx context.Context, pool *pgxpool.Pool, name string, before *RunRecord, limit int) ([]RunRecord, error) {
 	q, err := queries(pool)
 	if err != nil {
 		return nil, err
@@ -212,7 +222,11 @@ func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([
 	if limit < 1 || limit > 1<<31-1 {
 		return nil, errs.Errorf("%w: history limit %d must be positive", pglock.ErrInvalidArgument, limit)
 	}
-	rows, err := q.CronHistory(ctx, db.CronHistoryParams{Schedule: name, MaxRows: int32(limit)})
+	params := db.CronHistoryParams{Schedule: name, MaxRows: int32(limit)}
+	if before != nil {
+		params.BeforeTime, params.BeforeID = &before.ScheduledTime, &before.ID
+	}
+	rows, err := q.CronHistory(ctx, params)
 	if err != nil {
 		return nil, errs.Errorf("history of %q: %w", name, err)
 	}

@@ -65,7 +65,11 @@ SELECT s.*, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind
 -- name: GetCronSchedule :one
 SELECT * FROM pglock_cron_schedules WHERE name = @name;
 
--- CronHistory lists a schedule's runs, newest tick first.
+-- CronHistory lists a schedule's runs, newest tick first; with @before_time and @before_id,
+-- those older than that run (keyset pagination).
 -- name: CronHistory :many
-SELECT * FROM pglock_cron_runs WHERE schedule = @schedule
+SELECT * FROM pglock_cron_runs
+ WHERE schedule = @schedule
+   AND (sqlc.narg('before_time')::timestamptz IS NULL
+        OR (scheduled_time, id) < (sqlc.narg('before_time'), sqlc.narg('before_id')::bigint))
  ORDER BY scheduled_time DESC, id DESC LIMIT @max_rows;

@@ -104,18 +104,29 @@ func (q *Queries) CollectCronRuns(ctx context.Context) (int64, error) {
 }
 
 const cronHistory = `-- name: CronHistory :many
-SELECT id, schedule, scheduled_time, kind, status, attempt, missed_until, missed_count, requested_by, instance, fencing_token, lease_expires_at, created_at, started_at, finished_at, error FROM pglock_cron_runs WHERE schedule = $1
- ORDER BY scheduled_time DESC, id DESC LIMIT $2
+SELECT id, schedule, scheduled_time, kind, status, attempt, missed_until, missed_count, requested_by, instance, fencing_token, lease_expires_at, created_at, started_at, finished_at, error FROM pglock_cron_runs
+ WHERE schedule = $1
+   AND ($2::timestamptz IS NULL
+        OR (scheduled_time, id) < ($2, $3::bigint))
+ ORDER BY scheduled_time DESC, id DESC LIMIT $4
 `
 
 type CronHistoryParams struct {
-	Schedule string
-	MaxRows  int32
+	Schedule   string
+	BeforeTime *time.Time
+	BeforeID   *int64
+	MaxRows    int32
 }
 
-// CronHistory lists a schedule's runs, newest tick first.
+// CronHistory lists a schedule's runs, newest tick first; with @before_time and @before_id,
+// those older than that run (keyset pagination).
 func (q *Queries) CronHistory(ctx context.Context, arg CronHistoryParams) ([]PglockCronRun, error) {
-	rows, err := q.db.Query(ctx, cronHistory, arg.Schedule, arg.MaxRows)
+	rows, err := q.db.Query(ctx, cronHistory,
+		arg.Schedule,
+		arg.BeforeTime,
+		arg.BeforeID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -12,25 +12,34 @@ import (
 	"github.com/pglock/pglock/internal/db"
 )
 
-// Schedule reads a schedule, its latest limit runs (newest first) and the database's now;
-// pglock.ErrNotFound if there is no such schedule.
-func Schedule(ctx context.Context, pool *pgxpool.Pool, name string, limit int) (cron.ScheduleInfo, []cron.RunRecord, time.Time, error) {
+// Schedule reads a schedule, limit of its runs (newest first: the latest, or when before is
+// not nil those older than it) and the database's now; pglock.ErrNotFound if there is no such
+// schedule. more says whether older runs remain.
+func Schedule(ctx context.Context, pool *pgxpool.Pool, name string, before *cron.RunRecord, limit int) (_ cron.ScheduleInfo, _ []cron.RunRecord, more bool, _ time.Time, _ error) {
 	list, err := cron.List(ctx, pool)
 	if err != nil {
-		return cron.ScheduleInfo{}, nil, time.Time{}, err
+		return cron.ScheduleInfo{}, nil, false, time.Time{}, err
 	}
 	for _, s := range list {
 		if s.Name != name {
 			continue
 		}
-		runs, err := cron.History(ctx, pool, name, limit)
+		var runs []cron.RunRecord
+		if before == nil {
+			runs, err = cron.History(ctx, pool, name, limit+1)
+		} else {
+			runs, err = cron.HistoryBefore(ctx, pool, name, *before, limit+1)
+		}
 		if err != nil {
-			return cron.ScheduleInfo{}, nil, time.Time{}, err
+			return cron.ScheduleInfo{}, nil, false, time.Time{}, err
+		}
+		if len(runs) > limit {
+			runs, more = runs[:limit], true
 		}
 		now, err := DatabaseNow(ctx, pool)
-		return s, runs, now, err
+		return s, runs, more, now, err
 	}
-	return cron.ScheduleInfo{}, nil, time.Time{}, fmt.Errorf("%w: no schedule %q", pglock.ErrNotFound, name)
+	return cron.ScheduleInfo{}, nil, false, time.Time{}, fmt.Errorf("%w: no schedule %q", pglock.ErrNotFound, name)
 }
 
 // Instance is a scheduler instance, and its host's clock as it last measured it.
