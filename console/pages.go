@@ -22,7 +22,8 @@ import (
 // parsePages parses each page with the layout it shares.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }, "when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
-		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }, "offset": offset}
+		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }, "offset": offset,
+		"ms": func(ms int64) string { return span(time.Duration(ms) * time.Millisecond) }}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html")
 	if err != nil {
 		return nil, err
