@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/cron"
@@ -221,7 +224,13 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *console) schedules(w http.ResponseWriter, r *http.Request) {
-	list, err := cron.List(r.Context(), c.pool)
+	renderList(c, w, r, "cron", "Cron", cron.List)
+}
+
+// renderList renders the page name of a list read, with the database's time.
+func renderList[T any](c *console, w http.ResponseWriter, r *http.Request, name, title string,
+	read func(context.Context, *pgxpool.Pool) ([]T, error)) {
+	list, err := read(r.Context(), c.pool)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -231,7 +240,7 @@ func (c *console) schedules(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "cron", page{Title: "Cron", Nav: "cron", Now: now, Data: list})
+	c.render(w, r, http.StatusOK, name, page{Title: title, Nav: name, Now: now, Data: list})
 }
 
 func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
@@ -269,17 +278,7 @@ func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *console) leaders(w http.ResponseWriter, r *http.Request) {
-	list, err := leader.List(r.Context(), c.pool)
-	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	now, err := ops.DatabaseNow(r.Context(), c.pool)
-	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	c.render(w, r, http.StatusOK, "leaders", page{Title: "Leaders", Nav: "leaders", Now: now, Data: list})
+	renderList(c, w, r, "leaders", "Leaders", leader.List)
 }
 
 func (c *console) jobs(w http.ResponseWriter, r *http.Request) {
