@@ -125,7 +125,8 @@ func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"/ops/", []string{"2 table locks", "1 advisory locks", "1 schedules", "1 elections", "orders:42", "Instances' clocks", "console-test@"}},
+		{"/ops/", []string{"2 table locks", "1 advisory locks", "1 schedules", "1 elections", "orders:42", "Instances' clocks", "console-test@",
+			"job records (the planner's estimate)"}},
 		{"/ops/locks", []string{"orders:42", "console-test@", `{"owner": "billing"}`, "pglock.leader/reconciler", "nightly-report", "exclusive", "granted"}},
 		{"/ops/locks?name=orders", []string{"orders:42"}},
 		{"/ops/jobs", []string{"invoice:1", "succeeded", "invoice:2", "failed", "card declined <script>"}},

@@ -118,6 +118,7 @@ func (c *console) failRead(w http.ResponseWriter, r *http.Request, err error) {
 // overviewData is the overview's: counts, and what needs attention.
 type overviewData struct {
 	ops.LockCounts
+	ops.Counts
 	AdvisoryLocks, AdvisoryWaiting int
 	Schedules, Paused, Orphaned    int
 	Elections, Leaderless          int
@@ -151,7 +152,12 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	d := overviewData{LockCounts: counts, Instances: instances}
+	others, err := ops.Count(ctx, c.pool)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	d := overviewData{LockCounts: counts, Counts: others, Instances: instances}
 	for _, l := range locks.AdvisoryLocks {
 		if l.Granted {
 			d.AdvisoryLocks++

@@ -64,3 +64,9 @@ SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enq
 -- a force-release in the same transaction releases the holding the caller saw, or nothing.
 -- name: LockTokenForUpdate :one
 SELECT l.fencing_token FROM distributed_locks l WHERE l.lock_name = @lock_name FOR UPDATE;
+
+-- Counts estimates how many job records there are, from the planner's statistics (-1 before
+-- the table was first analyzed): a page that refreshes every few seconds must not count a
+-- table of millions.
+-- name: Counts :one
+SELECT c.reltuples::bigint AS jobs_estimate FROM pg_catalog.pg_class c WHERE c.oid = 'pglock_jobs'::regclass;

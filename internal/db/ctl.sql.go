@@ -28,6 +28,20 @@ func (q *Queries) CollectGarbage(ctx context.Context) (CollectGarbageRow, error)
 	return i, err
 }
 
+const counts = `-- name: Counts :one
+SELECT c.reltuples::bigint AS jobs_estimate FROM pg_catalog.pg_class c WHERE c.oid = 'pglock_jobs'::regclass
+`
+
+// Counts estimates how many job records there are, from the planner's statistics (-1 before
+// the table was first analyzed): a page that refreshes every few seconds must not count a
+// table of millions.
+func (q *Queries) Counts(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, counts)
+	var jobs_estimate int64
+	err := row.Scan(&jobs_estimate)
+	return jobs_estimate, err
+}
+
 const databaseNow = `-- name: DatabaseNow :one
 SELECT clock_timestamp()::timestamptz AS now
 `

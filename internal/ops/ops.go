@@ -71,6 +71,18 @@ func containsPattern(s string) *string {
 
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
+// Counts are what an overview shows besides locks.
+type Counts struct {
+	JobsEstimate int64 // the planner's estimate of the job records; -1 before the table was analyzed
+}
+
+// Count estimates what an overview shows besides locks, cheaply: a page that refreshes every
+// few seconds must not count a table of millions.
+func Count(ctx context.Context, pool *pgxpool.Pool) (Counts, error) {
+	n, err := db.New(db.Translating(pool)).Counts(ctx)
+	return Counts{JobsEstimate: n}, err
+}
+
 // LockCounts are the table locks' numbers, for an overview.
 type LockCounts = db.LockCountsRow
 
