@@ -56,11 +56,11 @@ var actions = map[string]action{
 			if err != nil {
 				return "", "", fmt.Errorf("%w: pid %q is not a process id", pglock.ErrInvalidArgument, f.Get("pid"))
 			}
-			key, err := strconv.ParseInt(f.Get("key"), 10, 64)
+			key, err := advisoryKey(f.Get("key"))
 			if err != nil {
-				return "", "", fmt.Errorf("%w: key %q is not an advisory key", pglock.ErrInvalidArgument, f.Get("key"))
+				return "", "", err
 			}
-			holders, err := ops.AdvisoryHolders(r.Context(), c.pool, advisory.Int64Key(key))
+			holders, err := ops.AdvisoryHolders(r.Context(), c.pool, key)
 			if err != nil {
 				return "", "", err
 			}
@@ -69,12 +69,12 @@ var actions = map[string]action{
 				held = held || int64(h.PID) == pid
 			}
 			if !held {
-				return "", "", fmt.Errorf("%w: backend %d no longer holds advisory lock %d: nothing was done", pglock.ErrNotHeld, pid, key)
+				return "", "", fmt.Errorf("%w: backend %d no longer holds advisory lock %s: nothing was done", pglock.ErrNotHeld, pid, f.Get("key"))
 			}
 			if err := ops.Terminate(r.Context(), c.pool, int32(pid)); err != nil {
 				return "", "", err
 			}
-			return fmt.Sprintf("Ended backend %d, which held advisory lock %d.", pid, key), "locks", nil
+			return fmt.Sprintf("Ended backend %d, which held advisory lock %s.", pid, f.Get("key")), "locks", nil
 		},
 	},
 	"forget": {
@@ -176,6 +176,21 @@ var actions = map[string]action{
 				n.ExpiredLocks, n.ExpiredWaiters, n.ExpiredJobs, n.ExpiredCronRuns), "", nil
 		},
 	},
+}
+
+// advisoryKey reads an advisory key as the locks page writes it: a bigint, or "NS,ID" for a
+// pair of ints.
+func advisoryKey(s string) (advisory.Key, error) {
+	if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return advisory.Int64Key(id), nil
+	}
+	nsText, idText, ok := strings.Cut(s, ",")
+	ns, err1 := strconv.ParseInt(nsText, 10, 32)
+	id, err2 := strconv.ParseInt(idText, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return advisory.Key{}, fmt.Errorf("%w: key %q is not an advisory key (a bigint, or NS,ID)", pglock.ErrInvalidArgument, s)
+	}
+	return advisory.PairKey(int32(ns), int32(id)), nil
 }
 
 // backfillRange reads a backfill's range: RFC 3339 times, or a form's date and time, in UTC.

@@ -483,6 +483,14 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Contains(t, parse(t, r.body).text, "Ended backend")
 
+	pairSession, err := advisory.Open(ctx, s.DB.NewPool(t, nil), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { pairSession.Close(context.Background()) })
+	require.NoError(t, pairSession.Lock(ctx, advisory.PairKey(7, 9)))
+	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/terminate?pid=%d&key=7,9", pairSession.PID()), nil)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	testdb.Receive(t, pairSession.Lost())
+
 	r = act(t, c, srv, "/ops/confirm/gc", nil)
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Contains(t, parse(t, r.body).text, "Deleted")
