@@ -436,7 +436,7 @@ func TestRateLimitDecisionsAreCounted(t *testing.T) {
 	require.NoError(t, lim.Wait(ctx, "tenant:1", limit))
 	in.waitValue(t, 2, "pglock.ratelimit.decisions", name("api"), outcome(pglock.OutcomeAllowed))
 	require.Equal(t, 1.0, in.read(t, "pglock.ratelimit.decisions", name("api"), outcome(pglock.OutcomeDenied)).value)
-	require.Equal(t, 1.0, in.read(t, "pglock.ratelimit.wait.duration", name("api")).count)
+	in.waitCount(t, 1, "pglock.ratelimit.wait.duration", name("api")) // recorded with the decision, not before it
 	require.False(t, in.read(t, "pglock.ratelimit.decisions", otelpglock.AttrKey.String("tenant:1")).found, "keys are not attributes")
 }
 
@@ -472,7 +472,7 @@ func TestLeaderFailoverCountsTransitionsAndVacancy(t *testing.T) {
 	b.waitValue(t, 1, "pglock.leader.is_leader", election)
 	a.waitValue(t, 1, "pglock.leader.transitions", election, outcome(pglock.OutcomeLost), cause(pglock.CauseRenewalFailed))
 	a.waitValue(t, 0, "pglock.leader.is_leader", election)
-	require.Equal(t, 1.0, a.read(t, "pglock.leader.tenure", election, outcome(pglock.OutcomeLost)).count)
+	a.waitCount(t, 1, "pglock.leader.tenure", election, outcome(pglock.OutcomeLost)) // recorded with the gauges, not before them
 	vacancy := b.waitCount(t, 1, "pglock.leader.vacancy", election)
 	require.Greater(t, vacancy.sum, 0.0, "the old lease expired before the new term began")
 	require.Less(t, vacancy.sum, 2.0, "within a TTL and a poll")
@@ -584,7 +584,9 @@ func TestALateTickRecordsItsLagOnTheDatabaseClock(t *testing.T) {
 	lag := in.waitCount(t, 2, "pglock.cron.fire.lag", name("late"))
 	require.InDelta(t, dbLag.Seconds(), lag.max, 0.001, "the lag is the database's: started_at − scheduled_time")
 	in.waitValue(t, 2, "pglock.cron.runs", name("late"), outcome(pglock.OutcomeRan))
-	require.Greater(t, in.read(t, "pglock.cron.last_success", name("late")).value, float64(late.ScheduledTime.Unix()))
+	testdb.WaitFor(t, func() bool { // recorded with the run's count, not before it
+		return in.read(t, "pglock.cron.last_success", name("late")).value > float64(late.ScheduledTime.Unix())
+	}, "the late run's success")
 	require.True(t, in.read(t, "pglock.cron.clock.offset").found)
 
 	root := testdb.Receive(t, spans)
