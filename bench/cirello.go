@@ -1,4 +1,4 @@
-//go:build !nocirello
+//go:build cirello
 
 package main
 
