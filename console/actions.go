@@ -255,7 +255,7 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
 	if a.preview != nil {
 		preview, err := a.preview(c, r, q)
 		if err != nil {
-			c.failAction(w, r, err)
+			c.failWith(w, r, err)
 			return
 		}
 		d.Preview = preview
@@ -301,7 +301,7 @@ func (c *console) doAction(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		c.opts.Logger.Warn("pglock console: action failed", append(logArgs, "error", err)...)
-		c.failAction(w, r, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.opts.Logger.Info("pglock console: action", append(logArgs, "done", done)...)
@@ -313,8 +313,9 @@ func (c *console) doAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, base(r)+next, http.StatusSeeOther)
 }
 
-// failAction answers a failed action with what happened: nothing was written on any refusal.
-func (c *console) failAction(w http.ResponseWriter, r *http.Request, err error) {
+// failWith answers a failed read or action by what went wrong: 404 for what does not exist, 409
+// for what changed meanwhile, 400 for bad input, 500 else. Nothing was written on any refusal.
+func (c *console) failWith(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, pglock.ErrNotFound):
 		c.fail(w, r, http.StatusNotFound, err)

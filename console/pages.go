@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -106,15 +105,6 @@ func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, err e
 	c.render(w, r, status, "error", page{Title: http.StatusText(status), Data: msg})
 }
 
-// failRead answers a failed read: 404 when what was asked for does not exist.
-func (c *console) failRead(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, pglock.ErrNotFound) {
-		c.fail(w, r, http.StatusNotFound, err)
-		return
-	}
-	c.fail(w, r, http.StatusInternalServerError, err)
-}
-
 // overviewData is the overview's: counts, and what needs attention.
 type overviewData struct {
 	ops.LockCounts
@@ -195,12 +185,8 @@ func (c *console) locks(w http.ResponseWriter, r *http.Request) {
 		kind = ops.KindTable // the next page of table locks
 	}
 	locks, err := ops.ListLocks(r.Context(), c.pool, ops.LockFilter{Kind: kind, Contains: q.Get("name"), After: q.Get("after"), Limit: limit})
-	if errors.Is(err, pglock.ErrInvalidArgument) {
-		c.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "locks", page{Title: "Locks", Nav: "locks", Now: locks.Now,
@@ -218,7 +204,7 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 	}
 	locks, waiters, err := ops.Lock(r.Context(), c.pool, name)
 	if err != nil {
-		c.failRead(w, r, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "lock", page{Title: "Lock " + name, Nav: "locks", Now: locks.Now,
@@ -272,7 +258,7 @@ func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
 	}
 	info, runs, more, now, err := ops.Schedule(r.Context(), c.pool, name, before, limit)
 	if err != nil {
-		c.failRead(w, r, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "schedule", page{Title: "Schedule " + name, Nav: "cron", Now: now,
@@ -298,12 +284,8 @@ func (c *console) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	f.Limit = limit
 	list, err := ops.ListJobs(r.Context(), c.pool, f)
-	if errors.Is(err, pglock.ErrInvalidArgument) {
-		c.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Now: list.Now,
@@ -316,12 +298,8 @@ func (c *console) jobs(w http.ResponseWriter, r *http.Request) {
 func (c *console) job(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	rec, now, err := ops.GetJob(r.Context(), c.pool, q.Get("scope"), q.Get("key"))
-	if errors.Is(err, pglock.ErrInvalidArgument) {
-		c.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
 	if err != nil {
-		c.failRead(w, r, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "job", page{Title: "Job " + rec.Key, Nav: "jobs", Now: now, Data: rec})
@@ -337,12 +315,8 @@ func (c *console) rateLimits(w http.ResponseWriter, r *http.Request) {
 	f := ops.RateFilter{Contains: q.Get("key"), AfterKey: q.Get("after_key"), HasAfter: q.Has("after_key"),
 		AfterDurable: q.Get("after_durable") == "true", Limit: limit}
 	keys, err := ops.ListRateLimits(r.Context(), c.pool, f)
-	if errors.Is(err, pglock.ErrInvalidArgument) {
-		c.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
 	if err != nil {
-		c.fail(w, r, http.StatusInternalServerError, err)
+		c.failWith(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, "ratelimits", page{Title: "Rate limits", Nav: "ratelimits", Now: keys.Now,

@@ -128,23 +128,12 @@ func LikePattern(glob string) *string {
 	if glob == "*" || glob == "" {
 		return nil
 	}
-	var b strings.Builder
-	for _, r := range glob {
-		switch r {
-		case '*':
-			b.WriteByte('%')
-		case '?':
-			b.WriteByte('_')
-		case '%', '_', '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	pattern := b.String()
+	pattern := globWildcards.Replace(likeEscaper.Replace(glob))
 	return &pattern
 }
+
+// globWildcards maps a glob's wildcards, which likeEscaper leaves alone, to LIKE's.
+var globWildcards = strings.NewReplacer("*", "%", "?", "_")
 
 // DatabaseNow reads the database's clock.
 func DatabaseNow(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
