@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,21 +14,47 @@ import (
 )
 
 const (
-	dedupWorkers = 4
-	dedupRounds  = 3
-	dedupSlot    = 1500 * time.Millisecond
+	dedupInstances = 4
+	dedupRounds    = 3
+	dedupSlot      = 1500 * time.Millisecond
 )
 
-// dedup: 4 instances delivering distinct keys, each delivery's effect one INSERT, through
-// jobs.RunTx against the same INSERT in a raw transaction, in alternating slots.
+// dedupWorkers are the numbers of workers measured, spread over the instances.
+var dedupWorkers = []int{4, 16}
+
+// A dedupWay is one way of delivering a key whose effect is one INSERT.
+type dedupWay struct {
+	name    string
+	deliver func(ctx context.Context, instance int, key string) error
+}
+
+// dedupResult is what one way measured with one number of workers.
+type dedupResult struct {
+	way        string
+	workers    int
+	latency    latency
+	deliveries int
+	spent      time.Duration
+	walBytes   int64 // written while its slots ran, by the whole server
+}
+
+func (d dedupResult) perSecond() float64 { return float64(d.deliveries) / d.spent.Seconds() }
+
+// walPerDelivery is the WAL the server wrote per delivery in the way's slots.
+func (d dedupResult) walPerDelivery() float64 { return float64(d.walBytes) / float64(max(d.deliveries, 1)) }
+
+// dedup: instances delivering distinct keys, each delivery's effect one INSERT: in a raw
+// transaction (no deduplication), behind a hand-written inbox table, and through jobs.RunTx, in
+// alternating slots whose order rotates, with 4 and with 16 workers.
 func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error {
-	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL)`); err != nil {
+	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL);
+		CREATE TABLE bench_inbox (key text PRIMARY KEY)`); err != nil {
 		return err
 	}
-	pools := make([]*pgxpool.Pool, dedupWorkers)
-	dedupers := make([]*jobs.Deduper, dedupWorkers)
+	pools := make([]*pgxpool.Pool, dedupInstances)
+	dedupers := make([]*jobs.Deduper, dedupInstances)
 	for i := range pools {
-		pool, err := newPool(ctx, e.url, 4)
+		pool, err := newPool(ctx, e.url, int32(max(dedupWorkers[len(dedupWorkers)-1]/dedupInstances, 1)))
 		if err != nil {
 			return err
 		}
@@ -37,58 +64,91 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 			return err
 		}
 	}
-	key := 0
-	var keyMu sync.Mutex
-	nextKey := func() string {
-		keyMu.Lock()
-		defer keyMu.Unlock()
-		key++
-		return fmt.Sprint("delivery-", key)
-	}
-	insert := func(ctx context.Context, tx pgx.Tx, key string) error {
+	effect := func(ctx context.Context, tx pgx.Tx, key string) error {
 		_, err := tx.Exec(ctx, `INSERT INTO bench_effects (key) VALUES ($1)`, key)
 		return err
 	}
-	ways := []func(worker int) error{
-		func(w int) error {
-			return pgx.BeginFunc(ctx, pools[w], func(tx pgx.Tx) error { return insert(ctx, tx, nextKey()) })
-		},
-		func(w int) error {
-			key := nextKey()
-			_, err := dedupers[w].RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error { return insert(ctx, tx, key) })
-			return err
-		},
-	}
-	samples := make([][]time.Duration, len(ways))
-	var spent [2]time.Duration
-	for round := range dedupRounds {
-		for k := range ways {
-			way := (round + k) % len(ways)
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			errs := make([]error, dedupWorkers)
-			start := time.Now()
-			for w := range dedupWorkers {
-				wg.Go(func() {
-					for time.Since(start) < dedupSlot && errs[w] == nil {
-						began := time.Now()
-						errs[w] = ways[way](w)
-						took := time.Since(began)
-						mu.Lock()
-						samples[way] = append(samples[way], took)
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			spent[way] += time.Since(start)
-			for _, err := range errs {
+	ways := []dedupWay{
+		{"raw INSERT transaction (no deduplication)", func(ctx context.Context, i int, key string) error {
+			return pgx.BeginFunc(ctx, pools[i], func(tx pgx.Tx) error { return effect(ctx, tx, key) })
+		}},
+		{"hand-written inbox table", func(ctx context.Context, i int, key string) error {
+			return pgx.BeginFunc(ctx, pools[i], func(tx pgx.Tx) error {
+				var first string
+				err := tx.QueryRow(ctx, `INSERT INTO bench_inbox (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING key`, key).Scan(&first)
+				if err == pgx.ErrNoRows {
+					return nil // a duplicate: done before
+				}
 				if err != nil {
 					return err
 				}
+				return effect(ctx, tx, key)
+			})
+		}},
+		{"pglock jobs.RunTx", func(ctx context.Context, i int, key string) error {
+			res, err := dedupers[i].RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error { return effect(ctx, tx, key) })
+			if err == nil && res.Outcome != jobs.OutcomeRan {
+				err = fmt.Errorf("a new key %s was not run: %v", key, res.Outcome)
+			}
+			return err
+		}},
+	}
+	var keys atomic.Int64
+	for _, workers := range dedupWorkers {
+		results := make([]dedupResult, len(ways))
+		samples := make([][]time.Duration, len(ways))
+		for round := range dedupRounds {
+			for k := range ways {
+				way := (round + k) % len(ways)
+				walBefore, err := walPosition(ctx, e.admin)
+				if err != nil {
+					return err
+				}
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				errs := make([]error, workers)
+				start := time.Now()
+				for w := range workers {
+					wg.Go(func() {
+						var mine []time.Duration
+						for time.Since(start) < dedupSlot && errs[w] == nil {
+							began := time.Now()
+							errs[w] = ways[way].deliver(ctx, w%dedupInstances, fmt.Sprint("delivery-", keys.Add(1)))
+							mine = append(mine, time.Since(began))
+						}
+						mu.Lock()
+						samples[way] = append(samples[way], mine...)
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+				results[way].spent += time.Since(start)
+				walAfter, err := walPosition(ctx, e.admin)
+				if err != nil {
+					return err
+				}
+				results[way].walBytes += walAfter - walBefore
+				for _, err := range errs {
+					if err != nil {
+						return fmt.Errorf("%s: %w", ways[way].name, err)
+					}
+				}
 			}
 		}
+		for k := range ways {
+			results[k].way, results[k].workers = ways[k].name, workers
+			results[k].latency = summarize(samples[k])
+			results[k].deliveries = len(samples[k])
+		}
+		r.dedup = append(r.dedup, results)
 	}
-	r.dedupTable(summarize(samples[0]), summarize(samples[1]), spent)
+	r.dedupTable()
 	return nil
+}
+
+// walPosition is where the server's WAL ends now, in bytes.
+func walPosition(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var lsn int64
+	err := pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&lsn)
+	return lsn, err
 }

@@ -46,16 +46,17 @@ func newPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 
 func main() {
 	out := flag.String("out", "../docs", "where benchmarks.md and its charts go")
+	only := flag.String("only", "", "run only the scenarios whose name contains this, and print their tables instead of writing the page")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *out); err != nil {
+	if err := run(ctx, *out, *only); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out string) error {
+func run(ctx context.Context, out, only string) error {
 	began := time.Now()
 	say := func(format string, args ...any) {
 		fmt.Printf("bench %5.1fs: %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
@@ -101,6 +102,9 @@ func run(ctx context.Context, out string) error {
 		{"1,000 waiters in one process", thousandWaiters},
 		{"deduplicated delivery", dedup},
 	} {
+		if !strings.Contains(s.name, only) {
+			continue
+		}
 		say("%s", s.name)
 		if err := s.run(ctx, e, r, say); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -110,6 +114,10 @@ func run(ctx context.Context, out string) error {
 		r.notes = append(r.notes, fmt.Sprintf("%d of the seed design's polls failed and were retried, the first with: %v.", pollFailures.n, pollFailures.first))
 	}
 	r.elapsed = time.Since(began)
+	if only != "" {
+		fmt.Println(strings.Join(r.sections, "\n"))
+		return nil
+	}
 	if err := r.write(out); err != nil {
 		return err
 	}

@@ -47,10 +47,13 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	// transaction. A transaction that commits ends with the COMMIT pipelined after the
 	// announcement, not through tx.Commit, which would cost a round trip of its own.
 	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), db.Translate(err))
-	}
+	// BEGIN goes with the claim, in one round trip. The claim writes nothing yet for a key without
+	// a record: the outcome, succeeded, is written by FinishJobTx just before COMMIT, so that
+	// committing the transaction commits it with fn's writes, and rolling it back leaves the key
+	// to the next delivery.
+	begin := db.Begin(conn.Conn())
+	a, err := db.New(db.Translating(begin)).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
+	tx := begin.Tx()
 	// Bounded: on a connection that stopped answering, a rollback would wait for TCP to give up.
 	// pgx closes a connection whose rollback fails, and the server then rolls back.
 	rollback := func() {
@@ -58,10 +61,6 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		defer cancel()
 		tx.Rollback(rollbackCtx)
 	}
-
-	// The claim writes the outcome, succeeded: committing the transaction commits it with fn's
-	// writes, and rolling it back leaves the key to the next delivery.
-	a, err := db.New(db.Translating(tx)).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
 	if err != nil {
 		rollback()
 		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), err)

@@ -14,11 +14,30 @@ import (
 // server refuses one, it skips those after it, and that error is returned; an error the client
 // sees after sending (a failed Scan, a canceled ctx) leaves those after it run or not.
 func Around(tx pgx.Tx, before, after []string) DBTX {
-	return around{tx: tx, before: before, after: after}
+	return around{conn: tx, before: before, after: after}
 }
 
+// Begin runs the query it is given in a transaction that it begins on conn, in one round trip
+// with the BEGIN (pgx's Batch.BeginTx): pgx's Conn.Begin costs a round trip of its own. Tx is
+// then the transaction; it is open if the query ran, and ended if the BEGIN failed.
+func Begin(conn *pgx.Conn) *Beginning {
+	b := &Beginning{}
+	b.around = around{conn: conn, began: &b.tx}
+	return b
+}
+
+// Beginning is what Begin returns.
+type Beginning struct {
+	around
+	tx pgx.Tx
+}
+
+// Tx is the transaction begun, nil until the query is sent.
+func (b *Beginning) Tx() pgx.Tx { return b.tx }
+
 type around struct {
-	tx            pgx.Tx
+	conn          interface{ SendBatch(context.Context, *pgx.Batch) pgx.BatchResults }
+	began         *pgx.Tx // where Begin's transaction goes; nil for Around
 	before, after []string
 }
 
@@ -43,6 +62,9 @@ func (a around) Query(context.Context, string, ...any) (pgx.Rows, error) {
 // send queues the statements and the query, sends them, and reads the query's result with read.
 func (a around) send(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
+	if a.began != nil {
+		b.BeginTx(pgx.TxOptions{})
+	}
 	for _, s := range a.before {
 		b.Queue(s)
 	}
@@ -50,9 +72,12 @@ func (a around) send(ctx context.Context, sql string, args []any, read func(pgx.
 	for _, s := range a.after {
 		b.Queue(s)
 	}
-	br := a.tx.SendBatch(ctx, b)
+	br := a.conn.SendBatch(ctx, b)
+	if a.began != nil {
+		*a.began = br.Tx()
+	}
 	err := func() error {
-		for range a.before {
+		for range len(b.QueuedQueries) - 1 - len(a.after) {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
