@@ -46,6 +46,7 @@ var cirelloDesign = &design{
 		}
 		return cirelloLocker{c, db}, nil
 	},
+	peer: true,
 }
 
 // cirelloCommit is the commit of cirello.io/pglock's source that make bench unpacked.

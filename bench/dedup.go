@@ -41,7 +41,9 @@ type dedupResult struct {
 func (d dedupResult) perSecond() float64 { return float64(d.deliveries) / d.spent.Seconds() }
 
 // walPerDelivery is the WAL the server wrote per delivery in the way's slots.
-func (d dedupResult) walPerDelivery() float64 { return float64(d.walBytes) / float64(max(d.deliveries, 1)) }
+func (d dedupResult) walPerDelivery() float64 {
+	return float64(d.walBytes) / float64(max(d.deliveries, 1))
+}
 
 // dedup: instances delivering distinct keys, each delivery's effect one INSERT: in a raw
 // transaction (no deduplication), behind a hand-written inbox table, and through jobs.RunTx, in

@@ -38,7 +38,26 @@ type design struct {
 	// oneWaiterPerHandle: a handle waits for one name at a time (a pinned session), so the
 	// 1,000 waiters need one each.
 	oneWaiterPerHandle bool
+	// peer: another project's design. Its failures are results, reported on the page; only
+	// pglock's own and raw SQL's (the harness's) stop the run.
+	peer bool
 }
+
+// errPeerFailed is what an operation returns when a peer failed it: the failure is recorded,
+// and the operation measured no sample.
+var errPeerFailed = errors.New("a peer failed; recorded")
+
+// failedLocker stands for a peer's instance that could not be opened: every operation fails
+// with why.
+type failedLocker struct{ err error }
+
+func (f failedLocker) try(context.Context, string) (func(context.Context) error, error) {
+	return nil, f.err
+}
+func (f failedLocker) acquire(context.Context, string) (func(context.Context) error, error) {
+	return nil, f.err
+}
+func (failedLocker) close() {}
 
 // holderIDs are unique per acquisition in every design that takes a holder id, the seed's
 // included (it used one per instance, which lets every goroutine of an instance in at once).

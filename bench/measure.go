@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 )
@@ -30,7 +31,8 @@ func summarize(samples []time.Duration) latency {
 }
 
 // interleave runs op for every design once per round, starting each round from the next one,
-// until rounds are done or budget has passed, and returns each design's latencies.
+// until rounds are done or budget has passed, and returns each design's latencies. An op that
+// returns errPeerFailed measured nothing; any other error stops it.
 func interleave(ctx context.Context, n, rounds int, budget time.Duration, op func(design int) error) ([]latency, error) {
 	samples := make([][]time.Duration, n)
 	deadline := time.Now().Add(budget)
@@ -38,7 +40,11 @@ func interleave(ctx context.Context, n, rounds int, budget time.Duration, op fun
 		for i := range n {
 			d := (round + i) % n
 			start := time.Now()
-			if err := op(d); err != nil {
+			err := op(d)
+			if errors.Is(err, errPeerFailed) {
+				continue
+			}
+			if err != nil {
 				return nil, err
 			}
 			samples[d] = append(samples[d], time.Since(start))

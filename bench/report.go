@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -24,6 +25,43 @@ type report struct {
 	handoffs []handoffResult // for the charts
 	dedup    [][]dedupResult // per number of workers, in the ways' order
 	elapsed  time.Duration
+
+	peersMu     sync.Mutex
+	peerFailing map[string]*failures // by scenario and design: "scenario: design"
+	peerOrder   []string
+}
+
+// failed decides what an operation's error does to the run: a peer's is recorded for the page
+// (errPeerFailed: the operation measured nothing) and the run goes on; pglock's own, or raw
+// SQL's, the harness's, stop it.
+func (r *report) failed(scenario string, d design, err error) error {
+	if !d.peer {
+		return fmt.Errorf("%s: %w", d.name, err)
+	}
+	key := scenario + ": " + d.name
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	if r.peerFailing == nil {
+		r.peerFailing = map[string]*failures{}
+	}
+	f := r.peerFailing[key]
+	if f == nil {
+		f = &failures{}
+		r.peerFailing[key] = f
+		r.peerOrder = append(r.peerOrder, key)
+	}
+	f.record(err)
+	return errPeerFailed
+}
+
+// peerNotes says, for the page, what each peer failed at.
+func (r *report) peerNotes() []string {
+	var notes []string
+	for _, key := range r.peerOrder {
+		f := r.peerFailing[key]
+		notes = append(notes, fmt.Sprintf("%s failed %d times (its figures count only what succeeded); the first error: %v.", key, f.n, f.first))
+	}
+	return notes
 }
 
 func ms(d time.Duration) string {
@@ -107,7 +145,10 @@ func (r *report) handoffSection(results []handoffResult) {
 		for w, c := range h.perWorker {
 			shares[w] = fmt.Sprintf("%.0f", 100*float64(c)/float64(max(h.acquisitions, 1)))
 		}
-		longest := ms(l.samples[len(l.samples)-1])
+		longest := "–" // a peer that failed every acquisition
+		if len(l.samples) > 0 {
+			longest = ms(l.samples[len(l.samples)-1])
+		}
 		if h.unfinished > 0 {
 			longest = "≥ " + longest // a wait cut short by the slot's end may be the longest
 		}

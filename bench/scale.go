@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -146,7 +147,7 @@ func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any))
 		size, d := i/n, i%n
 		release, err := lockers[size][d].try(ctx, fmt.Sprint("among-many-", d))
 		if err != nil {
-			return fmt.Errorf("%s: %w", designs[d].name, err)
+			return r.failed("acquire among many live locks", designs[d], err)
 		}
 		return release(ctx)
 	})
@@ -197,9 +198,11 @@ func thousandWaiters(ctx context.Context, e *env, r *report, say func(string, ..
 	for round := range waitersRounds {
 		for k := range e.designs {
 			i := (round + k) % len(e.designs)
-			res, err := waitersRun(ctx, e, e.designs[i], stats)
+			res, err := waitersRun(ctx, e, e.designs[i], stats, r)
 			if err != nil {
-				return fmt.Errorf("%s: %w", e.designs[i].name, err)
+				if err := r.failed("1,000 waiters", e.designs[i], err); !errors.Is(err, errPeerFailed) {
+					return err
+				}
 			}
 			say("%s: %d served in %s", e.designs[i].name, res.served, res.elapsed.Round(time.Millisecond))
 			results[i].add(res)
@@ -260,7 +263,8 @@ func serverCounters(e *env, d design, stats *pgx.Conn, dbName string) (counters,
 	}, func() {}
 }
 
-func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waitersResult, error) {
+// A peer's waiters that fail are recorded (r.failed), and those that succeeded counted.
+func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *report) (waitersResult, error) {
 	res := waitersResult{design: d.name}
 	var dbName string
 	if err := e.admin.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
@@ -385,8 +389,10 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn) (waiters
 	if err != nil {
 		return res, err
 	}
-	if len(errs) > 0 {
-		return res, fmt.Errorf("%d waiters failed, the first with: %w", len(errs), errs[0])
+	for _, err := range errs {
+		if err := r.failed("1,000 waiters", d, err); !errors.Is(err, errPeerFailed) {
+			return res, fmt.Errorf("%d waiters failed, the first with: %w", len(errs), errs[0])
+		}
 	}
 	res.requests = requestsAfter - requestsBefore
 	if d.name == redisDesign.name {

@@ -12,6 +12,7 @@ import (
 )
 
 // instances opens, for every design, a locker on a pool of its own: one instance each.
+// A peer that cannot be opened is a failedLocker, whose operations fail with why.
 func instances(ctx context.Context, e *env, designs []design, maxConns int32) (lockers []locker, closeAll func(), err error) {
 	var pools []*pgxpool.Pool
 	closeAll = func() {
@@ -30,7 +31,9 @@ func instances(ctx context.Context, e *env, designs []design, maxConns int32) (l
 		}
 		pools = append(pools, pool)
 		l, err := d.open(ctx, e, pool)
-		if err != nil {
+		if err != nil && d.peer {
+			l = failedLocker{fmt.Errorf("opening it: %w", err)}
+		} else if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("%s: %w", d.name, err)
 		}
@@ -48,10 +51,13 @@ func uncontended(ctx context.Context, e *env, r *report, _ func(string, ...any))
 	defer closeAll()
 	results, err := interleave(ctx, len(lockers), 2000, 25*time.Second, func(i int) error {
 		release, err := lockers[i].try(ctx, fmt.Sprint("uncontended-", i))
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.designs[i].name, err)
+		if err == nil {
+			err = release(ctx)
 		}
-		return release(ctx)
+		if err != nil {
+			return r.failed("uncontended acquire and release", e.designs[i], err)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -72,7 +78,10 @@ func failedTry(ctx context.Context, e *env, r *report, _ func(string, ...any)) e
 	for i, h := range holders {
 		release, err := h.try(ctx, fmt.Sprint("held-", i))
 		if err != nil {
-			return fmt.Errorf("%s: taking the held lock: %w", e.designs[i].name, err)
+			if err := r.failed("a failed try", e.designs[i], fmt.Errorf("taking the held lock: %w", err)); !errors.Is(err, errPeerFailed) {
+				return err
+			}
+			continue // its tries take the lock, and fail as such
 		}
 		defer release(context.Background())
 	}
@@ -85,10 +94,10 @@ func failedTry(ctx context.Context, e *env, r *report, _ func(string, ...any)) e
 		release, err := lockers[i].try(ctx, fmt.Sprint("held-", i))
 		if err == nil {
 			release(ctx)
-			return fmt.Errorf("%s: a try took a held lock", e.designs[i].name)
+			err = errors.New("a try took a held lock")
 		}
 		if !errors.Is(err, errBusy) {
-			return fmt.Errorf("%s: %w", e.designs[i].name, err)
+			return r.failed("a failed try", e.designs[i], err)
 		}
 		return nil
 	})
@@ -130,7 +139,9 @@ func handoff(ctx context.Context, e *env, r *report, _ func(string, ...any)) err
 		for k := range e.designs {
 			i := (round + k) % len(e.designs)
 			if err := handoffSlotRun(ctx, e, e.designs[i], &results[i]); err != nil {
-				return fmt.Errorf("%s: %w", e.designs[i].name, err)
+				if err := r.failed("4-way contended handoff", e.designs[i], err); !errors.Is(err, errPeerFailed) {
+					return err
+				}
 			}
 		}
 	}

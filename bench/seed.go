@@ -52,6 +52,7 @@ var seedDesign = design{
 	open: func(ctx context.Context, _ *env, pool *pgxpool.Pool) (locker, error) {
 		return seedLocker{pool}, nil
 	},
+	peer: true,
 }
 
 type seedLocker struct{ pool *pgxpool.Pool }

@@ -52,7 +52,11 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	// committing the transaction commits it with fn's writes, and rolling it back leaves the key
 	// to the next delivery.
 	begin := db.Begin(conn.Conn())
-	a, err := db.New(db.Translating(begin)).ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), true))
+	p := d.claimParams(req, ident.NewHolderID(), true)
+	claimed, err := db.New(db.Translating(begin)).ClaimJobTx(ctx, db.ClaimJobTxParams{
+		Scope: p.Scope, JobKey: p.JobKey, HolderID: p.HolderID, Instance: p.Instance, Fingerprint: p.Fingerprint,
+		WindowMs: p.WindowMs, MaxAttempts: p.MaxAttempts, IdleTimeoutMs: p.IdleTimeoutMs})
+	a := db.ClaimJobRow(claimed)
 	tx := begin.Tx()
 	// Bounded: on a connection that stopped answering, a rollback would wait for TCP to give up.
 	// pgx closes a connection whose rollback fails, and the server then rolls back.

@@ -82,8 +82,9 @@ CREATE TYPE pglock_job_pending AS (
 
 -- Writes the claim pending in this transaction, if any: finished at p_finished_at and kept
 -- p_window_ms from then if it is the claim of (p_scope, p_key) with p_fencing_token, and then
--- returns true; otherwise unfinished and kept from its start by its claim's window, as a
--- transactional claim used to write its record.
+-- announces it (the insert tells whether the key has waiters, saving a statement) and returns
+-- true; otherwise unfinished and kept from its start by its claim's window, as a transactional
+-- claim used to write its record.
 CREATE FUNCTION pglock_job_write_pending(p_scope varchar, p_key text, p_fencing_token bigint,
                                          p_finished_at timestamptz, p_window_ms bigint)
 RETURNS boolean
@@ -94,6 +95,7 @@ DECLARE
     v_claim   pglock_job_pending;
     v_started timestamptz;
     v_mine    boolean;
+    v_waiters boolean;
 BEGIN
     IF v_text IS NULL OR v_text = '' THEN
         RETURN false;
@@ -108,7 +110,12 @@ BEGIN
             v_started, CASE WHEN v_mine THEN p_finished_at END, NULL, NULL, v_claim.fingerprint,
             CASE WHEN v_mine THEN p_finished_at + p_window_ms * interval '1 millisecond'
                  ELSE v_started + v_claim.window_ms * interval '1 millisecond' END,
-            v_started);
+            v_started)
+    RETURNING EXISTS (SELECT FROM pglock_job_waiters w WHERE w.scope = v_claim.scope AND w.job_key = v_claim.job_key)
+    INTO v_waiters;
+    IF v_mine AND v_waiters THEN
+        v_waiters := pglock_job_announce(p_scope, p_key);
+    END IF;
     RETURN coalesce(v_mine, false);
 END;
 $$;
@@ -131,7 +138,6 @@ DECLARE
     v_exists   boolean;
     v_found    boolean;
     v_claimed  boolean;
-    v_setting  bigint;
     v_text     text;
 BEGIN
     -- One condition on the way through; the checks that name the argument only when it fails.
@@ -236,10 +242,10 @@ BEGIN
         END IF;
         IF v_claimed THEN
             IF p_transactional AND p_idle_timeout_ms > 0 THEN
-                -- In milliseconds, 0 for none. current_setting shows it with a unit interval
+                -- current_setting shows it as '0' (none, the default) or with a unit interval
                 -- input reads ('30s', '1min'); pg_settings would cost listing every setting.
-                v_setting := (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint;
-                IF v_setting = 0 OR v_setting > p_idle_timeout_ms THEN
+                v_text := current_setting('idle_in_transaction_session_timeout');
+                IF v_text = '0' OR extract(epoch FROM v_text::interval) * 1000 > p_idle_timeout_ms THEN
                     v_text := set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
                 END IF;
             END IF;
@@ -275,8 +281,8 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
+        v_told := pglock_job_announce(p_scope, p_key); -- an expression, not PERFORM: see above
     END IF;
-    v_told := pglock_job_announce(p_scope, p_key); -- an expression, not PERFORM: see above
     RETURN v_now;
 END;
 $$;

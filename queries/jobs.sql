@@ -20,6 +20,21 @@ SELECT a.*
                         @window_ms, @max_attempts, @idle_timeout_ms) AS a
 LIMIT 1;
 
+-- ClaimJobTx claims inside RunTx's transaction, without ClaimJob's read first: there a duplicate
+-- of a done key costs a transaction anyway, and the claim answers it. The first branch, which
+-- the planner drops, only names the columns for sqlc, as ClaimJob's.
+-- name: ClaimJobTx :one
+(SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
+        j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
+        j.retain_until, j.created_at, NULL::bigint AS lock_key
+   FROM (SELECT 1) AS one
+   LEFT JOIN pglock_jobs j ON false
+  WHERE false)
+UNION ALL
+SELECT a.*
+  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, true, NULL, sqlc.narg('fingerprint')::text,
+                        @window_ms, @max_attempts, @idle_timeout_ms) AS a;
+
 -- RenewJob returns no row (pgx.ErrNoRows) when the attempt no longer holds its lease.
 -- name: RenewJob :one
 SELECT r.expires_at::timestamptz AS expires_at
