@@ -14,6 +14,7 @@ NESTED := internal/containerdb internal/demo otelpglock console/browsertest
 test: setup lint check-generated
 	$(GO) test -race -count=1 -timeout 10m ./...
 	for m in $(NESTED); do $(GO) -C $$m test -race -count=1 ./... || exit 1; done
+	$(GO) -C bench test -race -count=1 ./...
 
 ## setup: what the tests need (PostgreSQL's server and client, PgBouncer, two locales), installed
 ## with apt-get (as root or through sudo) where missing, or the command that would.

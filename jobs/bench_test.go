@@ -24,13 +24,15 @@ func benchDeduper(b *testing.B, pool *pgxpool.Pool) *jobs.Deduper {
 }
 
 // BenchmarkRunTx: 4 workers on separate pools, each delivering distinct keys through RunTx
-// whose fn does one INSERT, against the same INSERT in a raw transaction (BEGIN, INSERT,
-// COMMIT), in alternating halves of one run. Goal: throughput ratio ≥ 0.8.
+// whose fn does one INSERT, against what a team writes by hand to drop duplicates, an inbox
+// table (BEGIN, INSERT INTO inbox ... ON CONFLICT DO NOTHING RETURNING, the INSERT, COMMIT), in
+// alternating halves of one run. Goal: throughput ratio ≥ 0.9 (make bench measures it too,
+// with 16 workers and the WAL written).
 func BenchmarkRunTx(b *testing.B) {
 	const workers = 4
 	d := testdb.New(b, nil)
 	ctx := context.Background()
-	if _, err := d.Pool.Exec(ctx, `CREATE TABLE effects (key text NOT NULL)`); err != nil {
+	if _, err := d.Pool.Exec(ctx, `CREATE TABLE effects (key text NOT NULL); CREATE TABLE inbox (key text PRIMARY KEY)`); err != nil {
 		b.Fatal(err)
 	}
 	pools := make([]*pgxpool.Pool, workers)
@@ -41,44 +43,49 @@ func BenchmarkRunTx(b *testing.B) {
 	b.ResetTimer()
 
 	keys := 0
-	runTx := func(worker int) (func() (time.Duration, error), func()) {
-		dd := benchDeduper(b, pools[worker])
-		n := 0
-		keys++
-		prefix := fmt.Sprintf("w%d-%d-", worker, keys)
-		return func() (time.Duration, error) {
-			n++
-			key := prefix + fmt.Sprint(n)
-			_, err := dd.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, key)
-				return err
-			})
-			return 0, err
-		}, func() {}
+	effect := func(ctx context.Context, tx pgx.Tx, key string) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, key)
+		return err
 	}
-	raw := func(worker int) (func() (time.Duration, error), func()) {
-		n := 0
-		return func() (time.Duration, error) {
-			n++
-			return 0, pgx.BeginFunc(ctx, pools[worker], func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, fmt.Sprintf("raw-%d-%d", worker, n))
-				return err
-			})
-		}, func() {}
+	deliveries := func(deliver func(worker int, key string) error) func(worker int) (func() (time.Duration, error), func()) {
+		return func(worker int) (func() (time.Duration, error), func()) {
+			n := 0
+			keys++
+			prefix := fmt.Sprintf("w%d-%d-", worker, keys)
+			return func() (time.Duration, error) {
+				n++
+				return 0, deliver(worker, prefix+fmt.Sprint(n))
+			}, func() {}
+		}
 	}
-	var jobsRun, rawRun benchkit.Contention
+	runTx := deliveries(func(worker int, key string) error {
+		_, err := benchDeduper(b, pools[worker]).RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
+			return effect(ctx, tx, key)
+		})
+		return err
+	})
+	inbox := deliveries(func(worker int, key string) error {
+		return pgx.BeginFunc(ctx, pools[worker], func(tx pgx.Tx) error {
+			var first string
+			if err := tx.QueryRow(ctx, `INSERT INTO inbox (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING key`, key).Scan(&first); err != nil {
+				return err
+			}
+			return effect(ctx, tx, key)
+		})
+	})
+	var jobsRun, inboxRun benchkit.Contention
 	for range 2 {
 		jobsRun = jobsRun.Add(benchkit.Contend(workers, half, runTx))
-		rawRun = rawRun.Add(benchkit.Contend(workers, half, raw))
+		inboxRun = inboxRun.Add(benchkit.Contend(workers, half, inbox))
 	}
-	for _, c := range []benchkit.Contention{jobsRun, rawRun} {
+	for _, c := range []benchkit.Contention{jobsRun, inboxRun} {
 		if c.Err != nil {
 			b.Fatal(c.Err)
 		}
 	}
 	b.ReportMetric(jobsRun.PerSecond, "runtx-per-s")
-	b.ReportMetric(rawRun.PerSecond, "raw-tx-per-s")
-	b.ReportMetric(jobsRun.PerSecond/rawRun.PerSecond, "runtx/raw-tx-throughput")
+	b.ReportMetric(inboxRun.PerSecond, "inbox-tx-per-s")
+	b.ReportMetric(jobsRun.PerSecond/inboxRun.PerSecond, "runtx/inbox-throughput")
 }
 
 // BenchmarkDuplicateOfDoneKey: a delivery of a key that succeeded, against a primary-key read

@@ -137,19 +137,12 @@ func (req request) answer(a db.ClaimJobRow) (Result, error) {
 	return res, nil
 }
 
-func (d *Deduper) claimParams(req request, holder string, transactional bool) db.ClaimJobParams {
-	p := db.ClaimJobParams{
-		Scope: req.scope, JobKey: req.key, HolderID: holder, Instance: d.instance,
-		Transactional: transactional, Fingerprint: req.fingerprint, WindowMs: req.window.Milliseconds(),
-		MaxAttempts: req.maxAttempts,
+// claimParams are the parameters of a claim outside a transaction, under a lease.
+func (d *Deduper) claimParams(req request, holder string) db.ClaimJobParams {
+	return db.ClaimJobParams{
+		Scope: req.scope, JobKey: req.key, HolderID: holder, Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(),
+		Fingerprint: req.fingerprint, WindowMs: req.window.Milliseconds(), MaxAttempts: req.maxAttempts,
 	}
-	if transactional {
-		p.IdleTimeoutMs = max(0, d.cfg.TxIdleTimeout.Milliseconds())
-	} else {
-		ttl := req.timing.TTL.Milliseconds()
-		p.TtlMs = &ttl
-	}
-	return p
 }
 
 func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ctx context.Context) (json.RawMessage, error)) (Result, error) {
@@ -159,7 +152,7 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 	}
 	return d.deliver(ctx, req, pglock.ModeRun, func(ctx context.Context, req request) (Result, int64, error) {
 		start := time.Now()
-		a, err := d.queries.ClaimJob(ctx, d.claimParams(req, ident.NewHolderID(), false))
+		a, err := d.queries.ClaimJob(ctx, d.claimParams(req, ident.NewHolderID()))
 		if err != nil {
 			return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), err)
 		}

@@ -20,7 +20,7 @@ import (
 // transaction never commits (a crash, a killed connection), no outcome is recorded either, and
 // the next delivery runs it. fn must neither commit nor roll back the transaction.
 //
-// Round trips: BEGIN, the claim, fn's own, and the outcome with COMMIT. The transaction's idle
+// Round trips: BEGIN with the claim, fn's own, and the outcome with COMMIT. The transaction's idle
 // time is bounded by Config.TxIdleTimeout, and so is the wait for the COMMIT's answer: past it,
 // the outcome is reported unknown. A duplicate delivery of a key whose RunTx has not committed
 // yet gets OutcomeInProgress at once (or, with Options.Wait, waits for its outcome). An attempt whose
@@ -52,11 +52,10 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	// committing the transaction commits it with fn's writes, and rolling it back leaves the key
 	// to the next delivery.
 	begin := db.Begin(conn.Conn())
-	p := d.claimParams(req, ident.NewHolderID(), true)
 	claimed, err := db.New(db.Translating(begin)).ClaimJobTx(ctx, db.ClaimJobTxParams{
-		Scope: p.Scope, JobKey: p.JobKey, HolderID: p.HolderID, Instance: p.Instance, Fingerprint: p.Fingerprint,
-		WindowMs: p.WindowMs, MaxAttempts: p.MaxAttempts, IdleTimeoutMs: p.IdleTimeoutMs})
-	a := db.ClaimJobRow(claimed)
+		Scope: req.scope, JobKey: req.key, HolderID: ident.NewHolderID(), Instance: d.instance, Fingerprint: req.fingerprint,
+		WindowMs: req.window.Milliseconds(), MaxAttempts: req.maxAttempts, IdleTimeoutMs: max(0, d.cfg.TxIdleTimeout.Milliseconds())})
+	a := db.ClaimJobRow(claimed) // the same columns
 	tx := begin.Tx()
 	// Bounded: on a connection that stopped answering, a rollback would wait for TCP to give up.
 	// pgx closes a connection whose rollback fails, and the server then rolls back.

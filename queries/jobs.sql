@@ -1,11 +1,12 @@
 -- Job deduplication (package jobs). sqlc cannot see the columns of what a function returns, so
 -- they are named and cast here.
 
--- ClaimJob answers a duplicate of a key that succeeded from a plain read of its row, the cost of
--- a primary-key lookup (no function call, no transaction id, no WAL flush): the first branch of
--- the UNION ALL, and LIMIT 1 stops there when it finds the row. Only otherwise does the second
--- branch run, calling pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN
--- tells sqlc that the branch's columns may be NULL, as the claim's may.)
+-- ClaimJob claims outside a transaction, under a lease (Run). It answers a duplicate of a key
+-- that succeeded from a plain read of its row, the cost of a primary-key lookup (no function
+-- call, no transaction id, no WAL flush): the first branch of the UNION ALL, and LIMIT 1 stops
+-- there when it finds the row. Only otherwise does the second branch run, calling
+-- pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN tells sqlc that the
+-- branch's columns may be NULL, as the claim's may.)
 -- name: ClaimJob :one
 (SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
         j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
@@ -15,9 +16,8 @@
   WHERE j.status = 'succeeded' AND j.retain_until > clock_timestamp())
 UNION ALL
 SELECT a.*
-  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, @transactional,
-                        sqlc.narg('ttl_ms')::bigint, sqlc.narg('fingerprint')::text,
-                        @window_ms, @max_attempts, @idle_timeout_ms) AS a
+  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
+                        @window_ms, @max_attempts, 0) AS a
 LIMIT 1;
 
 -- ClaimJobTx claims inside RunTx's transaction, without ClaimJob's read first: there a duplicate

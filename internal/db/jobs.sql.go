@@ -43,23 +43,20 @@ const claimJob = `-- name: ClaimJob :one
   WHERE j.status = 'succeeded' AND j.retain_until > clock_timestamp())
 UNION ALL
 SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at, a.finished_at, a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
-  FROM pglock_job_claim($1, $2, $3, $4, $5,
-                        $6::bigint, $7::text,
-                        $8, $9, $10) AS a
+  FROM pglock_job_claim($1, $2, $3, $4, false, $5, $6::text,
+                        $7, $8, 0) AS a
 LIMIT 1
 `
 
 type ClaimJobParams struct {
-	Scope         string
-	JobKey        string
-	HolderID      string
-	Instance      string
-	Transactional bool
-	TtlMs         *int64
-	Fingerprint   *string
-	WindowMs      int64
-	MaxAttempts   int32
-	IdleTimeoutMs int64
+	Scope       string
+	JobKey      string
+	HolderID    string
+	Instance    string
+	TtlMs       int64
+	Fingerprint *string
+	WindowMs    int64
+	MaxAttempts int32
 }
 
 type ClaimJobRow struct {
@@ -82,23 +79,22 @@ type ClaimJobRow struct {
 
 // Job deduplication (package jobs). sqlc cannot see the columns of what a function returns, so
 // they are named and cast here.
-// ClaimJob answers a duplicate of a key that succeeded from a plain read of its row, the cost of
-// a primary-key lookup (no function call, no transaction id, no WAL flush): the first branch of
-// the UNION ALL, and LIMIT 1 stops there when it finds the row. Only otherwise does the second
-// branch run, calling pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN
-// tells sqlc that the branch's columns may be NULL, as the claim's may.)
+// ClaimJob claims outside a transaction, under a lease (Run). It answers a duplicate of a key
+// that succeeded from a plain read of its row, the cost of a primary-key lookup (no function
+// call, no transaction id, no WAL flush): the first branch of the UNION ALL, and LIMIT 1 stops
+// there when it finds the row. Only otherwise does the second branch run, calling
+// pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN tells sqlc that the
+// branch's columns may be NULL, as the claim's may.)
 func (q *Queries) ClaimJob(ctx context.Context, arg ClaimJobParams) (ClaimJobRow, error) {
 	row := q.db.QueryRow(ctx, claimJob,
 		arg.Scope,
 		arg.JobKey,
 		arg.HolderID,
 		arg.Instance,
-		arg.Transactional,
 		arg.TtlMs,
 		arg.Fingerprint,
 		arg.WindowMs,
 		arg.MaxAttempts,
-		arg.IdleTimeoutMs,
 	)
 	var i ClaimJobRow
 	err := row.Scan(

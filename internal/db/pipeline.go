@@ -36,7 +36,9 @@ type Beginning struct {
 func (b *Beginning) Tx() pgx.Tx { return b.tx }
 
 type around struct {
-	conn          interface{ SendBatch(context.Context, *pgx.Batch) pgx.BatchResults }
+	conn interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	}
 	began         *pgx.Tx // where Begin's transaction goes; nil for Around
 	before, after []string
 }

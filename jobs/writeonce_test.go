@@ -1,0 +1,132 @@
+package jobs_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// A transactional claim of a key without a record writes nothing; pglock_job_finish_tx writes
+// the record, finished, once (no update: every delivery would write the row and its indexes
+// twice). The SQL contract callers in other languages follow, step by step.
+func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	claim := func(t *testing.T, tx pgx.Tx, key string) (outcome string, token int64) {
+		t.Helper()
+		var tok *int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT outcome, fencing_token
+			FROM pglock_job_claim('', $1, 'holder', 'instance', true, NULL, NULL, 60000, 0, 0)`, key).Scan(&outcome, &tok))
+		if tok != nil {
+			token = *tok
+		}
+		return outcome, token
+	}
+	finish := func(t *testing.T, tx pgx.Tx, key string, token int64) bool {
+		t.Helper()
+		var at *string
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pglock_job_finish_tx('', $1, $2, 60000)::text`, key, token).Scan(&at))
+		return at != nil
+	}
+	record := func(t *testing.T, key string) (status string, finished bool, found bool) {
+		t.Helper()
+		err := d.Pool.QueryRow(ctx, `SELECT status, finished_at IS NOT NULL FROM pglock_jobs WHERE scope = '' AND job_key = $1`, key).
+			Scan(&status, &finished)
+		if err == pgx.ErrNoRows {
+			return "", false, false
+		}
+		require.NoError(t, err)
+		return status, finished, true
+	}
+	writes := func(t *testing.T, tx pgx.Tx) (inserts, updates int64) {
+		t.Helper()
+		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_upd), 0)
+			FROM pg_stat_xact_user_tables WHERE relname = 'pglock_jobs'`).Scan(&inserts, &updates))
+		return inserts, updates
+	}
+
+	t.Run("claim, finish, commit: one insert, finished", func(t *testing.T) {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		outcome, token := claim(t, tx, "once")
+		require.Equal(t, "claimed", outcome)
+		require.Positive(t, token)
+		ins, upd := writes(t, tx)
+		require.Zero(t, ins+upd, "the claim writes nothing")
+		require.True(t, finish(t, tx, "once", token))
+		ins, upd = writes(t, tx)
+		require.Equal(t, [2]int64{1, 0}, [2]int64{ins, upd}, "the finish inserts the record, and nothing updates it")
+		require.NoError(t, tx.Commit(ctx))
+		status, finished, found := record(t, "once")
+		require.True(t, found)
+		require.Equal(t, "succeeded", status)
+		require.True(t, finished)
+	})
+
+	t.Run("a commit without the finish records nothing", func(t *testing.T) {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		outcome, _ := claim(t, tx, "unfinished")
+		require.Equal(t, "claimed", outcome)
+		require.NoError(t, tx.Commit(ctx))
+		_, _, found := record(t, "unfinished")
+		require.False(t, found, "the next delivery runs it")
+	})
+
+	t.Run("two keys in one transaction, each finished", func(t *testing.T) {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		_, a := claim(t, tx, "first-of-two")
+		_, b := claim(t, tx, "second-of-two") // writes the first's record, unfinished
+		require.True(t, finish(t, tx, "first-of-two", a))
+		require.True(t, finish(t, tx, "second-of-two", b))
+		require.NoError(t, tx.Commit(ctx))
+		for _, key := range []string{"first-of-two", "second-of-two"} {
+			status, finished, found := record(t, key)
+			require.True(t, found, key)
+			require.Equal(t, "succeeded", status, key)
+			require.True(t, finished, key)
+		}
+	})
+
+	t.Run("the same key twice in one transaction is done the second time", func(t *testing.T) {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		outcome, _ := claim(t, tx, "twice")
+		require.Equal(t, "claimed", outcome)
+		outcome, _ = claim(t, tx, "twice")
+		require.Equal(t, "done", outcome)
+	})
+
+	t.Run("a claim rolled back to a savepoint leaves nothing to finish", func(t *testing.T) {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		_, err = tx.Exec(ctx, `SAVEPOINT before_claim`)
+		require.NoError(t, err)
+		_, token := claim(t, tx, "rolled-back")
+		_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT before_claim`)
+		require.NoError(t, err)
+		require.False(t, finish(t, tx, "rolled-back", token))
+		require.NoError(t, tx.Commit(ctx))
+		_, _, found := record(t, "rolled-back")
+		require.False(t, found)
+	})
+
+	t.Run("a finish with another token finishes nothing", func(t *testing.T) {
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		_, token := claim(t, tx, "wrong-token")
+		require.False(t, finish(t, tx, "wrong-token", token+1000))
+		require.True(t, finish(t, tx, "wrong-token", token), "its own finish still does")
+	})
+}
