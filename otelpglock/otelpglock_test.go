@@ -299,18 +299,34 @@ type queryTracer struct {
 }
 
 func (q *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, mark := range q.marks {
-		if strings.Contains(data.SQL, mark) {
-			q.spans[mark] = append(q.spans[mark], trace.SpanContextFromContext(ctx).SpanID())
-			break
-		}
-	}
+	q.record(ctx, data.SQL)
 	return ctx
 }
 
 func (q *queryTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A tracer that implements pgx.BatchTracer sees the queries pglock sends in batches (RunTx's
+// claim goes with BEGIN), under the same ctx.
+func (q *queryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (q *queryTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	q.record(ctx, data.SQL)
+}
+
+func (q *queryTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (q *queryTracer) record(ctx context.Context, sql string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, mark := range q.marks {
+		if strings.Contains(sql, mark) {
+			q.spans[mark] = append(q.spans[mark], trace.SpanContextFromContext(ctx).SpanID())
+			break
+		}
+	}
+}
 
 func (q *queryTracer) under(word string) []trace.SpanID {
 	q.mu.Lock()
