@@ -8,4 +8,7 @@ var cirelloDesign *design
 
 const cirelloFillSQL = ""
 
+// cirelloTable is the peer's table, absent without its source.
+const cirelloTable = ""
+
 func cirelloCommit() string { return "" }

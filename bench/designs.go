@@ -38,8 +38,9 @@ type design struct {
 	// oneWaiterPerHandle: a handle waits for one name at a time (a pinned session), so the
 	// 1,000 waiters need one each.
 	oneWaiterPerHandle bool
-	// peer: another project's design. Its failures are results, reported on the page; only
-	// pglock's own and raw SQL's (the harness's) stop the run.
+	// peer: a design that is not pglock's (another project's, or raw SQL written by hand). Its
+	// failures are results, reported on the page; only pglock's own, and the harness's (setting
+	// up databases, pools and counters), stop the run.
 	peer bool
 }
 
@@ -74,6 +75,7 @@ var rawSQL = design{
 		return rawLocker{pool}, nil
 	},
 	oneWaiterPerHandle: true,
+	peer:               true,
 }
 
 type rawLocker struct{ pool *pgxpool.Pool }

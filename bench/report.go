@@ -32,8 +32,7 @@ type report struct {
 }
 
 // failed decides what an operation's error does to the run: a peer's is recorded for the page
-// (errPeerFailed: the operation measured nothing) and the run goes on; pglock's own, or raw
-// SQL's, the harness's, stop it.
+// (errPeerFailed: the operation measured nothing) and the run goes on; pglock's own stop it.
 func (r *report) failed(scenario string, d design, err error) error {
 	if !d.peer {
 		return fmt.Errorf("%s: %w", d.name, err)

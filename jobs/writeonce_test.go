@@ -17,6 +17,13 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
+	begin := func(t *testing.T) pgx.Tx {
+		t.Helper()
+		tx, err := d.Pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { tx.Rollback(ctx) })
+		return tx
+	}
 	claim := func(t *testing.T, tx pgx.Tx, key string) (outcome string, token int64) {
 		t.Helper()
 		var tok *int64
@@ -51,9 +58,7 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	}
 
 	t.Run("claim, finish, commit: one insert, finished", func(t *testing.T) {
-		tx, err := d.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx)
+		tx := begin(t)
 		outcome, token := claim(t, tx, "once")
 		require.Equal(t, "claimed", outcome)
 		require.Positive(t, token)
@@ -70,8 +75,7 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	})
 
 	t.Run("a commit without the finish records nothing", func(t *testing.T) {
-		tx, err := d.Pool.Begin(ctx)
-		require.NoError(t, err)
+		tx := begin(t)
 		outcome, _ := claim(t, tx, "unfinished")
 		require.Equal(t, "claimed", outcome)
 		require.NoError(t, tx.Commit(ctx))
@@ -80,9 +84,7 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	})
 
 	t.Run("two keys in one transaction, each finished", func(t *testing.T) {
-		tx, err := d.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx)
+		tx := begin(t)
 		_, a := claim(t, tx, "first-of-two")
 		_, b := claim(t, tx, "second-of-two") // writes the first's record, unfinished
 		require.True(t, finish(t, tx, "first-of-two", a))
@@ -97,9 +99,7 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	})
 
 	t.Run("the same key twice in one transaction is done the second time", func(t *testing.T) {
-		tx, err := d.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx)
+		tx := begin(t)
 		outcome, _ := claim(t, tx, "twice")
 		require.Equal(t, "claimed", outcome)
 		outcome, _ = claim(t, tx, "twice")
@@ -107,10 +107,8 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	})
 
 	t.Run("a claim rolled back to a savepoint leaves nothing to finish", func(t *testing.T) {
-		tx, err := d.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx)
-		_, err = tx.Exec(ctx, `SAVEPOINT before_claim`)
+		tx := begin(t)
+		_, err := tx.Exec(ctx, `SAVEPOINT before_claim`)
 		require.NoError(t, err)
 		_, token := claim(t, tx, "rolled-back")
 		_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT before_claim`)
@@ -122,9 +120,7 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 	})
 
 	t.Run("a finish with another token finishes nothing", func(t *testing.T) {
-		tx, err := d.Pool.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx)
+		tx := begin(t)
 		_, token := claim(t, tx, "wrong-token")
 		require.False(t, finish(t, tx, "wrong-token", token+1000))
 		require.True(t, finish(t, tx, "wrong-token", token), "its own finish still does")
