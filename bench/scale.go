@@ -182,6 +182,7 @@ func (r *waitersResult) add(other waitersResult) {
 }
 
 const (
+	statsTimeout   = 10 * time.Second // a read of the server's counters
 	waiters        = 1000
 	waitersRounds  = 2
 	waitersPool    = 20 // connections each design may use, Redis clients included
@@ -264,6 +265,11 @@ func serverCounters(e *env, d design, stats *pgx.Conn, dbName string) (counters,
 	return func(ctx context.Context) (requests, connections int, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		// Never canceled mid-query (as the sampler's context is when it stops): pgx closes a
+		// connection whose query is canceled, and this one serves the whole scenario; every
+		// later read failed with "conn closed", blamed on whichever design ran next.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsTimeout)
+		defer cancel()
 		err = stats.QueryRow(ctx, `SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1),
 			(SELECT count(*) FROM pg_stat_activity WHERE datname = $1)`, dbName).Scan(&requests, &connections)
 		return requests, connections, err
