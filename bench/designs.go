@@ -48,6 +48,12 @@ type design struct {
 // and the operation measured no sample.
 var errPeerFailed = errors.New("a peer failed; recorded")
 
+// errHarness marks a failure of the benchmark's own (a database, a pool, the server's
+// counters) in a scenario step that also runs a design: it stops the run, whoever's step.
+var errHarness = errors.New("the benchmark itself failed")
+
+func harness(err error) error { return fmt.Errorf("%w: %w", errHarness, err) }
+
 // failedLocker stands for a peer's instance that could not be opened: every operation fails
 // with why.
 type failedLocker struct{ err error }

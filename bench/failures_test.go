@@ -10,7 +10,7 @@ import (
 )
 
 // A peer's failure is a result: recorded for the page, and the run goes on without its sample.
-// pglock's own failures stop the run.
+// pglock's own failures stop the run, and so do the harness's, in whoever's step.
 func TestAPeersFailureIsARecordedResult(t *testing.T) {
 	t.Parallel()
 	ours, peer := design{name: "pglock"}, design{name: "a peer", peer: true}
@@ -18,11 +18,13 @@ func TestAPeersFailureIsARecordedResult(t *testing.T) {
 	tests := []struct {
 		name    string
 		failing design
+		err     error
 		wantErr error
 		notes   []string
 	}{
-		{"a peer", peer, nil, []string{"a scenario: a peer failed 3 times (its figures count only what succeeded); the first error: conn closed."}},
-		{"pglock", ours, boom, nil},
+		{"a peer", peer, boom, nil, []string{"a scenario: a peer failed 3 times (its figures count only what succeeded); the first error: conn closed."}},
+		{"pglock", ours, boom, boom, nil},
+		{"the harness, in a peer's step", peer, harness(boom), boom, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -31,7 +33,7 @@ func TestAPeersFailureIsARecordedResult(t *testing.T) {
 			designs := []design{ours, peer}
 			results, err := interleave(context.Background(), len(designs), 3, time.Minute, func(i int) error {
 				if designs[i].name == tt.failing.name {
-					return r.failed("a scenario", designs[i], boom)
+					return r.failed("a scenario", designs[i], tt.err)
 				}
 				return nil
 			})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image/color"
 	"os"
@@ -34,7 +35,7 @@ type report struct {
 // failed decides what an operation's error does to the run: a peer's is recorded for the page
 // (errPeerFailed: the operation measured nothing) and the run goes on; pglock's own stop it.
 func (r *report) failed(scenario string, d design, err error) error {
-	if !d.peer {
+	if !d.peer || errors.Is(err, errHarness) {
 		return fmt.Errorf("%s: %w", d.name, err)
 	}
 	key := scenario + ": " + d.name

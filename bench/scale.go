@@ -211,6 +211,8 @@ func thousandWaiters(ctx context.Context, e *env, r *report, say func(string, ..
 				if err := r.failed("1,000 waiters", e.designs[i], err); !errors.Is(err, errPeerFailed) {
 					return err
 				}
+				say("%s: failed: %v", e.designs[i].name, err)
+				continue // its counts are partial: its failures are on the page instead
 			}
 			say("%s: %d served in %s", e.designs[i].name, res.served, res.elapsed.Round(time.Millisecond))
 			results[i].add(res)
@@ -281,7 +283,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 	res := waitersResult{design: d.name}
 	var dbName string
 	if err := e.admin.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
-		return res, err
+		return res, harness(err)
 	}
 	read, closeCounters := serverCounters(e, d, stats, dbName)
 	defer closeCounters()
@@ -291,7 +293,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var err error
 		if _, connectionsBefore, err = read(ctx); err != nil {
-			return res, err
+			return res, harness(err)
 		}
 		if d.name == redisDesign.name || connectionsBefore == 0 || time.Now().After(deadline) {
 			break
@@ -299,7 +301,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 	}
 	pool, err := newPool(ctx, e.url, waitersPool)
 	if err != nil {
-		return res, err
+		return res, harness(err)
 	}
 	defer pool.Close()
 	holder, err := d.open(ctx, e, pool)
@@ -377,7 +379,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 		wg.Wait()
 		stopSampling()
 		sampler.Wait()
-		return res, err
+		return res, harness(err)
 	}
 	samplesBefore := samples.Load()
 	start := time.Now()
@@ -400,7 +402,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 	time.Sleep(500 * time.Millisecond) // backends flush their statistics as they exit
 	requestsAfter, _, err := read(ctx)
 	if err != nil {
-		return res, err
+		return res, harness(err)
 	}
 	for _, err := range errs {
 		if err := r.failed("1,000 waiters", d, err); !errors.Is(err, errPeerFailed) {

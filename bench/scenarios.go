@@ -156,7 +156,7 @@ func handoffSlotRun(ctx context.Context, e *env, d design, res *handoffResult) e
 	}
 	lockers, closeAll, err := instances(ctx, e, designs, 4)
 	if err != nil {
-		return err
+		return harness(err)
 	}
 	defer closeAll()
 	slot, cancel := context.WithTimeout(ctx, handoffSlot)

@@ -76,7 +76,7 @@ type Record struct {
 	Token          int64
 	LeaseExpiresAt time.Time // while a Run attempt runs; else zero
 	StartedAt      time.Time
-	FinishedAt     time.Time // zero while running, and for a RunTx attempt whose fn committed itself
+	FinishedAt     time.Time // zero while running
 	LastError      string
 	Saved          json.RawMessage
 	Fingerprint    string

@@ -78,13 +78,21 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(runCtx, tx) }, func(panicked error) {
 		ran(panicked)
 		rollback()
-		d.recordFailure(ctx, req, panicked)
+		d.recordOutcome(ctx, req, panicked)
 	})
 	ran(fnErr)
 	switch conn.Conn().PgConn().TxStatus() {
 	case 'I':
-		return res, 0, errors.Join(fnErr, errs.Errorf("%w: fn ended the transaction of %s itself; whatever it committed counts as done",
-			pglock.ErrInvalidArgument, req.label()))
+		// Its COMMIT (or ROLLBACK) dropped the claim, which only FinishJobTx writes: recorded
+		// now, after the fact, as what fn said, so that a redelivery does not run it again
+		// (unless one claimed the key in between).
+		as := "succeeded"
+		if fnErr != nil {
+			as = "failed"
+		}
+		misuse := errs.Errorf("%w: fn ended the transaction of %s itself; its outcome was recorded after the fact, as %s",
+			pglock.ErrInvalidArgument, req.label(), as)
+		return res, 0, errors.Join(fnErr, misuse, d.recordOutcome(ctx, req, fnErr))
 	case 'E':
 		if fnErr == nil {
 			fnErr = errs.Errorf("fn returned no error but left the transaction of %s aborted", req.label())
@@ -92,7 +100,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	}
 	if fnErr != nil {
 		rollback()
-		return res, 0, errors.Join(fnErr, d.recordFailure(ctx, req, fnErr))
+		return res, 0, errors.Join(fnErr, d.recordOutcome(ctx, req, fnErr))
 	}
 
 	// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
@@ -110,7 +118,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		// serialization failure): nothing was committed.
 		rollback()
 		err = errs.Errorf("commit %s: %w", req.label(), err)
-		return res, 0, errors.Join(err, d.recordFailure(ctx, req, err))
+		return res, 0, errors.Join(err, d.recordOutcome(ctx, req, err))
 	case err != nil:
 		rollback()
 		// The commit may have happened with the connection lost on the way back: the next
@@ -122,19 +130,20 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	return res, 0, nil
 }
 
-// recordFailure records a RunTx attempt's failure after its transaction rolled back, so that
-// it counts towards MaxAttempts and shows its error; unless another delivery claimed the key
-// meanwhile. An error says the failure was not recorded.
-func (d *Deduper) recordFailure(ctx context.Context, req request, fnErr error) error {
+// recordOutcome records the outcome of a RunTx attempt whose transaction did not: its failure
+// (fnErr) after the transaction rolled back, so that it counts towards MaxAttempts and shows its
+// error; its success when fn committed the transaction itself. Unless another delivery claimed
+// the key meanwhile. An error says the outcome was not recorded.
+func (d *Deduper) recordOutcome(ctx context.Context, req request, fnErr error) error {
 	p := finishParams(req, 0, nil, fnErr)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, err := d.queries.RecordJobFailure(ctx, db.RecordJobFailureParams{
-		Scope: req.scope, JobKey: req.key, Error: *p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
+	_, err := d.queries.RecordJobOutcome(ctx, db.RecordJobOutcomeParams{
+		Scope: req.scope, JobKey: req.key, Succeeded: p.Succeeded, Error: p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
 		Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
 	})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return errs.Errorf("record the failure of %s: %w", req.label(), err)
+		return errs.Errorf("record the outcome of %s: %w", req.label(), err)
 	}
 	return nil
 }

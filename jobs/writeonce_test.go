@@ -2,12 +2,17 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/jobs"
 )
 
 // A transactional claim of a key without a record writes nothing; pglock_job_finish_tx writes
@@ -125,4 +130,97 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 		require.False(t, finish(t, tx, "wrong-token", token+1000))
 		require.True(t, finish(t, tx, "wrong-token", token), "its own finish still does")
 	})
+
+	t.Run("under REPEATABLE READ a record committed after the snapshot fails the claim", func(t *testing.T) {
+		tx, err := d.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		_, err = tx.Exec(ctx, `SELECT 1`) // the snapshot
+		require.NoError(t, err)
+		other := begin(t)
+		_, token := claim(t, other, "after-snapshot")
+		require.True(t, finish(t, other, "after-snapshot", token))
+		require.NoError(t, other.Commit(ctx))
+		_, err = tx.Exec(ctx, `SELECT pglock_job_claim('', 'after-snapshot', 'holder', 'instance', true, NULL, NULL, 60000, 0, 0)`)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "not claimed: the key is done")
+		require.Equal(t, pgerrcode.SerializationFailure, pgErr.Code)
+	})
+
+	t.Run("a forged pending claim is refused", func(t *testing.T) {
+		held := begin(t)
+		_, heldToken := claim(t, held, "held-elsewhere")
+		for _, tc := range []struct{ name, pending string }{
+			{"a key over 1024 bytes", `ROW('', repeat('k', 1025), 'h', 'i', %d, 0, NULL, 60000)`},
+			{"a window over ten years", `ROW('', 'forged-window', 'h', 'i', %d, 0, NULL, 315360000001)`},
+			{"a token never drawn here", `ROW('', 'forged-token', 'h', 'i', %d + 1000000, 0, NULL, 60000)`},
+			{"a key another transaction holds", `ROW('', 'held-elsewhere', 'h', 'i', %d, 0, NULL, 60000)`},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tx := begin(t)
+				_, token := claim(t, tx, "forger-"+tc.name) // draws a token in this session
+				require.NoError(t, tx.Commit(ctx))
+				tx = begin(t)
+				_, err := tx.Exec(ctx, `SELECT set_config('pglock.job_claim', (`+fmt.Sprintf(tc.pending, token)+`)::pglock_job_pending::text, true)`)
+				require.NoError(t, err)
+				var at *string
+				err = tx.QueryRow(ctx, `SELECT pglock_job_finish_tx('', 'x', 1, 60000)::text`).Scan(&at)
+				var pgErr *pgconn.PgError
+				require.ErrorAs(t, err, &pgErr)
+				require.Equal(t, pgerrcode.InvalidParameterValue, pgErr.Code)
+			})
+		}
+		require.True(t, finish(t, held, "held-elsewhere", heldToken))
+	})
+}
+
+// fn that ends RunTx's transaction itself, or resets the settings the claim left, cannot make
+// an effect commit without its record: the first is recorded after the fact, the second keeps
+// the COMMIT from running.
+func TestRunTxKeepsTheOutcomeWithTheEffectWhateverFnDoesToItsTransaction(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	newEffects(t, d.Pool)
+	dd := newDeduper(t, d.Pool, nil)
+	effect := func(ctx context.Context, tx pgx.Tx, key string) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, key)
+		return err
+	}
+	for _, tc := range []struct {
+		name    string
+		misuse  func(ctx context.Context, tx pgx.Tx) error
+		wantErr error
+		effects int // committed by the first delivery
+		status  jobs.Status
+	}{
+		{"fn commits", func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }, pglock.ErrInvalidArgument, 1, jobs.StatusSucceeded},
+		{"fn resets every setting", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `RESET ALL`)
+			return err
+		}, pglock.ErrNotFound, 0, jobs.StatusFailed},
+		{"fn clears the pending claim", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `SELECT set_config('pglock.job_claim', '', true)`)
+			return err
+		}, pglock.ErrNotFound, 0, jobs.StatusFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "misuse: " + tc.name
+			_, err := dd.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
+				if err := effect(ctx, tx, key); err != nil {
+					return err
+				}
+				return tc.misuse(ctx, tx)
+			})
+			require.ErrorIs(t, err, tc.wantErr)
+			require.Equal(t, tc.effects, effects(t, d.Pool, key))
+			rec, err := dd.Status(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, tc.status, rec.Status)
+
+			res, err := dd.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error { return effect(ctx, tx, key) })
+			require.NoError(t, err)
+			require.Equal(t, 1, effects(t, d.Pool, key), "exactly once: %v", res.Outcome)
+		})
+	}
 }

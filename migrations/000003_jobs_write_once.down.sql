@@ -137,6 +137,7 @@ BEGIN
 END;
 $$;
 
+DROP FUNCTION pglock_job_require_claim(timestamptz, varchar, text);
 DROP FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint);
 DROP TYPE pglock_job_pending;
 

@@ -5,13 +5,17 @@
 -- writes nothing: it takes the key's advisory lock, as every claim does, and leaves the record
 -- it would write in the transaction-local setting pglock.job_claim, and pglock_job_finish_tx
 -- inserts it finished. Nothing else can write a record for the key meanwhile (a claim takes
--- the lock first), so the insert needs no ON CONFLICT. The SQL contract is unchanged: claim,
--- the effects, pglock_job_finish_tx, COMMIT. A transaction that commits without calling
--- pglock_job_finish_tx (a misuse, as before) now records nothing, so the next delivery runs the
--- key again; a second claim in the same transaction first writes a pending one as the claim
--- used to. Anyone can set pglock.job_claim, so pglock_job_finish_tx trusts it for no more than
--- a caller could get by claiming: a pending record names its key and its claim's token, and
--- its insert fails if the key has a record.
+-- the lock first), so the insert needs no ON CONFLICT. The calls are the same: claim, the
+-- effects, pglock_job_finish_tx, COMMIT; but a transaction that commits without calling
+-- pglock_job_finish_tx (a misuse) now records nothing, so the next delivery runs the key again.
+-- A second claim in the same transaction first writes a pending one as the claim used to.
+-- Only under READ COMMITTED: a snapshot older than the claim's lock may miss a record
+-- committed just before it, so other isolation levels write at the claim, as before, and fail
+-- with a serialization error then. Anyone can set pglock.job_claim, so a pending claim is
+-- checked before it is written, as a claim checks its arguments, and written only while this
+-- transaction holds the key's lock (taken again: it is this transaction's, or nobody's): a
+-- forged one gets no more than a claim would. pglock_job_require_claim turns a finish that
+-- found no claim into an error, for callers that send COMMIT with it.
 --
 -- The claim also takes the advisory lock before reading, so that what it reads stays true
 -- until it writes; and the CHECK constraints of pglock_jobs go: the functions that alone write
@@ -104,6 +108,14 @@ BEGIN
     v_claim := v_text::pglock_job_pending;
     v_mine := v_claim.fencing_token = p_fencing_token AND v_claim.scope = p_scope AND v_claim.job_key = p_key;
     v_started := 'epoch'::timestamptz + v_claim.started_us * interval '1 microsecond';
+    IF v_claim.scope IS NULL OR length(v_claim.scope) > 255 OR octet_length(v_claim.job_key) NOT BETWEEN 1 AND 1024
+       OR v_claim.holder_id IS NULL OR v_claim.holder_id = '' OR length(v_claim.holder_id) > 255
+       OR v_claim.instance IS NULL OR length(v_claim.instance) > 255
+       OR v_claim.window_ms NOT BETWEEN 1 AND 315360000000 OR v_started > clock_timestamp()
+       OR v_claim.fencing_token IS NULL OR v_claim.fencing_token > currval('pglock_jobs_fencing_token_seq')
+       OR NOT pg_try_advisory_xact_lock(pglock_job_lock_key(v_claim.scope, v_claim.job_key)) THEN
+        RAISE EXCEPTION 'pglock.job_claim: not a claim of this transaction' USING ERRCODE = '22023', COLUMN = 'pglock.job_claim';
+    END IF;
     INSERT INTO pglock_jobs (scope, job_key, status, holder_id, instance, attempts, fencing_token, lease_expires_at,
                              started_at, finished_at, last_error, result, fingerprint, retain_until, created_at)
     VALUES (v_claim.scope, v_claim.job_key, 'succeeded', v_claim.holder_id, v_claim.instance, 1, v_claim.fencing_token, NULL,
@@ -203,8 +215,9 @@ BEGIN
         END IF;
 
         v_now := clock_timestamp();
-        IF p_transactional AND NOT v_exists THEN
-            -- No record: pglock_job_finish_tx writes it.
+        IF p_transactional AND NOT v_exists AND current_setting('transaction_isolation') = 'read committed' THEN
+            -- No record: pglock_job_finish_tx writes it. (Only under READ COMMITTED, where the
+            -- read after the lock sees every record committed before it.)
             v_job := ROW(p_scope, p_key, 'succeeded', p_holder_id, coalesce(p_instance, ''), 1,
                          nextval('pglock_jobs_fencing_token_seq'), NULL, v_now, NULL, NULL, NULL, p_fingerprint,
                          v_now + p_window_ms * interval '1 millisecond', v_now)::pglock_jobs;
@@ -284,6 +297,23 @@ BEGIN
         v_told := pglock_job_announce(p_scope, p_key); -- an expression, not PERFORM: see above
     END IF;
     RETURN v_now;
+END;
+$$;
+
+-- p_finished_at, pglock_job_finish_tx's answer, or an error (SQLSTATE P0002) when it is NULL:
+-- the transaction holds no claim of (p_scope, p_key) with that token (one lost to a RESET of
+-- pglock.job_claim, or never made). For callers that send COMMIT in the same round trip: the
+-- error keeps the COMMIT from running, so no effect commits without its record.
+CREATE FUNCTION pglock_job_require_claim(p_finished_at timestamptz, p_scope varchar, p_key text)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_finished_at IS NULL THEN
+        RAISE EXCEPTION 'this transaction holds no claim of job % in scope %', p_key, p_scope
+            USING ERRCODE = 'P0002', COLUMN = 'p_key';
+    END IF;
+    RETURN p_finished_at;
 END;
 $$;
 

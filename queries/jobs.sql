@@ -48,19 +48,19 @@ SELECT f.finished_at::timestamptz AS finished_at
                          sqlc.narg('result')::jsonb, sqlc.narg('error')::text, @window_ms) AS f(finished_at)
  WHERE f.finished_at IS NOT NULL;
 
--- FinishJobTx goes just before the COMMIT of a RunTx transaction (pipelined with it); no row
--- (pgx.ErrNoRows) when the transaction holds no such claim.
+-- FinishJobTx goes just before the COMMIT of a RunTx transaction (pipelined with it). When the
+-- transaction holds no such claim it fails (SQLSTATE P0002), so that the COMMIT does not run.
 -- name: FinishJobTx :one
-SELECT f.finished_at::timestamptz AS finished_at
-  FROM pglock_job_finish_tx(@scope, @job_key, @fencing_token, @window_ms) AS f(finished_at)
- WHERE f.finished_at IS NOT NULL;
+SELECT pglock_job_require_claim(pglock_job_finish_tx(@scope, @job_key, @fencing_token, @window_ms),
+                                @scope, @job_key)::timestamptz AS finished_at;
 
--- RecordJobFailure records the failure of a RunTx attempt after its transaction rolled back: a
--- claim outside a transaction, finished at once as failed, in one autocommit statement. No row
--- (pgx.ErrNoRows) when the key could not be claimed (another delivery claimed it meanwhile,
--- and its outcome is the one that counts).
--- name: RecordJobFailure :one
-SELECT pglock_job_finish(@scope, @job_key, c.fencing_token, false, NULL, @error, @window_ms)::timestamptz AS finished_at
+-- RecordJobOutcome records the outcome of a RunTx attempt whose transaction did not record it:
+-- failed, after it rolled back; succeeded, when fn committed it itself. A claim outside a
+-- transaction, finished at once, in one autocommit statement. No row (pgx.ErrNoRows) when the
+-- key could not be claimed (another delivery claimed it meanwhile, and its outcome is the one
+-- that counts).
+-- name: RecordJobOutcome :one
+SELECT pglock_job_finish(@scope, @job_key, c.fencing_token, @succeeded, NULL, sqlc.narg('error')::text, @window_ms)::timestamptz AS finished_at
   FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
                         @window_ms, @max_attempts, 0) AS c
  WHERE c.outcome = 'claimed';

@@ -239,9 +239,8 @@ func (q *Queries) FinishJob(ctx context.Context, arg FinishJobParams) (time.Time
 }
 
 const finishJobTx = `-- name: FinishJobTx :one
-SELECT f.finished_at::timestamptz AS finished_at
-  FROM pglock_job_finish_tx($1, $2, $3, $4) AS f(finished_at)
- WHERE f.finished_at IS NOT NULL
+SELECT pglock_job_require_claim(pglock_job_finish_tx($1, $2, $3, $4),
+                                $1, $2)::timestamptz AS finished_at
 `
 
 type FinishJobTxParams struct {
@@ -251,8 +250,8 @@ type FinishJobTxParams struct {
 	WindowMs     int64
 }
 
-// FinishJobTx goes just before the COMMIT of a RunTx transaction (pipelined with it); no row
-// (pgx.ErrNoRows) when the transaction holds no such claim.
+// FinishJobTx goes just before the COMMIT of a RunTx transaction (pipelined with it). When the
+// transaction holds no such claim it fails (SQLSTATE P0002), so that the COMMIT does not run.
 func (q *Queries) FinishJobTx(ctx context.Context, arg FinishJobTxParams) (time.Time, error) {
 	row := q.db.QueryRow(ctx, finishJobTx,
 		arg.Scope,
@@ -395,17 +394,18 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsR
 	return items, nil
 }
 
-const recordJobFailure = `-- name: RecordJobFailure :one
-SELECT pglock_job_finish($1, $2, c.fencing_token, false, NULL, $3, $4)::timestamptz AS finished_at
-  FROM pglock_job_claim($1, $2, $5, $6, false, $7, $8::text,
-                        $4, $9, 0) AS c
+const recordJobOutcome = `-- name: RecordJobOutcome :one
+SELECT pglock_job_finish($1, $2, c.fencing_token, $3, NULL, $4::text, $5)::timestamptz AS finished_at
+  FROM pglock_job_claim($1, $2, $6, $7, false, $8, $9::text,
+                        $5, $10, 0) AS c
  WHERE c.outcome = 'claimed'
 `
 
-type RecordJobFailureParams struct {
+type RecordJobOutcomeParams struct {
 	Scope       string
 	JobKey      string
-	Error       string
+	Succeeded   bool
+	Error       *string
 	WindowMs    int64
 	HolderID    string
 	Instance    string
@@ -414,14 +414,16 @@ type RecordJobFailureParams struct {
 	MaxAttempts int32
 }
 
-// RecordJobFailure records the failure of a RunTx attempt after its transaction rolled back: a
-// claim outside a transaction, finished at once as failed, in one autocommit statement. No row
-// (pgx.ErrNoRows) when the key could not be claimed (another delivery claimed it meanwhile,
-// and its outcome is the one that counts).
-func (q *Queries) RecordJobFailure(ctx context.Context, arg RecordJobFailureParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, recordJobFailure,
+// RecordJobOutcome records the outcome of a RunTx attempt whose transaction did not record it:
+// failed, after it rolled back; succeeded, when fn committed it itself. A claim outside a
+// transaction, finished at once, in one autocommit statement. No row (pgx.ErrNoRows) when the
+// key could not be claimed (another delivery claimed it meanwhile, and its outcome is the one
+// that counts).
+func (q *Queries) RecordJobOutcome(ctx context.Context, arg RecordJobOutcomeParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, recordJobOutcome,
 		arg.Scope,
 		arg.JobKey,
+		arg.Succeeded,
 		arg.Error,
 		arg.WindowMs,
 		arg.HolderID,
