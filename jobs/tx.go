@@ -75,7 +75,8 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	}
 
 	runCtx, ran := d.beginRun(ctx, req, pglock.ModeRunTx, res)
-	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(runCtx, tx) }, func(panicked error) {
+	watched := &endWatch{Tx: tx}
+	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(runCtx, watched) }, func(panicked error) {
 		ran(panicked)
 		rollback()
 		d.recordOutcome(ctx, req, panicked)
@@ -83,16 +84,21 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	ran(fnErr)
 	switch conn.Conn().PgConn().TxStatus() {
 	case 'I':
-		// Its COMMIT (or ROLLBACK) dropped the claim, which only FinishJobTx writes: recorded
-		// now, after the fact, as what fn said, so that a redelivery does not run it again
-		// (unless one claimed the key in between).
+		// fn ended the transaction, and with it the claim, which only FinishJobTx writes. Its
+		// outcome is recorded now, after the fact (unless a redelivery claimed the key in
+		// between): what fn said if it committed through tx.Commit, else a failure, for its
+		// writes may be gone.
+		outcome := fnErr
+		if !watched.committed && outcome == nil {
+			outcome = errs.Errorf("fn ended the transaction of %s itself, not with tx.Commit", req.label())
+		}
 		as := "succeeded"
-		if fnErr != nil {
+		if outcome != nil {
 			as = "failed"
 		}
 		misuse := errs.Errorf("%w: fn ended the transaction of %s itself; its outcome was recorded after the fact, as %s",
 			pglock.ErrInvalidArgument, req.label(), as)
-		return res, 0, errors.Join(fnErr, misuse, d.recordOutcome(ctx, req, fnErr))
+		return res, 0, errors.Join(fnErr, misuse, d.recordOutcome(ctx, req, outcome))
 	case 'E':
 		if fnErr == nil {
 			fnErr = errs.Errorf("fn returned no error but left the transaction of %s aborted", req.label())
@@ -146,4 +152,17 @@ func (d *Deduper) recordOutcome(ctx context.Context, req request, fnErr error) e
 		return errs.Errorf("record the outcome of %s: %w", req.label(), err)
 	}
 	return nil
+}
+
+// endWatch is fn's transaction, noting whether fn committed it itself: a misuse, whose outcome
+// RunTx then records after the fact.
+type endWatch struct {
+	pgx.Tx
+	committed bool
+}
+
+func (w *endWatch) Commit(ctx context.Context) error {
+	err := w.Tx.Commit(ctx)
+	w.committed = err == nil
+	return err
 }

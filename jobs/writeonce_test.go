@@ -175,8 +175,8 @@ func TestTransactionalClaimIsWrittenOnceByItsFinish(t *testing.T) {
 }
 
 // fn that ends RunTx's transaction itself, or resets the settings the claim left, cannot make
-// an effect commit without its record: the first is recorded after the fact, the second keeps
-// the COMMIT from running.
+// an effect commit without its record, nor record one that rolled back: the first is recorded
+// after the fact (done only if fn committed), the second keeps the COMMIT from running.
 func TestRunTxKeepsTheOutcomeWithTheEffectWhateverFnDoesToItsTransaction(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -195,6 +195,7 @@ func TestRunTxKeepsTheOutcomeWithTheEffectWhateverFnDoesToItsTransaction(t *test
 		status  jobs.Status
 	}{
 		{"fn commits", func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }, pglock.ErrInvalidArgument, 1, jobs.StatusSucceeded},
+		{"fn rolls back", func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }, pglock.ErrInvalidArgument, 0, jobs.StatusFailed},
 		{"fn resets every setting", func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `RESET ALL`)
 			return err
