@@ -14,23 +14,18 @@ import (
 // server refuses one, it skips those after it, and that error is returned; an error the client
 // sees after sending (a failed Scan, a canceled ctx) leaves those after it run or not.
 func Around(tx pgx.Tx, before, after []string) DBTX {
-	return around{conn: tx, before: before, after: after}
+	return &around{conn: tx, before: before, after: after}
 }
 
 // Begin runs the query it is given in a transaction that it begins on conn, in one round trip
 // with the BEGIN (pgx's Batch.BeginTx): pgx's Conn.Begin costs a round trip of its own. Tx is
 // then the transaction; it is open if the query ran, and ended if the BEGIN failed.
 func Begin(conn *pgx.Conn) *Beginning {
-	b := &Beginning{}
-	b.around = around{conn: conn, began: &b.tx}
-	return b
+	return &Beginning{around{conn: conn, begin: true}}
 }
 
 // Beginning is what Begin returns.
-type Beginning struct {
-	around
-	tx pgx.Tx
-}
+type Beginning struct{ around }
 
 // Tx is the transaction begun, nil until the query is sent.
 func (b *Beginning) Tx() pgx.Tx { return b.tx }
@@ -39,15 +34,16 @@ type around struct {
 	conn interface {
 		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 	}
-	began         *pgx.Tx // where Begin's transaction goes; nil for Around
+	begin         bool   // Begin's: BEGIN goes first,
+	tx            pgx.Tx // and this is the transaction it began
 	before, after []string
 }
 
-func (a around) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (a *around) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return &aroundRow{a: a, ctx: ctx, sql: sql, args: args}
 }
 
-func (a around) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (a *around) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
 	err := a.send(ctx, sql, args, func(br pgx.BatchResults) (err error) {
 		tag, err = br.Exec()
@@ -57,14 +53,14 @@ func (a around) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 }
 
 // Query is not supported: rows are read after the statements after the query have run.
-func (a around) Query(context.Context, string, ...any) (pgx.Rows, error) {
+func (a *around) Query(context.Context, string, ...any) (pgx.Rows, error) {
 	return nil, errors.New("pglock: db.Around runs single-row queries and statements only")
 }
 
 // send queues the statements and the query, sends them, and reads the query's result with read.
-func (a around) send(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+func (a *around) send(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
 	b := &pgx.Batch{}
-	if a.began != nil {
+	if a.begin {
 		b.BeginTx(pgx.TxOptions{})
 	}
 	for _, s := range a.before {
@@ -75,8 +71,8 @@ func (a around) send(ctx context.Context, sql string, args []any, read func(pgx.
 		b.Queue(s)
 	}
 	br := a.conn.SendBatch(ctx, b)
-	if a.began != nil {
-		*a.began = br.Tx()
+	if a.begin {
+		a.tx = br.Tx()
 	}
 	err := func() error {
 		for range len(b.QueuedQueries) - 1 - len(a.after) {
@@ -102,7 +98,7 @@ func (a around) send(ctx context.Context, sql string, args []any, read func(pgx.
 }
 
 type aroundRow struct {
-	a    around
+	a    *around
 	ctx  context.Context
 	sql  string
 	args []any
