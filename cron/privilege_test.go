@@ -29,7 +29,8 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 			pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar),
 			pglock_cron_seen(varchar[], varchar, bigint, bigint),
 			pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean),
-			pglock_cron_renew(bigint, bigint, bigint), pglock_cron_finish(bigint, bigint, text, text),
+			pglock_cron_renew(bigint, bigint, bigint), pglock_cron_renew_many(bigint[], bigint[], bigint[]),
+			pglock_cron_finish(bigint, bigint, text, text),
 			pglock_cron_collect() TO %[1]s;
 		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs, pglock_instances TO %[2]s;
 		GRANT EXECUTE ON FUNCTION pglock_cron_pause(varchar, text, text), pglock_cron_resume(varchar),
@@ -47,7 +48,10 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 	l := newLedger()
 	start(t, as(app), nil, func(s *cron.Scheduler) {
 		require.NoError(t, s.Add("hourly", "0 * * * *", &cron.Options{TTL: 300 * time.Millisecond}, func(ctx context.Context, run cron.Run) error {
-			time.Sleep(250 * time.Millisecond) // long enough for a renewal
+			time.Sleep(400 * time.Millisecond) // past the lease: renewed, or lost
+			if err := context.Cause(ctx); err != nil {
+				return err // lost: recorded failed, and the wait for two runs that ran fails
+			}
 			return l.fn(ctx, run)
 		}))
 	})

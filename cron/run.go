@@ -59,15 +59,7 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 	var background lease.Group
 	keeper := lease.New(lease.Config{
 		Name: label, Timing: e.set.timing, Start: sent, ExpiresAt: expiresAt,
-		Ctx: context.Background(), Clock: s.clock, Tracker: &background,
-		Renew: func(rctx context.Context, ttl time.Duration) (time.Time, bool, error) {
-			expiresAt, err := s.queries.RenewCronRun(rctx, db.RenewCronRunParams{ID: id, FencingToken: run.Token, TtlMs: ttl.Milliseconds()})
-			if errors.Is(err, pgx.ErrNoRows) {
-				s.explainLoss(rctx, id)
-				return time.Time{}, false, nil
-			}
-			return expiresAt, err == nil, err
-		},
+		Ctx: context.Background(), Clock: s.clock, Tracker: &background, Set: s.renewals, Ref: runRef{id, run.Token},
 		OnLost: func(err error, cause pglock.Cause) {
 			s.cfg.Logger.Error("pglock: cron run lost its lease", "schedule", run.Schedule, "run", id, "cause", cause, "error", err)
 			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
@@ -133,6 +125,25 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 
 // explainLoss tells a run why its row is no longer running: if a newer run replaced it, its
 // context is canceled with that cause (pglock.ErrReplaced) before the lease is declared lost.
+// runRef names a running run's row, for renewals.
+type runRef struct{ id, token int64 }
+
+// renewMany renews the leases of runs in one statement, and finds why those found gone were.
+func (s *Scheduler) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
+	p := db.RenewCronRunsParams{Ids: make([]int64, len(due)), FencingTokens: make([]int64, len(due)), TtlMs: make([]int64, len(due))}
+	for i, d := range due {
+		r := d.Ref.(runRef)
+		p.Ids[i], p.FencingTokens[i], p.TtlMs[i] = r.id, r.token, d.TTL.Milliseconds()
+	}
+	rows, err := s.queries.RenewCronRuns(ctx, p)
+	for i, r := range rows {
+		if !r.Held {
+			s.explainLoss(ctx, p.Ids[i])
+		}
+	}
+	return lease.Outcomes(rows, err, func(r db.RenewCronRunsRow) lease.Renewed { return lease.Renewed{ExpiresAt: r.ExpiresAt, Held: r.Held} })
+}
+
 func (s *Scheduler) explainLoss(ctx context.Context, id int64) {
 	r, err := s.queries.GetCronRun(ctx, id)
 	if err == nil && r.Status == "canceled" {

@@ -14,6 +14,7 @@ import (
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
+	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/observe"
 )
@@ -31,6 +32,7 @@ type Scheduler struct {
 	cfg      Config
 	instance string
 	clock    clock.Clock // the host's clock, a seam for tests
+	renewals *lease.Set  // the leases of running runs, renewed together (made at Start, on clock)
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -152,6 +154,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return errs.Errorf("%w: the scheduler was already started", pglock.ErrInvalidArgument)
 	}
 	s.started = true
+	s.renewals = lease.NewSet(context.Background(), s.renewMany, s.clock, nil)
 	s.mu.Unlock()
 	if err := s.measureOffset(ctx); err != nil {
 		s.abandonStart()

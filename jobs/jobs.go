@@ -15,6 +15,7 @@ import (
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
+	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/observe"
 )
 
@@ -92,6 +93,7 @@ type Deduper struct {
 	queries  *db.Queries
 	cfg      Config
 	instance string
+	renewals *lease.Set // the leases of Run's attempts, renewed together
 
 	// Deliveries that wait, by lock key (the notification's payload); the listener's
 	// subscription lives while there are any.
@@ -115,11 +117,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 	if err != nil {
 		return nil, errs.Errorf("%w: Config.AppName %w", pglock.ErrInvalidArgument, err)
 	}
-	return &Deduper{
+	d := &Deduper{
 		events: observe.New(resolved.Observer, resolved.Logger),
 		pool:   pool, queries: db.New(db.Translating(pool)), cfg: resolved, instance: instance,
 		waiters: map[int64]map[*waiter]struct{}{},
-	}, nil
+	}
+	d.renewals = lease.NewSet(context.Background(), d.renewMany, nil, nil)
+	return d, nil
 }
 
 // Run delivers key: unless it succeeded before or runs elsewhere, it claims it and runs fn

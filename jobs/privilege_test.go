@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,7 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		GRANT EXECUTE ON FUNCTION
 			pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint),
 			pglock_job_renew(varchar, text, bigint, bigint),
+			pglock_job_renew_many(varchar[], text[], bigint[], bigint[]),
 			pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint),
 			pglock_job_finish_tx(varchar, text, bigint, bigint),
 			pglock_job_await(varchar, text, varchar, bigint), pglock_job_unawait(varchar, text, varchar),
@@ -55,7 +57,16 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 
 	running := make(chan struct{})
 	finish := make(chan struct{})
-	go dd.Run(ctx, "run", nil, func(context.Context) error { close(running); <-finish; return nil })
+	ran := make(chan error, 1)
+	go func() {
+		_, err := dd.Run(ctx, "run", &jobs.Options{TTL: 300 * time.Millisecond}, func(ctx context.Context) error {
+			close(running)
+			<-finish
+			time.Sleep(400 * time.Millisecond) // long enough for renewals
+			return context.Cause(ctx)
+		})
+		ran <- err
+	}()
 	<-running
 	waited := make(chan jobs.Result, 1)
 	go func() {
@@ -65,6 +76,7 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	}()
 	waitForWaiter(t, d.Pool, "run")
 	close(finish)
+	require.NoError(t, testdb.Receive(t, ran), "its lease was renewed")
 	require.Equal(t, jobs.OutcomeAlreadyDone, testdb.Receive(t, waited).Outcome)
 
 	require.NoError(t, dd.Forget(ctx, "run"))

@@ -164,6 +164,24 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 	})
 }
 
+// attempt names a running attempt's row, for renewals.
+type attempt struct {
+	scope, key string
+	token      int64
+}
+
+// renewMany renews the leases of attempts in one statement.
+func (d *Deduper) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
+	p := db.RenewJobsParams{Scopes: make([]string, len(due)), JobKeys: make([]string, len(due)),
+		FencingTokens: make([]int64, len(due)), TtlMs: make([]int64, len(due))}
+	for i, d := range due {
+		a := d.Ref.(attempt)
+		p.Scopes[i], p.JobKeys[i], p.FencingTokens[i], p.TtlMs[i] = a.scope, a.key, a.token, d.TTL.Milliseconds()
+	}
+	rows, err := d.queries.RenewJobs(ctx, p)
+	return lease.Outcomes(rows, err, func(r db.RenewJobsRow) lease.Renewed { return lease.Renewed{ExpiresAt: r.ExpiresAt, Held: r.Held} })
+}
+
 // runLeased runs fn under the lease of the attempt just claimed, then records its outcome.
 func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start, expiresAt time.Time,
 	fn func(ctx context.Context) (json.RawMessage, error)) (Result, int64, error) {
@@ -174,15 +192,7 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	var background lease.Group
 	keeper := lease.New(lease.Config{
 		Name: req.key, Timing: req.timing, Start: start, ExpiresAt: expiresAt,
-		Ctx: context.Background(), Tracker: &background,
-		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
-			expiresAt, err := d.queries.RenewJob(ctx, db.RenewJobParams{
-				Scope: req.scope, JobKey: req.key, FencingToken: res.Token, TtlMs: ttl.Milliseconds()})
-			if errors.Is(err, pgx.ErrNoRows) {
-				return time.Time{}, false, nil
-			}
-			return expiresAt, err == nil, err
-		},
+		Ctx: context.Background(), Tracker: &background, Set: d.renewals, Ref: attempt{req.scope, req.key, res.Token},
 		OnLost: func(err error, cause pglock.Cause) {
 			d.cfg.Logger.Error("pglock: job attempt lost its lease", "job", req.key, "scope", req.scope, "token", res.Token, "cause", cause, "error", err)
 			d.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,

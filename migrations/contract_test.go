@@ -753,3 +753,84 @@ func releaseBehindARowLock(t *testing.T, ctx context.Context, pool *pgxpool.Pool
 		return <-released
 	}
 }
+
+// The batch renewals answer a row per lease, in the order given: its new expiry by its own TTL,
+// or NULL for one that is gone; bad input renews nothing.
+func TestContractRenewManyRenewsEachLeaseOrSaysItIsGone(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	for _, l := range []struct{ name, holder string }{{"a", "h1"}, {"b", "h2"}, {"expired", "h3"}} {
+		require.True(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms($1, $2, 1000)", l.name, l.holder))
+	}
+	_, err := pool.Exec(ctx, "UPDATE distributed_locks SET expires_at = clock_timestamp() - interval '1 ms' WHERE lock_name = 'expired'")
+	require.NoError(t, err)
+
+	rows, err := pool.Query(ctx, `SELECT r.lock_name, r.holder_id, r.expires_at - clock_timestamp()
+		FROM pglock_renew_many($1, $2, $3) AS r`,
+		[]string{"b", "a", "expired", "a", "nobody"}, []string{"h2", "h1", "h3", "not-h1", "h"},
+		[]int64{60_000, 30_000, 30_000, 30_000, 30_000})
+	require.NoError(t, err)
+	type outcome struct {
+		Name, Holder string
+		Left         *time.Duration
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outcome])
+	require.NoError(t, err)
+	require.Len(t, got, 5)
+	for i, want := range []struct {
+		name, holder string
+		ttl          time.Duration // 0: gone
+	}{{"b", "h2", time.Minute}, {"a", "h1", 30 * time.Second}, {"expired", "h3", 0}, {"a", "not-h1", 0}, {"nobody", "h", 0}} {
+		require.Equal(t, []string{want.name, want.holder}, []string{got[i].Name, got[i].Holder}, "row %d", i)
+		if want.ttl == 0 {
+			require.Nil(t, got[i].Left, "row %d: gone", i)
+			continue
+		}
+		require.NotNil(t, got[i].Left, "row %d: renewed", i)
+		require.InDelta(t, want.ttl, *got[i].Left, float64(time.Second), "row %d: its own TTL", i)
+	}
+	expired, _ := readLock(t, pool, "expired")
+	require.True(t, expired.ExpiresAt.Before(time.Now()), "an expired lease is not revived")
+
+	var none int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pglock_job_renew_many($1, $2, $3, $4) WHERE lease_expires_at IS NULL",
+		[]string{"s"}, []string{"k"}, []int64{1}, []int64{1000}).Scan(&none))
+	require.Equal(t, 1, none, "an attempt that does not exist is gone")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pglock_cron_renew_many($1, $2, $3) WHERE lease_expires_at IS NULL",
+		[]int64{1, 2}, []int64{1, 2}, []int64{1000, 1000}).Scan(&none))
+	require.Equal(t, 2, none, "runs that do not exist are gone")
+
+	const (
+		locks = "SELECT * FROM pglock_renew_many($1, $2, $3)"
+		jobs  = "SELECT * FROM pglock_job_renew_many($1, $2, $3, $4)"
+		cron  = "SELECT * FROM pglock_cron_renew_many($1, $2, $3)"
+	)
+	one, two := []string{"a"}, []string{"a", "b"}
+	for _, tt := range []struct {
+		sql   string
+		args  []any
+		param string
+	}{
+		{locks, []any{one, two, []int64{1000}}, "p_holder_ids"},
+		{locks, []any{one, []string{"h1"}, []int64{1000, 1000}}, "p_ttl_ms"},
+		{locks, []any{nil, []string{"h1"}, []int64{1000}}, "p_lock_names"},
+		{locks, []any{two, []string{"h1", "h2"}, []int64{1000, 99}}, "p_ttl_ms"},
+		{locks, []any{two, []string{"h1", ""}, []int64{1000, 1000}}, "p_holder_id"},
+		{locks, []any{[]string{"a", strings.Repeat("x", 256)}, []string{"h1", "h2"}, []int64{1000, 1000}}, "p_lock_name"},
+		{jobs, []any{one, two, []int64{1}, []int64{1000}}, "p_keys"},
+		{jobs, []any{one, one, []int64{1}, []int64{0}}, "p_ttl_ms"},
+		{cron, []any{[]int64{1}, nil, []int64{1000}}, "p_fencing_tokens"},
+		{cron, []any{[]int64{1}, []int64{1}, []int64{86_400_001}}, "p_ttl_ms"},
+	} {
+		function, _, _ := strings.Cut(strings.TrimPrefix(tt.sql, "SELECT * FROM "), "(")
+		t.Run(function+" "+tt.param, func(t *testing.T) {
+			before := readLocks(t, pool)
+			_, err := pool.Exec(ctx, tt.sql, tt.args...)
+			var pgErr *pgconn.PgError
+			require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
+			require.Equal(t, []string{"22023", tt.param}, []string{pgErr.Code, pgErr.ColumnName}, pgErr.Message)
+			require.Equal(t, before, readLocks(t, pool), "nothing renewed")
+		})
+	}
+}

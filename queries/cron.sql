@@ -17,11 +17,12 @@ SELECT c.* FROM pglock_cron_claim(@instance, @names::varchar[], @seen::timestamp
                                   @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[],
                                   @report::boolean) AS c;
 
--- RenewCronRun returns no row (pgx.ErrNoRows) when the run no longer holds its lease.
--- name: RenewCronRun :one
-SELECT r.expires_at::timestamptz AS expires_at
-  FROM pglock_cron_renew(@id, @fencing_token, @ttl_ms) AS r(expires_at)
- WHERE r.expires_at IS NOT NULL;
+-- RenewCronRuns renews the leases of many runs in one statement (pglock_cron_renew_many): a row
+-- per run, in the order given, held false once it no longer runs under its token.
+-- name: RenewCronRuns :many
+SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+       coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_cron_renew_many(@ids::bigint[], @fencing_tokens::bigint[], @ttl_ms::bigint[]) AS r;
 
 -- FinishCronRun answers whether the schedule has pending runs; no row (pgx.ErrNoRows) when the
 -- run was no longer running under its token.

@@ -35,11 +35,12 @@ SELECT a.*
   FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, true, NULL, sqlc.narg('fingerprint')::text,
                         @window_ms, @max_attempts, @idle_timeout_ms) AS a;
 
--- RenewJob returns no row (pgx.ErrNoRows) when the attempt no longer holds its lease.
--- name: RenewJob :one
-SELECT r.expires_at::timestamptz AS expires_at
-  FROM pglock_job_renew(@scope, @job_key, @fencing_token, @ttl_ms) AS r(expires_at)
- WHERE r.expires_at IS NOT NULL;
+-- RenewJobs renews the leases of many attempts in one statement (pglock_job_renew_many): a row
+-- per attempt, in the order given, held false when it no longer holds its lease.
+-- name: RenewJobs :many
+SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+       coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_job_renew_many(@scopes::varchar[], @job_keys::text[], @fencing_tokens::bigint[], @ttl_ms::bigint[]) AS r;
 
 -- FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
 -- name: FinishJob :one

@@ -41,12 +41,6 @@ SELECT a.acquired::boolean                  AS acquired,
                   true)                     AS synchronous_commit
   FROM pglock_attempt(@lock_name, @holder_id, @ttl_ms, @metadata, @instance, true) AS a;
 
--- ExtendLock returns no row (pgx.ErrNoRows) when the lock is not held.
--- name: ExtendLock :one
-SELECT e.expires_at::timestamptz AS expires_at
-  FROM extend_lock_ms(@lock_name, @holder_id, @ttl_ms) AS e(expires_at)
- WHERE e.expires_at IS NOT NULL;
-
 -- ReleaseLock commits asynchronously (synchronous_commit off, set here because a function's
 -- own SET clause would undo it on return) unless it handed the lock to a waiter: a lost
 -- release only keeps the lock until it expires, a lost handoff could let two holders in.
@@ -77,3 +71,10 @@ SELECT a.acquired::boolean                               AS acquired,
                   CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
                   true)                                  AS synchronous_commit
   FROM pglock_semaphore_attempt(@semaphore, @holder_id, @permits, @ttl_ms, @metadata, @instance, @wait) AS a;
+
+-- RenewLocks renews many locks in one statement (pglock_renew_many): a row per lock, in the
+-- order given, held false when it is no longer the holder's.
+-- name: RenewLocks :many
+SELECT (r.expires_at IS NOT NULL)::boolean            AS held,
+       coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_renew_many(@lock_names::varchar[], @holder_ids::varchar[], @ttl_ms::bigint[]) AS r;

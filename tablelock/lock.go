@@ -37,14 +37,7 @@ func newLock(ctx context.Context, l *Locker, req request, token int64, expiresAt
 		token: token, metadata: req.metadata, heldFrom: time.Now()}
 	lk.lease = lease.New(lease.Config{
 		Name: req.name, Timing: req.timing, Start: leaseStart, ExpiresAt: expiresAt,
-		Ctx: l.ctx, Tracker: (*background)(l),
-		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
-			expiresAt, err := l.queries.ExtendLock(ctx, db.ExtendLockParams{LockName: lk.name, HolderID: lk.holder, TtlMs: ttl.Milliseconds()})
-			if errors.Is(err, pgx.ErrNoRows) {
-				return time.Time{}, false, nil
-			}
-			return expiresAt, err == nil, err
-		},
+		Ctx: l.ctx, Tracker: (*background)(l), Set: l.renewals, Ref: lk,
 		OnLost: func(err error, cause pglock.Cause) {
 			l.forget(lk)
 			l.cfg.Logger.Error("pglock: lock lost", "lock", lk.name, "token", lk.token, "cause", cause, "error", err)

@@ -33,6 +33,9 @@ type Locker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// renewals renews the held locks' leases together (pglock_renew_many).
+	renewals *lease.Set
+
 	// waits counts Acquire calls waiting or cleaning up after a wait; Close waits for them.
 	waits sync.WaitGroup
 
@@ -65,7 +68,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	closing, stopWaits := context.WithCancel(context.Background())
-	return &Locker{
+	l := &Locker{
 		events:    observe.New(resolved.Observer, resolved.Logger),
 		pool:      pool,
 		queries:   db.New(db.Translating(pool)),
@@ -80,7 +83,20 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		queues:    map[string][]*waiter{},
 		byHolder:  map[string]*waiter{},
 		tryConns:  map[*pgxpool.Conn]struct{}{},
-	}, nil
+	}
+	l.renewals = lease.NewSet(ctx, l.renewMany, nil, (*background)(l))
+	return l, nil
+}
+
+// renewMany renews the leases of locks in one statement.
+func (l *Locker) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
+	p := db.RenewLocksParams{LockNames: make([]string, len(due)), HolderIds: make([]string, len(due)), TtlMs: make([]int64, len(due))}
+	for i, d := range due {
+		lk := d.Ref.(*Lock)
+		p.LockNames[i], p.HolderIds[i], p.TtlMs[i] = lk.name, lk.holder, d.TTL.Milliseconds()
+	}
+	rows, err := l.queries.RenewLocks(ctx, p)
+	return lease.Outcomes(rows, err, func(r db.RenewLocksRow) lease.Renewed { return lease.Renewed{ExpiresAt: r.ExpiresAt, Held: r.Held} })
 }
 
 // TryAcquire takes the lock if it is free, in one round trip, or returns a *LockedError

@@ -28,7 +28,8 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 			pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean),
 			pglock_release(varchar, varchar), verify_fence(varchar, bigint),
 			pglock_fence(varchar, bigint, bigint),
-			extend_lock_ms(varchar, varchar, bigint) TO %[1]s;`, role))
+			extend_lock_ms(varchar, varchar, bigint),
+			pglock_renew_many(varchar[], varchar[], bigint[]) TO %[1]s;`, role))
 	require.NoError(t, err)
 	asRole := func(c *pgxpool.Config) {
 		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {

@@ -386,7 +386,7 @@ func TestLockWithoutHeartbeatIsLostBeforeItExpires(t *testing.T) {
 func TestForceReleaseIsSignalledWithinOneHeartbeat(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
-	renewals := &statementCounter{query: "ExtendLock"}
+	renewals := &statementCounter{query: "RenewLocks"}
 	pool := d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = renewals })
 	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: 200 * time.Millisecond})
 	ctx := context.Background()

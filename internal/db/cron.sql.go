@@ -390,24 +390,43 @@ func (q *Queries) RegisterCronSchedule(ctx context.Context, arg RegisterCronSche
 	return accounted_until, err
 }
 
-const renewCronRun = `-- name: RenewCronRun :one
-SELECT r.expires_at::timestamptz AS expires_at
-  FROM pglock_cron_renew($1, $2, $3) AS r(expires_at)
- WHERE r.expires_at IS NOT NULL
+const renewCronRuns = `-- name: RenewCronRuns :many
+SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+       coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_cron_renew_many($1::bigint[], $2::bigint[], $3::bigint[]) AS r
 `
 
-type RenewCronRunParams struct {
-	ID           int64
-	FencingToken int64
-	TtlMs        int64
+type RenewCronRunsParams struct {
+	Ids           []int64
+	FencingTokens []int64
+	TtlMs         []int64
 }
 
-// RenewCronRun returns no row (pgx.ErrNoRows) when the run no longer holds its lease.
-func (q *Queries) RenewCronRun(ctx context.Context, arg RenewCronRunParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, renewCronRun, arg.ID, arg.FencingToken, arg.TtlMs)
-	var expires_at time.Time
-	err := row.Scan(&expires_at)
-	return expires_at, err
+type RenewCronRunsRow struct {
+	Held      bool
+	ExpiresAt time.Time
+}
+
+// RenewCronRuns renews the leases of many runs in one statement (pglock_cron_renew_many): a row
+// per run, in the order given, held false once it no longer runs under its token.
+func (q *Queries) RenewCronRuns(ctx context.Context, arg RenewCronRunsParams) ([]RenewCronRunsRow, error) {
+	rows, err := q.db.Query(ctx, renewCronRuns, arg.Ids, arg.FencingTokens, arg.TtlMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RenewCronRunsRow
+	for rows.Next() {
+		var i RenewCronRunsRow
+		if err := rows.Scan(&i.Held, &i.ExpiresAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const resumeCronSchedule = `-- name: ResumeCronSchedule :exec

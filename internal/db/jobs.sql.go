@@ -437,30 +437,49 @@ func (q *Queries) RecordJobOutcome(ctx context.Context, arg RecordJobOutcomePara
 	return finished_at, err
 }
 
-const renewJob = `-- name: RenewJob :one
-SELECT r.expires_at::timestamptz AS expires_at
-  FROM pglock_job_renew($1, $2, $3, $4) AS r(expires_at)
- WHERE r.expires_at IS NOT NULL
+const renewJobs = `-- name: RenewJobs :many
+SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+       coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_job_renew_many($1::varchar[], $2::text[], $3::bigint[], $4::bigint[]) AS r
 `
 
-type RenewJobParams struct {
-	Scope        string
-	JobKey       string
-	FencingToken int64
-	TtlMs        int64
+type RenewJobsParams struct {
+	Scopes        []string
+	JobKeys       []string
+	FencingTokens []int64
+	TtlMs         []int64
 }
 
-// RenewJob returns no row (pgx.ErrNoRows) when the attempt no longer holds its lease.
-func (q *Queries) RenewJob(ctx context.Context, arg RenewJobParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, renewJob,
-		arg.Scope,
-		arg.JobKey,
-		arg.FencingToken,
+type RenewJobsRow struct {
+	Held      bool
+	ExpiresAt time.Time
+}
+
+// RenewJobs renews the leases of many attempts in one statement (pglock_job_renew_many): a row
+// per attempt, in the order given, held false when it no longer holds its lease.
+func (q *Queries) RenewJobs(ctx context.Context, arg RenewJobsParams) ([]RenewJobsRow, error) {
+	rows, err := q.db.Query(ctx, renewJobs,
+		arg.Scopes,
+		arg.JobKeys,
+		arg.FencingTokens,
 		arg.TtlMs,
 	)
-	var expires_at time.Time
-	err := row.Scan(&expires_at)
-	return expires_at, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RenewJobsRow
+	for rows.Next() {
+		var i RenewJobsRow
+		if err := rows.Scan(&i.Held, &i.ExpiresAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const unawaitJob = `-- name: UnawaitJob :exec

@@ -63,26 +63,6 @@ func (q *Queries) AttemptSemaphore(ctx context.Context, arg AttemptSemaphorePara
 	return i, err
 }
 
-const extendLock = `-- name: ExtendLock :one
-SELECT e.expires_at::timestamptz AS expires_at
-  FROM extend_lock_ms($1, $2, $3) AS e(expires_at)
- WHERE e.expires_at IS NOT NULL
-`
-
-type ExtendLockParams struct {
-	LockName string
-	HolderID string
-	TtlMs    int64
-}
-
-// ExtendLock returns no row (pgx.ErrNoRows) when the lock is not held.
-func (q *Queries) ExtendLock(ctx context.Context, arg ExtendLockParams) (time.Time, error) {
-	row := q.db.QueryRow(ctx, extendLock, arg.LockName, arg.HolderID, arg.TtlMs)
-	var expires_at time.Time
-	err := row.Scan(&expires_at)
-	return expires_at, err
-}
-
 const fenceLock = `-- name: FenceLock :one
 SELECT f.expires_at::timestamptz AS expires_at
   FROM pglock_fence($1, $2, $3) AS f(expires_at)
@@ -196,6 +176,45 @@ func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (Relea
 	var i ReleaseLockRow
 	err := row.Scan(&i.Released, &i.HandedOff, &i.SynchronousCommit)
 	return i, err
+}
+
+const renewLocks = `-- name: RenewLocks :many
+SELECT (r.expires_at IS NOT NULL)::boolean            AS held,
+       coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_renew_many($1::varchar[], $2::varchar[], $3::bigint[]) AS r
+`
+
+type RenewLocksParams struct {
+	LockNames []string
+	HolderIds []string
+	TtlMs     []int64
+}
+
+type RenewLocksRow struct {
+	Held      bool
+	ExpiresAt time.Time
+}
+
+// RenewLocks renews many locks in one statement (pglock_renew_many): a row per lock, in the
+// order given, held false when it is no longer the holder's.
+func (q *Queries) RenewLocks(ctx context.Context, arg RenewLocksParams) ([]RenewLocksRow, error) {
+	rows, err := q.db.Query(ctx, renewLocks, arg.LockNames, arg.HolderIds, arg.TtlMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RenewLocksRow
+	for rows.Next() {
+		var i RenewLocksRow
+		if err := rows.Scan(&i.Held, &i.ExpiresAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const tryAcquireLock = `-- name: TryAcquireLock :one

@@ -97,8 +97,8 @@ func TestTranslateLeavesOtherErrorsAloneAndCoversRows(t *testing.T) {
 	q := db.New(db.Translating(pool))
 	ctx := context.Background()
 
-	_, err := q.ExtendLock(ctx, db.ExtendLockParams{LockName: "never-held", HolderID: "h", TtlMs: 1000})
-	require.ErrorIs(t, err, pgx.ErrNoRows, "extending a lock not held returns no row")
+	_, err := q.GetCronRun(ctx, -1)
+	require.ErrorIs(t, err, pgx.ErrNoRows, "reading a run that does not exist returns no row")
 
 	for sql, code := range map[string]string{
 		"SELECT 1/0":        "22012",

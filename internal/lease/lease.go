@@ -96,10 +96,16 @@ func (g *Group) Wait() {
 	g.wg.Wait()
 }
 
-// Config describes one lease. Name, Renew, Timing, Start and Ctx are required.
+// Config describes one lease. Name, Timing, Start, Ctx, and Set with Ref or else Renew, are
+// required.
 type Config struct {
-	Name      string    // what is leased, as errors name it (quoted)
-	Renew     RenewFunc // the statement that renews the row
+	Name string // what is leased, as errors name it (quoted)
+	// Set renews the lease's heartbeats together with its other leases, and its explicit
+	// renewals alone, with the Set's statement; Ref is what that statement names the row by.
+	Set *Set
+	Ref any
+	// Renew, without a Set, renews the row on every heartbeat and explicit renewal.
+	Renew     RenewFunc
 	Timing    Timing
 	Start     time.Time       // start of the request that wrote the lease, on Clock
 	ExpiresAt time.Time       // the lease's end by the database's clock, as that request returned it
@@ -136,7 +142,8 @@ type Keeper struct {
 	started   bool
 	// Timers, not a goroutine, keep the lease: a goroutine per lease, started at every
 	// acquisition and woken at every release, costs a short lease a large part of its time.
-	renewal  clock.Timer // the next heartbeat; nil without heartbeats
+	renewal  clock.Timer // the next heartbeat, without a Set; nil without heartbeats
+	due      time.Time   // the next heartbeat, with a Set; zero while none is due or one is under way
 	loss     clock.Timer // fires at the deadline
 	failures int         // renewals failed in a row: heartbeats back off while it is not 0
 }
@@ -167,6 +174,14 @@ func (k *Keeper) Start() {
 	k.started = true
 	k.loss = k.clock.AfterFunc(k.until(k.deadline), k.deadlinePassed)
 	k.scheduleRenewal(k.nextRenewal())
+}
+
+// renewOnce sends one renewal of the lease for ttl.
+func (k *Keeper) renewOnce(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
+	if k.cfg.Set != nil {
+		return k.cfg.Set.renewOne(ctx, k.cfg.Ref, ttl)
+	}
+	return k.cfg.Renew(ctx, ttl)
 }
 
 // Lost is closed once the lease is lost. It is never closed for a lease stopped normally.
@@ -297,35 +312,47 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 	}
 	defer func() { <-k.renewing }()
 	start := k.clock.Now()
+	timing, err := k.prepare(start, t)
+	if err != nil {
+		return err
+	}
+	expiresAt, held, err := k.renewOnce(ctx, timing.TTL)
+	return k.settle(start, timing, expiresAt, held, err)
+}
+
+// prepare readies a renewal with t (the current timing when nil) that starts at start: the
+// deadline moves in first when the new lease is shorter, since a request that fails here may
+// still have committed there.
+func (k *Keeper) prepare(start time.Time, t *Timing) (Timing, error) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.stopped {
-		k.mu.Unlock()
 		if lost := k.Err(); lost != nil { // stopped by its owner's shutdown, which declared it lost
-			return lost
+			return Timing{}, lost
 		}
-		return errs.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
+		return Timing{}, errs.Errorf("%w: %q was released", pglock.ErrNotHeld, k.cfg.Name)
 	}
 	if lost := k.Err(); lost != nil {
-		k.mu.Unlock()
-		return lost
+		return Timing{}, lost
 	}
 	if t == nil {
-		current := k.timing
-		t = &current
+		return k.timing, nil
 	}
 	if shorter := start.Add(t.TTL - t.Margin); shorter.Before(k.deadline) {
 		k.deadline = shorter
 		k.signalChange()
 	}
-	k.mu.Unlock()
+	return *t, nil
+}
 
-	expiresAt, held, err := k.cfg.Renew(ctx, t.TTL)
+// settle takes in the outcome of a renewal with timing t that started at start.
+func (k *Keeper) settle(start time.Time, t Timing, expiresAt time.Time, held bool, err error) error {
 	switch {
 	case err == nil && held:
 		k.mu.Lock()
 		lost := k.lostCtx.Err() != nil // at its deadline, while the request was on its way
 		if !lost {
-			k.timing, k.expiresAt, k.deadline = *t, expiresAt, start.Add(t.TTL-t.Margin)
+			k.timing, k.expiresAt, k.deadline = t, expiresAt, start.Add(t.TTL-t.Margin)
 			k.failures = 0
 			k.signalChange()
 		}
@@ -380,6 +407,11 @@ func (k *Keeper) signalChange() {
 // scheduleRenewal sets the next heartbeat d from now. Called with mu held.
 func (k *Keeper) scheduleRenewal(d time.Duration) {
 	switch {
+	case k.cfg.Set != nil && k.timing.Heartbeat == 0:
+		k.due = time.Time{}
+	case k.cfg.Set != nil:
+		k.due = k.clock.Now().Add(d)
+		k.cfg.Set.add(k, k.due)
 	case k.timing.Heartbeat == 0:
 		if k.renewal != nil {
 			k.renewal.Stop()
@@ -398,6 +430,9 @@ func (k *Keeper) stopTimers() {
 	}
 	if k.renewal != nil {
 		k.renewal.Stop()
+	}
+	if k.cfg.Set != nil {
+		k.cfg.Set.remove(k)
 	}
 }
 
@@ -429,9 +464,8 @@ func (k *Keeper) deadlinePassed() {
 		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
 }
 
-// heartbeat renews the lease; a success schedules the next heartbeat (Renew moves the timers),
-// a failure a retry with backoff, never later than halfway to the deadline, so that retries go
-// on until it.
+// heartbeat renews the lease, without a Set: a success schedules the next heartbeat (Renew
+// moves the timers), a failure a retry (failed).
 func (k *Keeper) heartbeat() {
 	if !k.begin() {
 		return
@@ -440,10 +474,58 @@ func (k *Keeper) heartbeat() {
 	k.mu.Lock()
 	t := k.timing
 	k.mu.Unlock()
-	err := k.Renew(k.keepingCtx, nil)
-	over := k.keepingCtx.Err() != nil // stopped, lost at the deadline, or the owner stopped
-	if err == nil || over || k.Err() != nil {
-		return
+	if err := k.Renew(k.keepingCtx, nil); err != nil {
+		k.failed(t, err)
+	}
+}
+
+// takeDue takes the turn of a heartbeat due by now, or by now plus its Early: a Set's tick
+// renews it (settleHeartbeat ends the turn), and says how late it is. False for a lease not
+// due, not kept, or whose turn an explicit renewal has.
+func (k *Keeper) takeDue(now time.Time) (late time.Duration, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.started || k.stopped || k.lostCtx.Err() != nil || k.due.IsZero() {
+		return 0, false
+	}
+	early := k.timing.Heartbeat / 10
+	if k.failures > 0 {
+		early = 0 // a retry waits for its backoff
+	}
+	if k.due.After(now.Add(early)) {
+		return 0, false
+	}
+	select {
+	case k.renewing <- struct{}{}:
+	default:
+		return 0, false // an explicit renewal is under way: it schedules the next heartbeat
+	}
+	late, k.due = max(0, now.Sub(k.due)), time.Time{}
+	return late, true
+}
+
+// dueAt is when the lease's next heartbeat is due; false if none is.
+func (k *Keeper) dueAt() (time.Time, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.due, !k.due.IsZero() && !k.stopped && k.lostCtx.Err() == nil
+}
+
+// settleHeartbeat takes in the outcome of a Set's renewal of the lease (whose turn takeDue
+// took), as heartbeat does its own.
+func (k *Keeper) settleHeartbeat(start time.Time, t Timing, expiresAt time.Time, held bool, err error) {
+	err = k.settle(start, t, expiresAt, held, err)
+	<-k.renewing
+	if err != nil {
+		k.failed(t, err)
+	}
+}
+
+// failed schedules a retry of a heartbeat that failed, with backoff and never later than
+// halfway to the deadline, so that retries go on until it; unless the lease is no longer kept.
+func (k *Keeper) failed(t Timing, err error) {
+	if k.keepingCtx.Err() != nil || k.Err() != nil {
+		return // stopped, lost at the deadline, or the owner stopped
 	}
 	k.mu.Lock()
 	k.failures++

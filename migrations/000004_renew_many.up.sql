@@ -1,0 +1,152 @@
+-- A process renews its leases together: one statement per heartbeat tick for every lease due,
+-- instead of one per lease. Until now each held lock, running job attempt and cron run renewed
+-- itself with a statement of its own, so the database's statement rate capped how many leases a
+-- process could hold, and past that cap the process lost most of them. Each function below
+-- takes arrays (one element per lease, all of the same length) and answers one row per element,
+-- in their order: the lease's new expiry, or NULL when it is gone (no longer the holder's, or
+-- expired), exactly as its single-lease function answers (extend_lock_ms, pglock_job_renew,
+-- pglock_cron_renew). Each lease keeps its own TTL. A bad element fails the whole call (22023,
+-- COLUMN naming the array) and renews nothing.
+BEGIN;
+
+SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
+
+-- Raises 22023 for arrays that are not all of the first one's length; the COLUMN field names the
+-- first array that is not (the first one when it is NULL).
+CREATE FUNCTION pglock_check_arrays(p_names text[], p_lengths integer[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_lengths[1] IS NULL THEN
+        RAISE EXCEPTION '%: must not be NULL', p_names[1] USING ERRCODE = '22023', COLUMN = p_names[1];
+    END IF;
+    FOR i IN 2 .. cardinality(p_lengths) LOOP
+        IF p_lengths[i] IS DISTINCT FROM p_lengths[1] THEN
+            RAISE EXCEPTION '%: % elements, where % has %', p_names[i], coalesce(p_lengths[i]::text, 'NULL'),
+                p_names[1], p_lengths[1] USING ERRCODE = '22023', COLUMN = p_names[i];
+        END IF;
+    END LOOP;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_check_arrays(text[], integer[]) FROM PUBLIC;
+
+-- Renews the locks p_holder_ids[i] holds on p_lock_names[i] for p_ttl_ms[i] from now, as
+-- extend_lock_ms does one: a row per element, with the new expiry, or NULL when that lock is not
+-- held (unexpired) by that holder.
+CREATE FUNCTION pglock_renew_many(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])
+RETURNS TABLE (lock_name varchar, holder_id varchar, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad record;
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_lock_names', 'p_holder_ids', 'p_ttl_ms'],
+        ARRAY[cardinality(p_lock_names), cardinality(p_holder_ids), cardinality(p_ttl_ms)]);
+    SELECT r.n, r.h, r.t INTO v_bad
+      FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) AS r(n, h, t)
+     WHERE r.n IS NULL OR r.h IS NULL OR length(r.n) NOT BETWEEN 1 AND 255
+        OR length(r.h) NOT BETWEEN 1 AND 255 OR pglock_ttl_ok(r.t) IS NOT TRUE
+     LIMIT 1;
+    IF FOUND THEN
+        IF pglock_ttl_ok(v_bad.t) IS NOT TRUE THEN
+            PERFORM pglock_raise_bad_ttl(v_bad.t, 'p_ttl_ms');
+        END IF;
+        PERFORM pglock_check_name_and_holder(v_bad.n, v_bad.h);
+    END IF;
+
+    RETURN QUERY
+        WITH renewed AS (
+            UPDATE distributed_locks l
+               SET expires_at = clock_timestamp() + r.t * interval '1 millisecond'
+              FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) AS r(n, h, t)
+             WHERE l.lock_name = r.n AND l.holder_id = r.h AND l.expires_at > clock_timestamp()
+            RETURNING l.lock_name, l.holder_id, l.expires_at
+        )
+        SELECT r.n, r.h, x.expires_at
+          FROM unnest(p_lock_names, p_holder_ids) WITH ORDINALITY AS r(n, h, i)
+          LEFT JOIN renewed x ON x.lock_name = r.n AND x.holder_id = r.h
+         ORDER BY r.i;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_renew_many(varchar[], varchar[], bigint[]) FROM PUBLIC;
+
+-- Renews the leases of the job attempts (p_scopes[i], p_keys[i], p_fencing_tokens[i]) for
+-- p_ttl_ms[i] from now, as pglock_job_renew does one: a row per element, with the new expiry, or
+-- NULL when that attempt no longer holds an unexpired lease.
+CREATE FUNCTION pglock_job_renew_many(p_scopes varchar[], p_keys text[], p_fencing_tokens bigint[], p_ttl_ms bigint[])
+RETURNS TABLE (scope varchar, job_key text, fencing_token bigint, lease_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad bigint;
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_scopes', 'p_keys', 'p_fencing_tokens', 'p_ttl_ms'],
+        ARRAY[cardinality(p_scopes), cardinality(p_keys), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
+    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
+    IF FOUND THEN
+        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
+    END IF;
+
+    RETURN QUERY
+        WITH renewed AS (
+            UPDATE pglock_jobs j
+               SET lease_expires_at = clock_timestamp() + r.t * interval '1 millisecond'
+              FROM unnest(p_scopes, p_keys, p_fencing_tokens, p_ttl_ms) AS r(s, k, f, t)
+             WHERE j.scope = r.s AND j.job_key = r.k AND j.fencing_token = r.f
+               AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+            RETURNING j.scope, j.job_key, j.fencing_token, j.lease_expires_at
+        )
+        SELECT r.s, r.k, r.f, x.lease_expires_at
+          FROM unnest(p_scopes, p_keys, p_fencing_tokens) WITH ORDINALITY AS r(s, k, f, i)
+          LEFT JOIN renewed x ON x.scope = r.s AND x.job_key = r.k AND x.fencing_token = r.f
+         ORDER BY r.i;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_renew_many(varchar[], text[], bigint[], bigint[]) FROM PUBLIC;
+
+-- Renews the leases of the cron runs (p_ids[i], p_fencing_tokens[i]) for p_ttl_ms[i] from now,
+-- as pglock_cron_renew does one: a row per element, with the new expiry, or NULL once that run
+-- is no longer running under that token.
+CREATE FUNCTION pglock_cron_renew_many(p_ids bigint[], p_fencing_tokens bigint[], p_ttl_ms bigint[])
+RETURNS TABLE (id bigint, fencing_token bigint, lease_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad bigint;
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_ids', 'p_fencing_tokens', 'p_ttl_ms'],
+        ARRAY[cardinality(p_ids), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
+    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
+    IF FOUND THEN
+        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
+    END IF;
+
+    RETURN QUERY
+        WITH renewed AS (
+            UPDATE pglock_cron_runs c
+               SET lease_expires_at = clock_timestamp() + r.t * interval '1 millisecond'
+              FROM unnest(p_ids, p_fencing_tokens, p_ttl_ms) AS r(i, f, t)
+             WHERE c.id = r.i AND c.fencing_token = r.f AND c.status = 'running'
+               AND c.lease_expires_at > clock_timestamp()
+            RETURNING c.id, c.fencing_token, c.lease_expires_at
+        )
+        SELECT r.i, r.f, x.lease_expires_at
+          FROM unnest(p_ids, p_fencing_tokens) WITH ORDINALITY AS r(i, f, o)
+          LEFT JOIN renewed x ON x.id = r.i AND x.fencing_token = r.f
+         ORDER BY r.o;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_renew_many(bigint[], bigint[], bigint[]) FROM PUBLIC;
+
+COMMIT;
