@@ -50,6 +50,11 @@ var (
 	// ErrRateLimited means an event did not fit its rate limit in the time there was.
 	ErrRateLimited = errors.New("pglock: rate limited")
 
+	// ErrSaturated means an acquisition refused because the renewals of the leases its process
+	// already holds are falling behind (more than half a heartbeat): those come first. It
+	// passes once renewals catch up; Stats and EventRenewalLag tell how far behind they are.
+	ErrSaturated = errors.New("pglock: saturated: renewals of the leases held are falling behind")
+
 	// ErrInvalidSpec means a cron spec that cannot be parsed or never fires.
 	ErrInvalidSpec = errors.New("pglock: invalid cron spec")
 

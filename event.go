@@ -53,7 +53,7 @@ type Event struct {
 	Wait    time.Duration // acquisitions and rate-limit waits: how long the caller waited
 	Held    time.Duration // EventReleased, EventLost, EventLeader: how long it was held
 	Run     time.Duration // EventJobRun, EventCronRun: how long the function ran
-	Lag     time.Duration // EventCronRun: Started − Scheduled, on the database's clock (the fire lag for ModeScheduled)
+	Lag     time.Duration // EventCronRun: Started − Scheduled, on the database's clock (the fire lag for ModeScheduled); EventRenewalLag: how far renewals are behind
 	Vacancy time.Duration // EventLeader (OutcomeElected): time without a leader before, database clock
 	Offset  time.Duration // EventClockOffset: the database's clock minus this host's
 
@@ -62,7 +62,7 @@ type Event struct {
 	Token   int64
 	Attempt int // EventJobRun, EventJobDelivery, EventCronRun: the attempt's number, from 1
 	// Count is how many ticks an OutcomeMissed EventCronRun covers: a missed range is one
-	// record (−1: too many to count).
+	// record (−1: too many to count); for EventRenewalLag, how many leases are held.
 	Count int64
 
 	// Scheduled and Started are a cron run's tick and start, on the database's clock.
@@ -90,6 +90,12 @@ const (
 	// EventRenewFailed: a renewal of a lease (lock, job attempt, cron run) failed and will be
 	// retried until the lease's deadline. Token, Err.
 	EventRenewFailed EventKind = "renew_failed"
+	// EventRenewalLag: the renewals of the leases an object holds are more than half a heartbeat
+	// behind (Lag: how long the longest-waiting lease has waited for one since its heartbeat
+	// was due), told at every renewal tick while they stay so, and once when they have caught
+	// up (Outcome OutcomeAcquired then; OutcomeError while behind). New acquisitions fail with
+	// ErrSaturated meanwhile. Count: the leases held.
+	EventRenewalLag EventKind = "renewal_lag"
 	// EventFenceRefused: Fence refused a holder whose token is no longer current. Token, Err.
 	EventFenceRefused EventKind = "fence_refused"
 	// EventJobRun: an attempt ran the job's function (Begin was called before it). Outcome

@@ -102,6 +102,7 @@ func run(ctx context.Context, out, only string) error {
 		{"acquire among 1k and 1M live locks", manyLocks},
 		{"1,000 waiters in one process", thousandWaiters},
 		{"deduplicated delivery", dedup},
+		{"leases held by one process", leases},
 	} {
 		if only != "" && !slices.ContainsFunc(strings.Split(only, ","), func(part string) bool { return strings.Contains(s.name, part) }) {
 			continue

@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // report collects the sections of docs/benchmarks.md as the scenarios finish.
@@ -25,6 +27,7 @@ type report struct {
 	sections []string
 	handoffs []handoffResult // for the charts
 	dedup    [][]dedupResult // per number of workers, in the ways' order
+	leases   []leaseResult   // for the chart: none held first, then each size by each way
 	elapsed  time.Duration
 
 	peersMu     sync.Mutex
@@ -200,6 +203,11 @@ func (r *report) write(dir string) error {
 	if err := r.drawShares(filepath.Join(dir, "bench", "handoff-shares.png")); err != nil {
 		return err
 	}
+	if len(r.leases) > 0 {
+		if err := r.drawLeases(filepath.Join(dir, "bench", "lease-scale.png")); err != nil {
+			return err
+		}
+	}
 	var b strings.Builder
 	m := r.machine
 	fmt.Fprintf(&b, `# Benchmarks
@@ -315,4 +323,83 @@ func (r *report) drawShares(path string) error {
 	p.Legend.Top = true
 	p.NominalX(names...)
 	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func (r *report) leasesTable() {
+	none := r.leases[0]
+	var rows [][]string
+	for _, l := range r.leases[1:] {
+		taken := fmt.Sprint(l.taken)
+		if l.taken < l.leases {
+			taken += fmt.Sprintf(" of %d (out of time)", l.leases)
+		}
+		rows = append(rows, []string{l.way, fmt.Sprint(l.leases), taken, l.acquireAll.Round(100 * time.Millisecond).String(),
+			fmt.Sprint(l.lost), perSecond(l.txPerSec), fmt.Sprintf("%.2f", l.dbCPU), ms(l.tryP50),
+			ratio(float64(l.tryP50), float64(none.tryP50))})
+	}
+	r.add("Tens of thousands of leases in one process",
+		fmt.Sprintf("One process takes n table leases (TTL %s, renewed every third of it), %d at a time on a pool of %d, and holds them for %s: v0.1's way, where every lease renews itself with a statement of its own (`extend_lock_ms`), beside pglock's, where a Locker renews every lease due in one statement per tick (`pglock_renew_many`, at most %d leases a statement). *Transactions/s* and *PostgreSQL cores* are the database's while holding, over the first half of the hold (every statement is a transaction); *try p50* is a `TryAcquire`+`Release` on a free name in the second half, beside the same with no lease held (%s). A lease lost is one whose holder was told so.",
+			*leaseTTL, leaseAcquirers, leaseConns, *leaseHold, 5000, ms(none.tryP50)),
+		mdTable([]string{"way", "leases", "taken", "time to take them", "lost", "transactions/s", "PostgreSQL cores", "try p50", "try ÷ none held"}, rows)+
+			"\n![transactions per second and try latency against leases held](bench/lease-scale.png)\n")
+}
+
+// drawLeases draws, per way, the database's transactions per second and the try's p50 against
+// the leases held, both on log scales.
+func (r *report) drawLeases(path string) error {
+	panel := func(title, ylabel string, value func(leaseResult) float64) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.X.Label.Text = "leases held (log scale)"
+		p.Y.Label.Text = ylabel
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+		p.Legend.Top = true
+		var ways []string
+		for _, l := range r.leases[1:] {
+			if !slices.Contains(ways, l.way) {
+				ways = append(ways, l.way)
+			}
+		}
+		for i, way := range ways {
+			var pts plotter.XYs
+			for _, l := range r.leases[1:] {
+				if l.way == way {
+					pts = append(pts, plotter.XY{X: float64(l.leases), Y: max(value(l), 0.01)})
+				}
+			}
+			line, points, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return nil, err
+			}
+			line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+			line.Dashes = plotutil.Dashes(i)
+			p.Add(line, points)
+			p.Legend.Add(way, line, points)
+		}
+		p.Add(plotter.NewGrid())
+		return p, nil
+	}
+	tx, err := panel("What holding costs the database", "transactions/s (log scale)", func(l leaseResult) float64 { return l.txPerSec })
+	if err != nil {
+		return err
+	}
+	try, err := panel("TryAcquire+Release while holding", "p50 (ms, log scale)", func(l leaseResult) float64 { return float64(l.tryP50.Microseconds()) / 1e3 })
+	if err != nil {
+		return err
+	}
+	img := vgimg.New(12*vg.Inch, 4.5*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Inch / 4}
+	tx.Draw(tiles.At(dc, 0, 0))
+	try.Draw(tiles.At(dc, 1, 0))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

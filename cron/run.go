@@ -137,11 +137,11 @@ func (s *Scheduler) renewMany(ctx context.Context, due []lease.Due) ([]lease.Ren
 	}
 	rows, err := s.queries.RenewCronRuns(ctx, p)
 	for i, r := range rows {
-		if !r.Held {
+		if r.Outcome == "gone" {
 			s.explainLoss(ctx, p.Ids[i])
 		}
 	}
-	return lease.Outcomes(rows, err, func(r db.RenewCronRunsRow) lease.Renewed { return lease.Renewed{ExpiresAt: r.ExpiresAt, Held: r.Held} })
+	return lease.Outcomes(rows, err, func(r db.RenewCronRunsRow) (string, time.Time) { return r.Outcome, r.ExpiresAt })
 }
 
 func (s *Scheduler) explainLoss(ctx context.Context, id int64) {

@@ -154,7 +154,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return errs.Errorf("%w: the scheduler was already started", pglock.ErrInvalidArgument)
 	}
 	s.started = true
-	s.renewals = lease.NewSet(context.Background(), s.renewMany, s.clock, nil)
+	s.renewals = lease.NewSet(lease.SetConfig{Renew: s.renewMany, Ctx: context.Background(), Clock: s.clock})
 	s.mu.Unlock()
 	if err := s.measureOffset(ctx); err != nil {
 		s.abandonStart()

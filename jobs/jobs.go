@@ -122,7 +122,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 		pool:   pool, queries: db.New(db.Translating(pool)), cfg: resolved, instance: instance,
 		waiters: map[int64]map[*waiter]struct{}{},
 	}
-	d.renewals = lease.NewSet(context.Background(), d.renewMany, nil, nil)
+	d.renewals = lease.NewSet(lease.SetConfig{Renew: d.renewMany, Ctx: context.Background()})
 	return d, nil
 }
 

@@ -179,7 +179,7 @@ func (d *Deduper) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renew
 		p.Scopes[i], p.JobKeys[i], p.FencingTokens[i], p.TtlMs[i] = a.scope, a.key, a.token, d.TTL.Milliseconds()
 	}
 	rows, err := d.queries.RenewJobs(ctx, p)
-	return lease.Outcomes(rows, err, func(r db.RenewJobsRow) lease.Renewed { return lease.Renewed{ExpiresAt: r.ExpiresAt, Held: r.Held} })
+	return lease.Outcomes(rows, err, func(r db.RenewJobsRow) (string, time.Time) { return r.Outcome, r.ExpiresAt })
 }
 
 // runLeased runs fn under the lease of the attempt just claimed, then records its outcome.

@@ -3,10 +3,13 @@
 -- itself with a statement of its own, so the database's statement rate capped how many leases a
 -- process could hold, and past that cap the process lost most of them. Each function below
 -- takes arrays (one element per lease, all of the same length) and answers one row per element,
--- in their order: the lease's new expiry, or NULL when it is gone (no longer the holder's, or
--- expired), exactly as its single-lease function answers (extend_lock_ms, pglock_job_renew,
--- pglock_cron_renew). Each lease keeps its own TTL. A bad element fails the whole call (22023,
--- COLUMN naming the array) and renews nothing.
+-- in their order, with an outcome: 'renewed' (expires_at is the new expiry), 'gone' (no longer
+-- the holder's, or expired: what its single-lease function, extend_lock_ms, pglock_job_renew or
+-- pglock_cron_renew, answers with NULL), or 'busy': another transaction has the row locked (a
+-- fence, a release under way), and it was passed over rather than waited for, so that one
+-- lease's fence never holds up the renewal of the others; renew it again shortly. Each lease
+-- keeps its own TTL. A bad element fails the whole call (22023, COLUMN naming the array) and
+-- renews nothing.
 BEGIN;
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
@@ -33,10 +36,9 @@ $$;
 REVOKE ALL ON FUNCTION pglock_check_arrays(text[], integer[]) FROM PUBLIC;
 
 -- Renews the locks p_holder_ids[i] holds on p_lock_names[i] for p_ttl_ms[i] from now, as
--- extend_lock_ms does one: a row per element, with the new expiry, or NULL when that lock is not
--- held (unexpired) by that holder.
+-- extend_lock_ms does one.
 CREATE FUNCTION pglock_renew_many(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])
-RETURNS TABLE (lock_name varchar, holder_id varchar, expires_at timestamptz)
+RETURNS TABLE (lock_name varchar, holder_id varchar, outcome text, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -59,27 +61,37 @@ BEGIN
     END IF;
 
     RETURN QUERY
-        WITH renewed AS (
+        WITH wanted AS (
+            SELECT r.n, r.h, r.t, r.i FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) WITH ORDINALITY AS r(n, h, t, i)
+        ), mine AS (
+            SELECT l.lock_name, w.t FROM distributed_locks l JOIN wanted w ON l.lock_name = w.n AND l.holder_id = w.h
+             WHERE l.expires_at > clock_timestamp()
+               FOR UPDATE OF l SKIP LOCKED
+        ), renewed AS (
             UPDATE distributed_locks l
-               SET expires_at = clock_timestamp() + r.t * interval '1 millisecond'
-              FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) AS r(n, h, t)
-             WHERE l.lock_name = r.n AND l.holder_id = r.h AND l.expires_at > clock_timestamp()
+               SET expires_at = clock_timestamp() + m.t * interval '1 millisecond'
+              FROM mine m
+             WHERE l.lock_name = m.lock_name
             RETURNING l.lock_name, l.holder_id, l.expires_at
         )
-        SELECT r.n, r.h, x.expires_at
-          FROM unnest(p_lock_names, p_holder_ids) WITH ORDINALITY AS r(n, h, i)
-          LEFT JOIN renewed x ON x.lock_name = r.n AND x.holder_id = r.h
-         ORDER BY r.i;
+        SELECT w.n, w.h,
+               CASE WHEN x.expires_at IS NOT NULL THEN 'renewed'
+                    WHEN EXISTS (SELECT FROM distributed_locks l WHERE l.lock_name = w.n AND l.holder_id = w.h
+                                    AND l.expires_at > clock_timestamp()) THEN 'busy'
+                    ELSE 'gone' END,
+               x.expires_at
+          FROM wanted w
+          LEFT JOIN renewed x ON x.lock_name = w.n AND x.holder_id = w.h
+         ORDER BY w.i;
 END;
 $$;
 
 REVOKE ALL ON FUNCTION pglock_renew_many(varchar[], varchar[], bigint[]) FROM PUBLIC;
 
 -- Renews the leases of the job attempts (p_scopes[i], p_keys[i], p_fencing_tokens[i]) for
--- p_ttl_ms[i] from now, as pglock_job_renew does one: a row per element, with the new expiry, or
--- NULL when that attempt no longer holds an unexpired lease.
+-- p_ttl_ms[i] from now, as pglock_job_renew does one.
 CREATE FUNCTION pglock_job_renew_many(p_scopes varchar[], p_keys text[], p_fencing_tokens bigint[], p_ttl_ms bigint[])
-RETURNS TABLE (scope varchar, job_key text, fencing_token bigint, lease_expires_at timestamptz)
+RETURNS TABLE (scope varchar, job_key text, fencing_token bigint, outcome text, lease_expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -95,28 +107,38 @@ BEGIN
     END IF;
 
     RETURN QUERY
-        WITH renewed AS (
+        WITH wanted AS (
+            SELECT r.s, r.k, r.f, r.t, r.i
+              FROM unnest(p_scopes, p_keys, p_fencing_tokens, p_ttl_ms) WITH ORDINALITY AS r(s, k, f, t, i)
+        ), mine AS (
+            SELECT j.scope, j.job_key, w.t FROM pglock_jobs j JOIN wanted w ON j.scope = w.s AND j.job_key = w.k
+             WHERE j.fencing_token = w.f AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+               FOR UPDATE OF j SKIP LOCKED
+        ), renewed AS (
             UPDATE pglock_jobs j
-               SET lease_expires_at = clock_timestamp() + r.t * interval '1 millisecond'
-              FROM unnest(p_scopes, p_keys, p_fencing_tokens, p_ttl_ms) AS r(s, k, f, t)
-             WHERE j.scope = r.s AND j.job_key = r.k AND j.fencing_token = r.f
-               AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+               SET lease_expires_at = clock_timestamp() + m.t * interval '1 millisecond'
+              FROM mine m
+             WHERE j.scope = m.scope AND j.job_key = m.job_key
             RETURNING j.scope, j.job_key, j.fencing_token, j.lease_expires_at
         )
-        SELECT r.s, r.k, r.f, x.lease_expires_at
-          FROM unnest(p_scopes, p_keys, p_fencing_tokens) WITH ORDINALITY AS r(s, k, f, i)
-          LEFT JOIN renewed x ON x.scope = r.s AND x.job_key = r.k AND x.fencing_token = r.f
-         ORDER BY r.i;
+        SELECT w.s, w.k, w.f,
+               CASE WHEN x.lease_expires_at IS NOT NULL THEN 'renewed'
+                    WHEN EXISTS (SELECT FROM pglock_jobs j WHERE j.scope = w.s AND j.job_key = w.k AND j.fencing_token = w.f
+                                    AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()) THEN 'busy'
+                    ELSE 'gone' END,
+               x.lease_expires_at
+          FROM wanted w
+          LEFT JOIN renewed x ON x.scope = w.s AND x.job_key = w.k AND x.fencing_token = w.f
+         ORDER BY w.i;
 END;
 $$;
 
 REVOKE ALL ON FUNCTION pglock_job_renew_many(varchar[], text[], bigint[], bigint[]) FROM PUBLIC;
 
 -- Renews the leases of the cron runs (p_ids[i], p_fencing_tokens[i]) for p_ttl_ms[i] from now,
--- as pglock_cron_renew does one: a row per element, with the new expiry, or NULL once that run
--- is no longer running under that token.
+-- as pglock_cron_renew does one.
 CREATE FUNCTION pglock_cron_renew_many(p_ids bigint[], p_fencing_tokens bigint[], p_ttl_ms bigint[])
-RETURNS TABLE (id bigint, fencing_token bigint, lease_expires_at timestamptz)
+RETURNS TABLE (id bigint, fencing_token bigint, outcome text, lease_expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -132,18 +154,28 @@ BEGIN
     END IF;
 
     RETURN QUERY
-        WITH renewed AS (
+        WITH wanted AS (
+            SELECT r.r, r.f, r.t, r.o FROM unnest(p_ids, p_fencing_tokens, p_ttl_ms) WITH ORDINALITY AS r(r, f, t, o)
+        ), mine AS (
+            SELECT c.id, w.t FROM pglock_cron_runs c JOIN wanted w ON c.id = w.r
+             WHERE c.fencing_token = w.f AND c.status = 'running' AND c.lease_expires_at > clock_timestamp()
+               FOR UPDATE OF c SKIP LOCKED
+        ), renewed AS (
             UPDATE pglock_cron_runs c
-               SET lease_expires_at = clock_timestamp() + r.t * interval '1 millisecond'
-              FROM unnest(p_ids, p_fencing_tokens, p_ttl_ms) AS r(i, f, t)
-             WHERE c.id = r.i AND c.fencing_token = r.f AND c.status = 'running'
-               AND c.lease_expires_at > clock_timestamp()
+               SET lease_expires_at = clock_timestamp() + m.t * interval '1 millisecond'
+              FROM mine m
+             WHERE c.id = m.id
             RETURNING c.id, c.fencing_token, c.lease_expires_at
         )
-        SELECT r.i, r.f, x.lease_expires_at
-          FROM unnest(p_ids, p_fencing_tokens) WITH ORDINALITY AS r(i, f, o)
-          LEFT JOIN renewed x ON x.id = r.i AND x.fencing_token = r.f
-         ORDER BY r.o;
+        SELECT w.r, w.f,
+               CASE WHEN x.lease_expires_at IS NOT NULL THEN 'renewed'
+                    WHEN EXISTS (SELECT FROM pglock_cron_runs c WHERE c.id = w.r AND c.fencing_token = w.f
+                                    AND c.status = 'running' AND c.lease_expires_at > clock_timestamp()) THEN 'busy'
+                    ELSE 'gone' END,
+               x.lease_expires_at
+          FROM wanted w
+          LEFT JOIN renewed x ON x.id = w.r AND x.fencing_token = w.f
+         ORDER BY w.o;
 END;
 $$;
 

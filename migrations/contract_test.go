@@ -754,37 +754,45 @@ func releaseBehindARowLock(t *testing.T, ctx context.Context, pool *pgxpool.Pool
 	}
 }
 
-// The batch renewals answer a row per lease, in the order given: its new expiry by its own TTL,
-// or NULL for one that is gone; bad input renews nothing.
-func TestContractRenewManyRenewsEachLeaseOrSaysItIsGone(t *testing.T) {
+// The batch renewals answer a row per lease, in the order given: renewed with its new expiry
+// by its own TTL, gone, or busy (another transaction has its row locked: passed over, not
+// waited for); bad input renews nothing.
+func TestContractRenewManyRenewsEachLeaseOrSaysItIsGoneOrBusy(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
 	ctx := context.Background()
-	for _, l := range []struct{ name, holder string }{{"a", "h1"}, {"b", "h2"}, {"expired", "h3"}} {
+	for _, l := range []struct{ name, holder string }{{"a", "h1"}, {"b", "h2"}, {"expired", "h3"}, {"fenced", "h4"}} {
 		require.True(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms($1, $2, 1000)", l.name, l.holder))
 	}
 	_, err := pool.Exec(ctx, "UPDATE distributed_locks SET expires_at = clock_timestamp() - interval '1 ms' WHERE lock_name = 'expired'")
 	require.NoError(t, err)
+	fence, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer fence.Rollback(ctx)
+	require.True(t, callBool(t, fence, "SELECT verify_fence('fenced', fencing_token) FROM distributed_locks WHERE lock_name = 'fenced'"))
 
-	rows, err := pool.Query(ctx, `SELECT r.lock_name, r.holder_id, r.expires_at - clock_timestamp()
+	rows, err := pool.Query(ctx, `SELECT r.lock_name, r.holder_id, r.outcome, r.expires_at - clock_timestamp()
 		FROM pglock_renew_many($1, $2, $3) AS r`,
-		[]string{"b", "a", "expired", "a", "nobody"}, []string{"h2", "h1", "h3", "not-h1", "h"},
-		[]int64{60_000, 30_000, 30_000, 30_000, 30_000})
+		[]string{"b", "a", "expired", "a", "nobody", "fenced"}, []string{"h2", "h1", "h3", "not-h1", "h", "h4"},
+		[]int64{60_000, 30_000, 30_000, 30_000, 30_000, 30_000})
 	require.NoError(t, err)
 	type outcome struct {
-		Name, Holder string
-		Left         *time.Duration
+		Name, Holder, Outcome string
+		Left                  *time.Duration
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outcome])
 	require.NoError(t, err)
-	require.Len(t, got, 5)
+	require.Len(t, got, 6)
 	for i, want := range []struct {
-		name, holder string
-		ttl          time.Duration // 0: gone
-	}{{"b", "h2", time.Minute}, {"a", "h1", 30 * time.Second}, {"expired", "h3", 0}, {"a", "not-h1", 0}, {"nobody", "h", 0}} {
-		require.Equal(t, []string{want.name, want.holder}, []string{got[i].Name, got[i].Holder}, "row %d", i)
+		name, holder, outcome string
+		ttl                   time.Duration
+	}{
+		{"b", "h2", "renewed", time.Minute}, {"a", "h1", "renewed", 30 * time.Second}, {"expired", "h3", "gone", 0},
+		{"a", "not-h1", "gone", 0}, {"nobody", "h", "gone", 0}, {"fenced", "h4", "busy", 0},
+	} {
+		require.Equal(t, []string{want.name, want.holder, want.outcome}, []string{got[i].Name, got[i].Holder, got[i].Outcome}, "row %d", i)
 		if want.ttl == 0 {
-			require.Nil(t, got[i].Left, "row %d: gone", i)
+			require.Nil(t, got[i].Left, "row %d: not renewed", i)
 			continue
 		}
 		require.NotNil(t, got[i].Left, "row %d: renewed", i)
@@ -792,12 +800,15 @@ func TestContractRenewManyRenewsEachLeaseOrSaysItIsGone(t *testing.T) {
 	}
 	expired, _ := readLock(t, pool, "expired")
 	require.True(t, expired.ExpiresAt.Before(time.Now()), "an expired lease is not revived")
+	require.NoError(t, fence.Rollback(ctx))
+	require.Equal(t, "renewed", callText(t, pool, "SELECT outcome FROM pglock_renew_many('{fenced}', '{h4}', '{30000}')"),
+		"once the fence's transaction ends")
 
 	var none int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pglock_job_renew_many($1, $2, $3, $4) WHERE lease_expires_at IS NULL",
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pglock_job_renew_many($1, $2, $3, $4) WHERE outcome = 'gone'",
 		[]string{"s"}, []string{"k"}, []int64{1}, []int64{1000}).Scan(&none))
 	require.Equal(t, 1, none, "an attempt that does not exist is gone")
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pglock_cron_renew_many($1, $2, $3) WHERE lease_expires_at IS NULL",
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pglock_cron_renew_many($1, $2, $3) WHERE outcome = 'gone'",
 		[]int64{1, 2}, []int64{1, 2}, []int64{1000, 1000}).Scan(&none))
 	require.Equal(t, 2, none, "runs that do not exist are gone")
 
@@ -833,4 +844,11 @@ func TestContractRenewManyRenewsEachLeaseOrSaysItIsGone(t *testing.T) {
 			require.Equal(t, before, readLocks(t, pool), "nothing renewed")
 		})
 	}
+}
+
+func callText(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
+	t.Helper()
+	var s string
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&s), sql)
+	return s
 }

@@ -18,9 +18,10 @@ SELECT c.* FROM pglock_cron_claim(@instance, @names::varchar[], @seen::timestamp
                                   @report::boolean) AS c;
 
 -- RenewCronRuns renews the leases of many runs in one statement (pglock_cron_renew_many): a row
--- per run, in the order given, held false once it no longer runs under its token.
+-- per run, in the order given, with its outcome
+-- ('renewed', 'busy' or 'gone').
 -- name: RenewCronRuns :many
-SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+SELECT r.outcome::text                               AS outcome,
        coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_cron_renew_many(@ids::bigint[], @fencing_tokens::bigint[], @ttl_ms::bigint[]) AS r;
 

@@ -36,9 +36,10 @@ SELECT a.*
                         @window_ms, @max_attempts, @idle_timeout_ms) AS a;
 
 -- RenewJobs renews the leases of many attempts in one statement (pglock_job_renew_many): a row
--- per attempt, in the order given, held false when it no longer holds its lease.
+-- per attempt, in the order given, with its outcome
+-- ('renewed', 'busy' or 'gone').
 -- name: RenewJobs :many
-SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+SELECT r.outcome::text                               AS outcome,
        coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_job_renew_many(@scopes::varchar[], @job_keys::text[], @fencing_tokens::bigint[], @ttl_ms::bigint[]) AS r;
 

@@ -73,8 +73,8 @@ SELECT a.acquired::boolean                               AS acquired,
   FROM pglock_semaphore_attempt(@semaphore, @holder_id, @permits, @ttl_ms, @metadata, @instance, @wait) AS a;
 
 -- RenewLocks renews many locks in one statement (pglock_renew_many): a row per lock, in the
--- order given, held false when it is no longer the holder's.
+-- order given, with its outcome ('renewed', 'busy' or 'gone').
 -- name: RenewLocks :many
-SELECT (r.expires_at IS NOT NULL)::boolean            AS held,
+SELECT r.outcome::text                               AS outcome,
        coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_renew_many(@lock_names::varchar[], @holder_ids::varchar[], @ttl_ms::bigint[]) AS r;

@@ -11,6 +11,12 @@ import (
 type Stats struct {
 	Held    int // locks held
 	Waiting int // Acquire calls waiting
+	// RenewalLag is how far the renewals of the locks held are behind: how long the lock that
+	// waited longest for a renewal to get through had waited since its heartbeat was due (a few
+	// milliseconds normally). Past half a heartbeat, Saturated is true and acquisitions fail
+	// with pglock.ErrSaturated until the renewals catch up.
+	RenewalLag time.Duration
+	Saturated  bool
 }
 
 // LockedError is the error of an acquisition that found the lock held. It matches

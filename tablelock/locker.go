@@ -84,7 +84,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		byHolder:  map[string]*waiter{},
 		tryConns:  map[*pgxpool.Conn]struct{}{},
 	}
-	l.renewals = lease.NewSet(ctx, l.renewMany, nil, (*background)(l))
+	l.renewals = lease.NewSet(lease.SetConfig{Renew: l.renewMany, Ctx: ctx, Tracker: (*background)(l), OnLag: l.lagging})
 	return l, nil
 }
 
@@ -96,7 +96,7 @@ func (l *Locker) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewe
 		p.LockNames[i], p.HolderIds[i], p.TtlMs[i] = lk.name, lk.holder, d.TTL.Milliseconds()
 	}
 	rows, err := l.queries.RenewLocks(ctx, p)
-	return lease.Outcomes(rows, err, func(r db.RenewLocksRow) lease.Renewed { return lease.Renewed{ExpiresAt: r.ExpiresAt, Held: r.Held} })
+	return lease.Outcomes(rows, err, func(r db.RenewLocksRow) (string, time.Time) { return r.Outcome, r.ExpiresAt })
 }
 
 // TryAcquire takes the lock if it is free, in one round trip, or returns a *LockedError
@@ -200,7 +200,26 @@ func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions
 func (l *Locker) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Held: len(l.held), Waiting: len(l.byHolder)}
+	return Stats{Held: len(l.held), Waiting: len(l.byHolder), RenewalLag: l.renewals.Lag(), Saturated: l.renewals.Saturated()}
+}
+
+// lagging tells the log and the Observer that renewals are behind, or have caught up.
+func (l *Locker) lagging(lag time.Duration, saturated bool) {
+	held := l.renewals.Len()
+	if !saturated {
+		l.cfg.Logger.Info("pglock: renewals have caught up; acquisitions resume", "lag", lag, "held", held)
+	} else {
+		l.cfg.Logger.Warn("pglock: renewals are falling behind; new acquisitions fail with ErrSaturated until they catch up",
+			"lag", lag, "held", held)
+	}
+	if l.events != nil {
+		outcome := pglock.OutcomeError
+		if !saturated {
+			outcome = pglock.OutcomeAcquired
+		}
+		l.events.Emit(context.Background(), pglock.Event{Kind: pglock.EventRenewalLag, Primitive: pglock.PrimitiveLock,
+			Outcome: outcome, Lag: lag, Count: int64(held)})
+	}
 }
 
 // Close stops the TryAcquire and Acquire calls under way (they return pglock.ErrClosed) and
@@ -324,6 +343,10 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	l.mu.Unlock()
 	if closed {
 		return request{}, pglock.ErrClosed
+	}
+	if l.renewals.Saturated() {
+		return request{}, errs.Errorf("acquire %q: %w (%s behind, %d leases held)", name, pglock.ErrSaturated,
+			l.renewals.Lag().Round(time.Millisecond), l.renewals.Len())
 	}
 	return request{name: name, primitive: pglock.PrimitiveLock, label: name, holder: ident.NewHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
 }

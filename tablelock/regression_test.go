@@ -603,7 +603,7 @@ func TestCloseIsNotHeldUpByARenewalWaitingBehindAStuckOne(t *testing.T) {
 			require.NoError(t, err)
 			lk, err := l.TryAcquire(ctx, "r5", &tablelock.AcquireOptions{TTL: time.Minute})
 			require.NoError(t, err)
-			tx := lockTheRow(t, d.Pool, "r5")
+			tx := lockTheTable(t, d.Pool)
 			extended := make(chan error, 1)
 			extend := func() { extended <- lk.Extend(context.Background(), time.Minute) }
 			if stuck == "Extend" {
@@ -642,7 +642,7 @@ func TestExtendWaitingBehindAStuckHeartbeatHonoursItsContext(t *testing.T) {
 	l := newLocker(t, d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: 50 * time.Millisecond})
 	lk, err := l.TryAcquire(ctx, "r6", &tablelock.AcquireOptions{TTL: time.Minute})
 	require.NoError(t, err)
-	tx := lockTheRow(t, d.Pool, "r6")
+	tx := lockTheTable(t, d.Pool)
 	waitForStatement(t, d.Pool, "RenewLocks") // the heartbeat's
 
 	shuttingDown := errors.New("shutting down")

@@ -71,6 +71,21 @@ func lockTheRow(t *testing.T, pool *pgxpool.Pool, name string) pgx.Tx {
 	return tx
 }
 
+// lockTheTable opens a transaction that keeps the lock table from being written: every
+// renewal, release and acquisition waits on the server until the transaction ends (rolled back
+// at the latest by cleanup). A renewal passes over a row a transaction has locked (a fence's):
+// only a lock on the table holds it up.
+func lockTheTable(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "LOCK TABLE distributed_locks IN SHARE MODE")
+	require.NoError(t, err)
+	return tx
+}
+
 // lostAt tells when lk's Lost fires (start it before).
 func lostAt(lk *tablelock.Lock) <-chan time.Time {
 	at := make(chan time.Time, 1)

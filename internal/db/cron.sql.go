@@ -391,7 +391,7 @@ func (q *Queries) RegisterCronSchedule(ctx context.Context, arg RegisterCronSche
 }
 
 const renewCronRuns = `-- name: RenewCronRuns :many
-SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+SELECT r.outcome::text                               AS outcome,
        coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_cron_renew_many($1::bigint[], $2::bigint[], $3::bigint[]) AS r
 `
@@ -403,12 +403,13 @@ type RenewCronRunsParams struct {
 }
 
 type RenewCronRunsRow struct {
-	Held      bool
+	Outcome   string
 	ExpiresAt time.Time
 }
 
 // RenewCronRuns renews the leases of many runs in one statement (pglock_cron_renew_many): a row
-// per run, in the order given, held false once it no longer runs under its token.
+// per run, in the order given, with its outcome
+// ('renewed', 'busy' or 'gone').
 func (q *Queries) RenewCronRuns(ctx context.Context, arg RenewCronRunsParams) ([]RenewCronRunsRow, error) {
 	rows, err := q.db.Query(ctx, renewCronRuns, arg.Ids, arg.FencingTokens, arg.TtlMs)
 	if err != nil {
@@ -418,7 +419,7 @@ func (q *Queries) RenewCronRuns(ctx context.Context, arg RenewCronRunsParams) ([
 	var items []RenewCronRunsRow
 	for rows.Next() {
 		var i RenewCronRunsRow
-		if err := rows.Scan(&i.Held, &i.ExpiresAt); err != nil {
+		if err := rows.Scan(&i.Outcome, &i.ExpiresAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -438,7 +438,7 @@ func (q *Queries) RecordJobOutcome(ctx context.Context, arg RecordJobOutcomePara
 }
 
 const renewJobs = `-- name: RenewJobs :many
-SELECT (r.lease_expires_at IS NOT NULL)::boolean            AS held,
+SELECT r.outcome::text                               AS outcome,
        coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_job_renew_many($1::varchar[], $2::text[], $3::bigint[], $4::bigint[]) AS r
 `
@@ -451,12 +451,13 @@ type RenewJobsParams struct {
 }
 
 type RenewJobsRow struct {
-	Held      bool
+	Outcome   string
 	ExpiresAt time.Time
 }
 
 // RenewJobs renews the leases of many attempts in one statement (pglock_job_renew_many): a row
-// per attempt, in the order given, held false when it no longer holds its lease.
+// per attempt, in the order given, with its outcome
+// ('renewed', 'busy' or 'gone').
 func (q *Queries) RenewJobs(ctx context.Context, arg RenewJobsParams) ([]RenewJobsRow, error) {
 	rows, err := q.db.Query(ctx, renewJobs,
 		arg.Scopes,
@@ -471,7 +472,7 @@ func (q *Queries) RenewJobs(ctx context.Context, arg RenewJobsParams) ([]RenewJo
 	var items []RenewJobsRow
 	for rows.Next() {
 		var i RenewJobsRow
-		if err := rows.Scan(&i.Held, &i.ExpiresAt); err != nil {
+		if err := rows.Scan(&i.Outcome, &i.ExpiresAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -179,7 +179,7 @@ func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (Relea
 }
 
 const renewLocks = `-- name: RenewLocks :many
-SELECT (r.expires_at IS NOT NULL)::boolean            AS held,
+SELECT r.outcome::text                               AS outcome,
        coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_renew_many($1::varchar[], $2::varchar[], $3::bigint[]) AS r
 `
@@ -191,12 +191,12 @@ type RenewLocksParams struct {
 }
 
 type RenewLocksRow struct {
-	Held      bool
+	Outcome   string
 	ExpiresAt time.Time
 }
 
 // RenewLocks renews many locks in one statement (pglock_renew_many): a row per lock, in the
-// order given, held false when it is no longer the holder's.
+// order given, with its outcome ('renewed', 'busy' or 'gone').
 func (q *Queries) RenewLocks(ctx context.Context, arg RenewLocksParams) ([]RenewLocksRow, error) {
 	rows, err := q.db.Query(ctx, renewLocks, arg.LockNames, arg.HolderIds, arg.TtlMs)
 	if err != nil {
@@ -206,7 +206,7 @@ func (q *Queries) RenewLocks(ctx context.Context, arg RenewLocksParams) ([]Renew
 	var items []RenewLocksRow
 	for rows.Next() {
 		var i RenewLocksRow
-		if err := rows.Scan(&i.Held, &i.ExpiresAt); err != nil {
+		if err := rows.Scan(&i.Outcome, &i.ExpiresAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

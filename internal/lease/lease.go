@@ -144,6 +144,7 @@ type Keeper struct {
 	// acquisition and woken at every release, costs a short lease a large part of its time.
 	renewal  clock.Timer // the next heartbeat, without a Set; nil without heartbeats
 	due      time.Time   // the next heartbeat, with a Set; zero while none is due or one is under way
+	behind   time.Time   // with a Set: when the heartbeat not yet through was due; zero if none
 	loss     clock.Timer // fires at the deadline
 	failures int         // renewals failed in a row: heartbeats back off while it is not 0
 }
@@ -353,7 +354,7 @@ func (k *Keeper) settle(start time.Time, t Timing, expiresAt time.Time, held boo
 		lost := k.lostCtx.Err() != nil // at its deadline, while the request was on its way
 		if !lost {
 			k.timing, k.expiresAt, k.deadline = t, expiresAt, start.Add(t.TTL-t.Margin)
-			k.failures = 0
+			k.failures, k.behind = 0, time.Time{}
 			k.signalChange()
 		}
 		k.mu.Unlock()
@@ -475,33 +476,37 @@ func (k *Keeper) heartbeat() {
 	t := k.timing
 	k.mu.Unlock()
 	if err := k.Renew(k.keepingCtx, nil); err != nil {
-		k.failed(t, err)
+		k.retry(t, err)
 	}
 }
 
-// takeDue takes the turn of a heartbeat due by now, or by now plus its Early: a Set's tick
-// renews it (settleHeartbeat ends the turn), and says how late it is. False for a lease not
-// due, not kept, or whose turn an explicit renewal has.
-func (k *Keeper) takeDue(now time.Time) (late time.Duration, ok bool) {
+// takeDue takes the turn of a heartbeat due by now, or by now plus a tenth of it: a Set's
+// tick renews it (settleHeartbeat ends the turn). It says since when a heartbeat of the lease
+// has been due without getting through, and its heartbeat. False for a lease not due, not kept,
+// or whose turn an explicit renewal has.
+func (k *Keeper) takeDue(now time.Time) (since time.Time, heartbeat time.Duration, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !k.started || k.stopped || k.lostCtx.Err() != nil || k.due.IsZero() {
-		return 0, false
+		return time.Time{}, 0, false
 	}
 	early := k.timing.Heartbeat / 10
 	if k.failures > 0 {
 		early = 0 // a retry waits for its backoff
 	}
 	if k.due.After(now.Add(early)) {
-		return 0, false
+		return time.Time{}, 0, false
 	}
 	select {
 	case k.renewing <- struct{}{}:
 	default:
-		return 0, false // an explicit renewal is under way: it schedules the next heartbeat
+		return time.Time{}, 0, false // an explicit renewal is under way: it schedules the next heartbeat
 	}
-	late, k.due = max(0, now.Sub(k.due)), time.Time{}
-	return late, true
+	if k.behind.IsZero() {
+		k.behind = k.due
+	}
+	k.due = time.Time{}
+	return k.behind, k.timing.Heartbeat, true
 }
 
 // dueAt is when the lease's next heartbeat is due; false if none is.
@@ -512,18 +517,28 @@ func (k *Keeper) dueAt() (time.Time, bool) {
 }
 
 // settleHeartbeat takes in the outcome of a Set's renewal of the lease (whose turn takeDue
-// took), as heartbeat does its own.
-func (k *Keeper) settleHeartbeat(start time.Time, t Timing, expiresAt time.Time, held bool, err error) {
-	err = k.settle(start, t, expiresAt, held, err)
+// took), as heartbeat does its own. A lease whose row was busy is tried again as a failed one
+// is, quietly, and counts as on time: a fence holds it up, not the Set.
+func (k *Keeper) settleHeartbeat(start time.Time, t Timing, r Renewed, err error) {
+	if err == nil && r.Busy {
+		k.mu.Lock()
+		k.behind = time.Time{}
+		k.mu.Unlock()
+		<-k.renewing
+		k.retry(t, nil)
+		return
+	}
+	err = k.settle(start, t, r.ExpiresAt, r.Held, err)
 	<-k.renewing
 	if err != nil {
-		k.failed(t, err)
+		k.retry(t, err)
 	}
 }
 
-// failed schedules a retry of a heartbeat that failed, with backoff and never later than
-// halfway to the deadline, so that retries go on until it; unless the lease is no longer kept.
-func (k *Keeper) failed(t Timing, err error) {
+// retry schedules a retry of a heartbeat that did not get through, with backoff and never later
+// than halfway to the deadline, so that retries go on until it; unless the lease is no longer
+// kept. A failure (err) is told to OnRenewFailed.
+func (k *Keeper) retry(t Timing, err error) {
 	if k.keepingCtx.Err() != nil || k.Err() != nil {
 		return // stopped, lost at the deadline, or the owner stopped
 	}
@@ -534,7 +549,7 @@ func (k *Keeper) failed(t Timing, err error) {
 		k.scheduleRenewal(min(RetryBackoff(t.Heartbeat).Delay(failures), k.nextRenewal()))
 	}
 	k.mu.Unlock()
-	if k.cfg.OnRenewFailed != nil {
+	if err != nil && k.cfg.OnRenewFailed != nil {
 		k.cfg.OnRenewFailed(err, failures)
 	}
 }

@@ -22,10 +22,8 @@ import (
 // (in chunks of MaxBatch), however they were acquired. A failed statement fails every lease
 // in it, each retried as its own heartbeat would be and lost at its own deadline.
 type Set struct {
-	renew   RenewManyFunc
-	clock   clock.Clock
-	ctx     context.Context
-	tracker Tracker
+	cfg   SetConfig
+	clock clock.Clock
 
 	mu      sync.Mutex
 	members map[*Keeper]struct{}
@@ -33,8 +31,24 @@ type Set struct {
 	wakeAt  time.Time // when timer fires; zero while it is not armed
 	ticking bool      // a tick is under way: it arms the timer when it ends
 	pending time.Time // the earliest wake asked for while ticking
-	lag     time.Duration
-	renewed int // statements sent, for tests and Stats
+	renewed int       // statements sent
+	// How far renewals are behind: oldest is since when the longest-waiting lease of the tick
+	// under way has been due; lag how long that was at the end of the last tick; limit half
+	// the shortest heartbeat among its leases, the lag past which the Set is saturated.
+	oldest     time.Time
+	lag, limit time.Duration
+	saturated  bool
+}
+
+// SetConfig describes a Set. Renew and Ctx are required.
+type SetConfig struct {
+	Renew   RenewManyFunc
+	Ctx     context.Context // ticks run under it: it ends with the owner
+	Clock   clock.Clock     // default: clock.Real
+	Tracker Tracker         // default: none
+	// OnLag, when set, is called at the end of every tick while the Set is saturated (Lag past
+	// half a heartbeat), and at the first tick that finds it no longer is.
+	OnLag func(lag time.Duration, saturated bool)
 }
 
 // MaxBatch is how many leases one statement renews at most: a tick with more sends several,
@@ -51,33 +65,51 @@ type Due struct {
 	TTL time.Duration
 }
 
-// Renewed is a renewal's outcome: the lease's new expiry by the database's clock, or Held false
-// when its row is no longer the holder's.
+// Renewed is a renewal's outcome: the lease's new expiry by the database's clock (Held), or
+// Busy when another transaction had its row locked (a fence) and it was passed over, to be
+// renewed again shortly; neither when its row is no longer the holder's.
 type Renewed struct {
 	ExpiresAt time.Time
 	Held      bool
+	Busy      bool
 }
 
 // RenewManyFunc renews every lease in due in one statement, and answers an outcome for each,
 // in the same order.
 type RenewManyFunc func(ctx context.Context, due []Due) ([]Renewed, error)
 
-// NewSet returns a Set whose ticks run under ctx (it ends with the owner), counted in tracker
-// when there is one.
-func NewSet(ctx context.Context, renew RenewManyFunc, clk clock.Clock, tracker Tracker) *Set {
+// NewSet returns a Set.
+func NewSet(cfg SetConfig) *Set {
+	clk := cfg.Clock
 	if clk == nil {
 		clk = clock.Real
 	}
-	return &Set{renew: renew, clock: clk, ctx: ctx, tracker: tracker, members: map[*Keeper]struct{}{}}
+	return &Set{cfg: cfg, clock: clk, members: map[*Keeper]struct{}{}}
 }
 
-// Lag is how late the last tick found the most overdue lease it renewed (0 when none was
-// late): how far renewals are behind. It grows before any lease is lost, when the database or
-// the pool cannot keep up.
+// Lag is how far renewals are behind: how long the lease that waited longest for a renewal to
+// get through, since its heartbeat was due, had waited at the end of the last tick, or has
+// waited so far in the tick under way. Renewals that fail, or a database or pool that cannot
+// keep up, make it grow, well before any lease is lost.
 func (s *Set) Lag() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.lagLocked()
+}
+
+func (s *Set) lagLocked() time.Duration {
+	if s.ticking && !s.oldest.IsZero() {
+		return max(s.lag, s.clock.Now().Sub(s.oldest))
+	}
 	return s.lag
+}
+
+// Saturated reports whether renewals are more than half a heartbeat behind: the leases held
+// come first, so their owner should take no new ones.
+func (s *Set) Saturated() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit > 0 && s.lagLocked() > s.limit
 }
 
 // Statements is how many renewal statements the Set has sent.
@@ -94,20 +126,27 @@ func (s *Set) Len() int {
 	return len(s.members)
 }
 
-// renewOne renews one lease in a statement of its own (an explicit Renew).
+// renewOne renews one lease in a statement of its own (an explicit Renew), again with backoff
+// while its row is busy, as long as ctx allows.
 func (s *Set) renewOne(ctx context.Context, ref any, ttl time.Duration) (time.Time, bool, error) {
-	out, err := s.send(ctx, []Due{{ref, ttl}})
-	if err != nil {
-		return time.Time{}, false, err
+	for attempt := 1; ; attempt++ {
+		out, err := s.send(ctx, []Due{{ref, ttl}})
+		switch {
+		case err != nil:
+			return time.Time{}, false, err
+		case !out[0].Busy:
+			return out[0].ExpiresAt, out[0].Held, nil
+		case !RetryBackoff(time.Second).Sleep(ctx, s.clock, attempt):
+			return time.Time{}, false, errs.Errorf("its row stayed locked by another transaction: %w", contextError(ctx))
+		}
 	}
-	return out[0].ExpiresAt, out[0].Held, nil
 }
 
 func (s *Set) send(ctx context.Context, due []Due) ([]Renewed, error) {
 	s.mu.Lock()
 	s.renewed++
 	s.mu.Unlock()
-	out, err := s.renew(ctx, due)
+	out, err := s.cfg.Renew(ctx, due)
 	if err == nil && len(out) != len(due) {
 		err = errs.Errorf("renewal answered %d outcomes for %d leases", len(out), len(due))
 	}
@@ -125,11 +164,21 @@ func (s *Set) add(k *Keeper, at time.Time) {
 
 func (s *Set) remove(k *Keeper) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.members, k)
-	if len(s.members) == 0 && s.timer != nil && !s.ticking {
-		s.timer.Stop() // nothing left to renew: no tick fires after its owner is done
+	if len(s.members) > 0 {
+		s.mu.Unlock()
+		return
+	}
+	// Nothing left to renew: no tick fires after its owner is done, and nothing is behind.
+	if s.timer != nil && !s.ticking {
+		s.timer.Stop()
 		s.wakeAt = time.Time{}
+	}
+	was := s.saturated
+	s.lag, s.saturated = 0, false
+	s.mu.Unlock()
+	if was && s.cfg.OnLag != nil {
+		s.cfg.OnLag(0, false)
 	}
 }
 
@@ -161,11 +210,11 @@ func (s *Set) armLocked(at time.Time) {
 
 // tick renews every lease due, then arms the timer for the next one due.
 func (s *Set) tick() {
-	if s.tracker != nil {
-		if !s.tracker.Begin() {
+	if s.cfg.Tracker != nil {
+		if !s.cfg.Tracker.Begin() {
 			return // the owner has stopped
 		}
-		defer s.tracker.End()
+		defer s.cfg.Tracker.End()
 	}
 	s.mu.Lock()
 	if s.ticking {
@@ -180,18 +229,29 @@ func (s *Set) tick() {
 	s.mu.Unlock()
 
 	now := s.clock.Now()
-	var due []*Keeper
-	var lag time.Duration
+	var (
+		due    []*Keeper
+		oldest time.Time
+		beat   time.Duration
+	)
 	for _, k := range members {
-		if late, ok := k.takeDue(now); ok {
+		if since, heartbeat, ok := k.takeDue(now); ok {
 			due = append(due, k)
-			lag = max(lag, late)
+			if oldest.IsZero() || since.Before(oldest) {
+				oldest = since
+			}
+			if beat == 0 || heartbeat < beat {
+				beat = heartbeat
+			}
 		}
 	}
 	s.mu.Lock()
-	s.lag = lag
+	if !oldest.IsZero() {
+		s.oldest, s.limit = oldest, beat/2
+	}
 	s.mu.Unlock()
 	s.renewAll(due)
+	s.measure(oldest, beat)
 
 	// The leases renewed, and those added meanwhile, asked for their next tick (pending); the
 	// others are due as they were.
@@ -211,6 +271,21 @@ func (s *Set) tick() {
 		s.armLocked(next)
 	}
 	s.mu.Unlock()
+}
+
+// measure records how far the tick that ended found renewals behind, and tells OnLag.
+func (s *Set) measure(oldest time.Time, beat time.Duration) {
+	if oldest.IsZero() {
+		return // nothing was due
+	}
+	s.mu.Lock()
+	s.lag, s.limit, s.oldest = max(0, s.clock.Now().Sub(oldest)), beat/2, time.Time{}
+	lag, saturated, was := s.lag, s.limit > 0 && s.lag > s.limit, s.saturated
+	s.saturated = saturated
+	s.mu.Unlock()
+	if s.cfg.OnLag != nil && (saturated || was) {
+		s.cfg.OnLag(lag, saturated)
+	}
 }
 
 // renewAll renews due in chunks of MaxBatch, MaxInFlight at a time.
@@ -240,7 +315,7 @@ func (s *Set) renewChunk(keepers []*Keeper) {
 		due[i] = Due{k.cfg.Ref, timings[i].TTL}
 	}
 	start := s.clock.Now()
-	ctx, cancel := context.WithTimeout(s.ctx, last.Sub(start))
+	ctx, cancel := context.WithTimeout(s.cfg.Ctx, last.Sub(start))
 	defer cancel()
 	out, err := s.send(ctx, due)
 	for i, k := range keepers {
@@ -248,7 +323,7 @@ func (s *Set) renewChunk(keepers []*Keeper) {
 		if err == nil {
 			r = out[i]
 		}
-		k.settleHeartbeat(start, timings[i], r.ExpiresAt, r.Held, err)
+		k.settleHeartbeat(start, timings[i], r, err)
 	}
 }
 
@@ -259,11 +334,14 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// Outcomes is what a RenewManyFunc answers from its statement's rows (err, if any, as is).
-func Outcomes[R any](rows []R, err error, of func(R) Renewed) ([]Renewed, error) {
+// Outcomes is what a RenewManyFunc answers from its statement's rows (err, if any, as is):
+// of gives a row's outcome, as the contract's functions name it ('renewed', 'busy' or 'gone'),
+// and its expiry.
+func Outcomes[R any](rows []R, err error, of func(R) (outcome string, expiresAt time.Time)) ([]Renewed, error) {
 	out := make([]Renewed, len(rows))
 	for i, r := range rows {
-		out[i] = of(r)
+		outcome, expiresAt := of(r)
+		out[i] = Renewed{ExpiresAt: expiresAt, Held: outcome == "renewed", Busy: outcome == "busy"}
 	}
 	return out, err
 }

@@ -44,7 +44,7 @@ func newSetFixture(t *testing.T) *setFixture {
 		gone: map[any]bool{}, renewals: map[any][]int{}, keepers: map[any]*lease.Keeper{},
 		lost: map[any]error{}, failures: map[any]int{},
 	}
-	f.set = lease.NewSet(ctx, f.renew, f.clock, nil)
+	f.set = lease.NewSet(lease.SetConfig{Renew: f.renew, Ctx: ctx, Clock: f.clock})
 	t.Cleanup(func() {
 		f.mu.Lock()
 		keepers := f.keepers
@@ -226,9 +226,16 @@ func TestSetRetriesAFailedStatementAndLosesEachLeaseAtItsOwnDeadline(t *testing.
 	require.Equal(t, f.clock.Now().Add(5400*time.Millisecond), longer.Deadline())
 }
 
-func TestSetReportsHowLateRenewalsAre(t *testing.T) {
+func TestSetReportsHowFarRenewalsAreBehindAndWhenItIsSaturated(t *testing.T) {
 	t.Parallel()
 	f := newSetFixture(t)
+	type lagReport struct {
+		lag       time.Duration
+		saturated bool
+	}
+	reports := make(chan lagReport, 4)
+	f.set = lease.NewSet(lease.SetConfig{Renew: f.renew, Ctx: f.ctx, Clock: f.clock,
+		OnLag: func(lag time.Duration, saturated bool) { reports <- lagReport{lag, saturated} }})
 	f.mu.Lock()
 	f.hold = true
 	f.mu.Unlock()
@@ -239,10 +246,15 @@ func TestSetReportsHowLateRenewalsAre(t *testing.T) {
 	require.Len(t, testdb.Receive(t, f.batches), 1, "at 1 s only the first is due")
 	require.Zero(t, f.set.Lag())
 	f.clock.Advance(time.Second) // the statement is held up on the server for a second
+	require.Equal(t, time.Second, f.set.Lag(), "the first has waited a second so far")
+	require.True(t, f.set.Saturated(), "more than half a heartbeat behind")
+
 	f.answers <- nil
 	require.Equal(t, []lease.Due{{"second", beat.TTL}}, testdb.Receive(t, f.batches), "due at 1.5 s, sent at 2 s")
-	require.Equal(t, 500*time.Millisecond, f.set.Lag())
+	require.Equal(t, lagReport{time.Second, true}, testdb.Receive(t, reports), "told at the end of the tick")
 	f.answers <- nil
+	require.Equal(t, lagReport{500 * time.Millisecond, false}, testdb.Receive(t, reports), "caught up: half a heartbeat is the limit")
+	require.False(t, f.set.Saturated())
 	requireHeld(t, first)
 	requireHeld(t, second)
 }

@@ -285,24 +285,7 @@ func (p *Proxy) Slow(latencyMS, jitterMS int) (undo func() error, err error) {
 // the partition. configure, when not nil, may change the pool's settings first.
 func (d *DB) PartitionablePool(t testing.TB, configure func(*pgxpool.Config)) (pool *pgxpool.Pool, partition func() (heal func())) {
 	t.Helper()
-	config, err := pgx.ParseConfig(d.url)
-	if err != nil {
-		t.Fatalf("testdb: %v", err)
-	}
-	proxy, err := NewProxy(net.JoinHostPort(config.Host, strconv.Itoa(int(config.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = d.NewPool(t, func(c *pgxpool.Config) {
-		c.ConnConfig.Host = "127.0.0.1"
-		c.ConnConfig.Port = uint16(proxy.Port)
-		if configure != nil {
-			configure(c)
-		}
-	})
-	// Stop the proxy before the pool closes: closing a connection stuck behind the partition
-	// would otherwise wait for pgx's cancel request to time out.
-	t.Cleanup(proxy.Close)
+	pool, proxy := d.ProxiedPool(t, configure)
 	return pool, func() func() {
 		heal, err := proxy.Partition()
 		if err != nil {
@@ -315,4 +298,29 @@ func (d *DB) PartitionablePool(t testing.TB, configure func(*pgxpool.Config)) (p
 			}
 		}
 	}
+}
+
+// ProxiedPool opens a pool on the database whose every connection passes through the Proxy it
+// returns, to partition or slow. configure, when not nil, may change the pool's settings first.
+func (d *DB) ProxiedPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool, *Proxy) {
+	t.Helper()
+	config, err := pgx.ParseConfig(d.url)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	proxy, err := NewProxy(net.JoinHostPort(config.Host, strconv.Itoa(int(config.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := d.NewPool(t, func(c *pgxpool.Config) {
+		c.ConnConfig.Host = "127.0.0.1"
+		c.ConnConfig.Port = uint16(proxy.Port)
+		if configure != nil {
+			configure(c)
+		}
+	})
+	// Stop the proxy before the pool closes: closing a connection stuck behind a partition
+	// would otherwise wait for pgx's cancel request to time out.
+	t.Cleanup(proxy.Close)
+	return pool, proxy
 }

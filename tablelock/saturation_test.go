@@ -1,0 +1,84 @@
+package tablelock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// Past what its pool and database can renew, a Locker keeps the locks it holds first: while
+// renewals are more than half a heartbeat behind, it says so (Stats, EventRenewalLag) and new
+// acquisitions fail with ErrSaturated, before any lock is lost; once they catch up,
+// acquisitions resume. Forced with a pool of two connections behind a proxy that delays
+// every round trip by 0.8 s, against a heartbeat of 1 s.
+func TestASaturatedLockerKeepsWhatItHoldsAndRefusesNewLocks(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	pool, proxy := d.ProxiedPool(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
+	var (
+		mu   sync.Mutex
+		lags []pglock.Event
+	)
+	l := newLocker(t, pool, &tablelock.Config{TTL: 3 * time.Second, Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
+		if e.Kind == pglock.EventRenewalLag {
+			mu.Lock()
+			lags = append(lags, e)
+			mu.Unlock()
+		}
+	})})
+	var held []*tablelock.Lock
+	for i := range 50 {
+		lk, err := l.TryAcquire(ctx, fmt.Sprintf("held-%d", i), nil)
+		require.NoError(t, err)
+		held = append(held, lk)
+	}
+	require.False(t, l.Stats().Saturated)
+
+	undo, err := proxy.Slow(400, 0)
+	require.NoError(t, err)
+	testdb.WaitFor(t, func() bool { return l.Stats().Saturated }, "renewals fall behind")
+	stats := l.Stats()
+	require.Greater(t, stats.RenewalLag, 500*time.Millisecond, "half the heartbeat")
+	require.Equal(t, 50, stats.Held)
+	_, err = l.TryAcquire(ctx, "new", nil)
+	require.ErrorIs(t, err, pglock.ErrSaturated)
+	_, err = l.Acquire(ctx, "new", nil)
+	require.ErrorIs(t, err, pglock.ErrSaturated)
+	testdb.WaitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lags) > 0
+	}, "the lag is told to the Observer")
+
+	require.NoError(t, undo())
+	testdb.WaitFor(t, func() bool { return !l.Stats().Saturated }, "renewals catch up")
+	testdb.WaitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lags[len(lags)-1].Outcome == pglock.OutcomeAcquired
+	}, "and the Observer is told they have")
+	lk, err := l.TryAcquire(ctx, "new", nil)
+	require.NoError(t, err, "acquisitions resume")
+	require.NoError(t, lk.Release(ctx))
+
+	mu.Lock()
+	first := lags[0]
+	mu.Unlock()
+	require.Equal(t, pglock.OutcomeError, first.Outcome)
+	require.Greater(t, first.Lag, 500*time.Millisecond)
+	require.Equal(t, int64(50), first.Count)
+	for _, lk := range held {
+		require.NoError(t, lk.Err(), "no lock was lost")
+		require.NoError(t, lk.Release(ctx))
+	}
+}
