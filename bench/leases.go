@@ -25,7 +25,8 @@ import (
 var (
 	leaseSizes = flag.String("lease-sizes", "1000,10000,30000,100000", "how many leases one process holds, comma-separated")
 	leaseHold  = flag.Duration("lease-hold", 20*time.Second, "how long each size is held")
-	leaseTTL   = flag.Duration("lease-ttl", 6*time.Second, "the leases' TTL (renewed every third of it)")
+	leaseTTL    = flag.Duration("lease-ttl", 6*time.Second, "the leases' TTL (renewed every third of it)")
+	leaseBefore = flag.Bool("lease-before", true, "measure v0.1's way (a statement per lease) too")
 )
 
 const (
@@ -52,10 +53,14 @@ type leaseResult struct {
 	leases     int
 	taken      int
 	acquireAll time.Duration
+	refused    int64 // acquisitions refused with pglock.ErrSaturated while taking them, and tried again
 	lost       int
 	txPerSec   float64 // the database's transactions per second while holding, probes aside
 	dbCPU      float64 // PostgreSQL's processes' CPU while holding, in cores
 	tryP50     time.Duration
+	// probesRefused counts the probes refused with pglock.ErrSaturated (each tried again 50 ms
+	// later): how often, while holding, the renewals were more than half a heartbeat behind.
+	probesRefused int
 }
 
 // leases: the lease-scale scenario, each size held by each way in turn, and once with none
@@ -82,14 +87,15 @@ func leases(ctx context.Context, e *env, r *report, say func(string, ...any)) er
 		}
 		return lk.Release(ctx)
 	}
-	ways := []leaseWay{
-		{name: "a statement per lease (v0.1)", hold: holdPerLease, try: tryOnce},
-		{name: "pglock: renewed together", hold: func(ctx context.Context, _ *pgxpool.Pool, prefix string, n int, held func(int)) (int, int, error) {
-			return holdTogether(ctx, l, prefix, n, held)
-		}, try: tryOnce},
+	together := leaseWay{name: "pglock: renewed together", hold: func(ctx context.Context, _ *pgxpool.Pool, prefix string, n int, held func(int)) (int, int, error) {
+		return holdTogether(ctx, l, prefix, n, held)
+	}, try: tryOnce}
+	ways := []leaseWay{together}
+	if *leaseBefore {
+		ways = []leaseWay{{name: "a statement per lease (v0.1)", hold: holdPerLease, try: tryOnce}, together}
 	}
 	var results []leaseResult
-	none, err := measureLeases(ctx, e, pool, ways[1], 0, say)
+	none, err := measureLeases(ctx, e, pool, together, 0, min(*leaseHold, 10*time.Second), say)
 	if err != nil {
 		return err
 	}
@@ -97,7 +103,7 @@ func leases(ctx context.Context, e *env, r *report, say func(string, ...any)) er
 	for _, n := range sizes {
 		for _, w := range ways {
 			say("%s: %d leases", w.name, n)
-			res, err := measureLeases(ctx, e, pool, w, n, say)
+			res, err := measureLeases(ctx, e, pool, w, n, *leaseHold, say)
 			if err != nil {
 				return err
 			}
@@ -105,8 +111,99 @@ func leases(ctx context.Context, e *env, r *report, say func(string, ...any)) er
 		}
 	}
 	r.leases = results
-	r.leasesTable()
+	idle, err := idleCost(ctx, e, say)
+	if err != nil {
+		return err
+	}
+	r.leasesTable(idle)
 	return nil
+}
+
+// idleHeld is how many leases one process holds, each with a waiter in another, in the
+// idle-cost measurement.
+const idleHeld = 5000
+
+// idleResult is what holding idleHeld leases with as many waiters costs the database.
+type idleResult struct {
+	txPerSec, dbCPU float64
+	window          time.Duration
+}
+
+// idleCost has one process hold idleHeld leases (TTL 10 s) and another wait for each of them,
+// and measures what that costs the database while nothing changes hands.
+func idleCost(ctx context.Context, e *env, say func(string, ...any)) (idleResult, error) {
+	say("idle cost: %d leases held, a waiter on each in another process", idleHeld)
+	var res idleResult
+	open := func() (*tablelock.Locker, func(), error) {
+		pool, err := newPool(ctx, e.url, leaseConns)
+		if err != nil {
+			return nil, nil, harness(err)
+		}
+		l, err := tablelock.New(pool, &tablelock.Config{AppName: "bench", TTL: 10 * time.Second})
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return l, func() { l.Close(context.Background()); pool.Close() }, nil
+	}
+	holder, closeHolder, err := open()
+	if err != nil {
+		return res, err
+	}
+	defer closeHolder()
+	waiter, closeWaiter, err := open()
+	if err != nil {
+		return res, err
+	}
+	defer closeWaiter()
+	prefix := fmt.Sprintf("idle:%d", leaseRuns.Add(1))
+	err = takeAll(ctx, idleHeld, func(ctx context.Context, i int) error {
+		_, err := holder.TryAcquire(ctx, fmt.Sprintf("%s:%d", prefix, i), nil)
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	var waits sync.WaitGroup
+	for i := range idleHeld {
+		waits.Go(func() { waiter.Acquire(waitCtx, fmt.Sprintf("%s:%d", prefix, i), nil) })
+	}
+	defer func() { stopWaiting(); waits.Wait() }()
+	for waiter.Stats().Waiting < idleHeld {
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+	select { // the waiters' first polls, and their counts' flush to pg_stat_database
+	case <-time.After(3 * time.Second):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	res.window = 20 * time.Second
+	txBefore, err := transactions(ctx, e)
+	if err != nil {
+		return res, harness(err)
+	}
+	cpuBefore, began := postgresCPU(), time.Now()
+	select {
+	case <-time.After(res.window):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	txAfter, err := transactions(ctx, e)
+	if err != nil {
+		return res, harness(err)
+	}
+	elapsed := time.Since(began).Seconds()
+	res.txPerSec, res.dbCPU = float64(txAfter-txBefore)/elapsed, (postgresCPU()-cpuBefore).Seconds()/elapsed
+	say("  %.0f transactions/s, PostgreSQL %.2f cores", res.txPerSec, res.dbCPU)
+	if held := holder.Stats().Held; held != idleHeld {
+		return res, fmt.Errorf("idle cost: %d of %d leases held at the end", held, idleHeld)
+	}
+	return res, nil
 }
 
 func parseSizes(s string) ([]int, error) {
@@ -123,9 +220,9 @@ func parseSizes(s string) ([]int, error) {
 
 var leaseRuns atomic.Int64
 
-// measureLeases has w take n leases and hold them for -lease-hold: the first half measures
-// what holding costs the database, the second the probes' latency.
-func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, n int, say func(string, ...any)) (leaseResult, error) {
+// measureLeases has w take n leases and hold them for hold: the first half measures what
+// holding costs the database, the second the probes' latency.
+func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, n int, hold time.Duration, say func(string, ...any)) (leaseResult, error) {
 	res := leaseResult{way: w.name, leases: n}
 	prefix := fmt.Sprintf("scale:%d", leaseRuns.Add(1))
 	holdCtx, release := context.WithCancel(ctx)
@@ -146,8 +243,8 @@ func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, 
 	case o := <-done:
 		return res, fmt.Errorf("%s: %w", w.name, o.err)
 	}
-	res.acquireAll = time.Since(started)
-	say("  %d of %d taken in %s; holding for %s", res.taken, n, res.acquireAll.Round(time.Millisecond), *leaseHold)
+	res.acquireAll, res.refused = time.Since(started), saturated.Swap(0)
+	say("  %d of %d taken in %s (%d refusals for saturation); holding for %s", res.taken, n, res.acquireAll.Round(time.Millisecond), res.refused, hold)
 
 	// Backends flush their counts to pg_stat_database at most once a second: let what taking
 	// the leases (and the way before) did reach it before the window opens.
@@ -163,7 +260,7 @@ func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, 
 	cpuBefore := postgresCPU()
 	quiet := time.Now()
 	select {
-	case <-time.After(*leaseHold / 2):
+	case <-time.After(hold / 2):
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
@@ -176,10 +273,16 @@ func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, 
 	res.dbCPU = (postgresCPU() - cpuBefore).Seconds() / elapsed
 
 	var samples []time.Duration
-	probeEnd := time.Now().Add(*leaseHold / 2)
+	probeEnd := time.Now().Add(hold / 2)
 	for i := 0; time.Now().Before(probeEnd); i++ { // TryAcquire+Release on free names
 		start := time.Now()
-		if err := w.try(ctx, fmt.Sprintf("%s:probe:%d", prefix, i)); err != nil {
+		err := w.try(ctx, fmt.Sprintf("%s:probe:%d", prefix, i))
+		switch {
+		case errors.Is(err, pglock.ErrSaturated):
+			res.probesRefused++
+			time.Sleep(50 * time.Millisecond)
+			continue
+		case err != nil:
 			return res, fmt.Errorf("%s: probe: %w", w.name, err)
 		}
 		samples = append(samples, time.Since(start))
@@ -191,7 +294,7 @@ func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, 
 		return res, fmt.Errorf("%s: %w", w.name, o.err)
 	}
 	res.lost = o.lost
-	say("  lost %d; %.0f transactions/s, PostgreSQL %.2f cores; try p50 %s", res.lost, res.txPerSec, res.dbCPU, ms(res.tryP50))
+	say("  lost %d; %.0f transactions/s, PostgreSQL %.2f cores; try p50 %s (%d refused: saturated)", res.lost, res.txPerSec, res.dbCPU, ms(res.tryP50), res.probesRefused)
 	return res, nil
 }
 
@@ -302,8 +405,12 @@ func holdPerLease(ctx context.Context, pool *pgxpool.Pool, prefix string, n int,
 	return len(names), int(lostN.Load()), nil
 }
 
+// saturated counts the acquisitions refused with pglock.ErrSaturated (and tried again).
+var saturated atomic.Int64
+
 // takeAll runs take for 0..n-1, leaseAcquirers at a time, until all are taken, one fails, or
-// leaseAcquireBudget has passed (then what was taken stands).
+// leaseAcquireBudget has passed (then what was taken stands). An acquisition refused because
+// the renewals are behind is tried again 50 ms later.
 func takeAll(ctx context.Context, n int, take func(ctx context.Context, i int) error) error {
 	budget, cancel := context.WithTimeout(ctx, leaseAcquireBudget)
 	defer cancel()
@@ -320,7 +427,14 @@ func takeAll(ctx context.Context, n int, take func(ctx context.Context, i int) e
 				if i >= n || budget.Err() != nil {
 					return
 				}
-				if err := take(budget, i); err != nil {
+				err := take(budget, i)
+				for errors.Is(err, pglock.ErrSaturated) && budget.Err() == nil {
+					// The renewals of what is held come first: wait for them, as a caller would.
+					saturated.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					err = take(budget, i)
+				}
+				if err != nil {
 					if budget.Err() == nil || ctx.Err() != nil {
 						once.Do(func() { firstErr = err })
 					}

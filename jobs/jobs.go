@@ -95,13 +95,13 @@ type Deduper struct {
 	instance string
 	renewals *lease.Set // the leases of Run's attempts, renewed together
 
-	// Deliveries that wait, by lock key (the notification's payload); the listener's
-	// subscription lives while there are any.
-	mu          sync.Mutex
-	waiters     map[int64]map[*waiter]struct{}
-	subscribeMu sync.Mutex // orders subscribing and unsubscribing; the handlers never take it
-	listeners   int
-	unsubscribe func()
+	// The watches of the keys deliveries wait for, by lock key (the notification's payload);
+	// the listener's subscription lives while there are any.
+	mu             sync.Mutex
+	watches        map[int64]*watch
+	subscribeMu    sync.Mutex // orders subscribing and unsubscribing; the handlers never take it
+	listeners      int
+	unsubscribeAll func()
 }
 
 // New returns a Deduper that takes its connections from pool. A nil cfg means the defaults.
@@ -120,7 +120,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 	d := &Deduper{
 		events: observe.New(resolved.Observer, resolved.Logger),
 		pool:   pool, queries: db.New(db.Translating(pool)), cfg: resolved, instance: instance,
-		waiters: map[int64]map[*waiter]struct{}{},
+		watches: map[int64]*watch{},
 	}
 	d.renewals = lease.NewSet(lease.SetConfig{Renew: d.renewMany, Ctx: context.Background()})
 	return d, nil

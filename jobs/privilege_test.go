@@ -30,17 +30,19 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		GRANT EXECUTE ON FUNCTION
 			pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint),
 			pglock_job_renew(varchar, text, bigint, bigint),
-			pglock_job_renew_many(varchar[], text[], bigint[], bigint[]),
+			pglock_job_renew_many(varchar[], text[], bigint[], bigint[]), pglock_job_running(varchar, text),
 			pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint),
 			pglock_job_finish_tx(varchar, text, bigint, bigint),
 			pglock_job_await(varchar, text, varchar, bigint), pglock_job_unawait(varchar, text, varchar),
 			pglock_job_forget(varchar, text), pglock_job_collect(integer) TO %[1]s;`, role))
 	require.NoError(t, err)
+	var failed testdb.FailureCounter
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
 		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, "SET ROLE "+role)
 			return err
 		}
+		c.ConnConfig.Tracer = &failed
 	})
 	dd := newDeduper(t, pool, nil)
 
@@ -82,4 +84,6 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	require.NoError(t, dd.Forget(ctx, "run"))
 	_, err = dd.Collect(ctx)
 	require.NoError(t, err)
+	refused, why := failed.Count()
+	require.Zero(t, refused, "no statement was refused: %s", why)
 }

@@ -43,28 +43,30 @@ var errPanicked = errors.New("pglock: the job's function panicked")
 // attempts makes attempts until one does not find the key running elsewhere, or, without
 // Options.Wait, after the first.
 func (d *Deduper) attempts(ctx context.Context, req request, attempt attemptFunc) (Result, error) {
-	var w *waiter
+	var (
+		w    *watch
+		next <-chan struct{} // taken before each claim: a wake during it is not missed
+	)
 	defer func() {
 		if w != nil {
-			d.stopWaiting(ctx, req, w)
+			d.stopWaiting(w)
 		}
 	}()
-	for polls := 0; ; polls++ {
+	for {
 		res, lockKey, err := attempt(ctx, req)
 		if err != nil || res.Outcome != OutcomeInProgress || !req.wait {
 			return res, err
 		}
 		if w == nil {
-			// Listen, register, then claim again at once: an outcome committed before the
-			// registration was not announced.
-			w = d.startWaiting(lockKey)
-			polls = 0
-		} else if err := w.wait(ctx, polls); err != nil {
+			// Watch (listening, registered), then claim again at once: an outcome committed
+			// before the registration was not announced.
+			w, next = d.startWaiting(req, lockKey)
+			continue
+		}
+		if err := w.wait(ctx, next); err != nil {
 			return res, errs.Errorf("wait for %s: %w", req.label(), err)
 		}
-		if err := d.register(ctx, req, w); err != nil {
-			return res, err
-		}
+		next = w.next()
 	}
 }
 

@@ -3,128 +3,221 @@ package jobs
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/pglock/pglock/internal/db"
-	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/notify"
 	"github.com/pglock/pglock/internal/retry"
 )
 
-// pollBackoff spaces a waiter's claims when no notification comes: one may be missed (the
-// listener reconnecting, an outcome committed just as the waiter registered), and a runner that
-// vanished sends none; its claim is taken over once it expires.
+// pollBackoff spaces a watch's checks of a key run in a transaction elsewhere (RunTx, whose
+// claim holds the key's lock until it ends) when no announcement comes: one may be missed (the
+// listener reconnecting, an outcome committed just as the watch registered). A key run outside
+// a transaction is checked when its lease could end, and a runner that vanished is taken over
+// then.
 var pollBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
 
-// waiter is one delivery waiting for an outcome.
-type waiter struct {
-	id      string // its registration in pglock_job_waiters
+// watch is what the deliveries of one key waiting in this process share: one registration in
+// pglock_job_waiters, and one check of the key, on a goroutine of its own, while any waits.
+// The deliveries claim again only when the watch says the run may be over (an announcement,
+// the listener reconnecting, or a check that finds the key no longer running).
+type watch struct {
+	d       *Deduper
+	req     request // the first waiting delivery's: the key and its scope
 	lockKey int64
-	wake    chan struct{}
+	id      string // its registration in pglock_job_waiters
+
+	mu      sync.Mutex
+	members int
+	changed chan struct{} // closed when the run may be over, then replaced
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
-// wait returns when the waiter is woken, after a poll's delay, or with ctx's error.
-func (w *waiter) wait(ctx context.Context, polls int) error {
-	t := time.NewTimer(pollBackoff.Delay(polls))
-	defer t.Stop()
+// wake tells the waiting deliveries to claim again.
+func (w *watch) wake() {
+	w.mu.Lock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+// next is the channel closed at the next wake.
+func (w *watch) next() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// startWaiting adds a delivery of req's key to its watch (made, registered and checked from
+// then on, if it is the first), and returns the watch and the channel of its next wake. The
+// caller claims once more before it waits: an outcome committed before the registration was
+// not announced.
+func (d *Deduper) startWaiting(req request, lockKey int64) (*watch, <-chan struct{}) {
+	d.mu.Lock()
+	w := d.watches[lockKey]
+	if w == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		w = &watch{d: d, req: req, lockKey: lockKey, id: ident.NewHolderID(), changed: make(chan struct{}), stop: stop, done: make(chan struct{})}
+		d.watches[lockKey] = w
+		d.subscribe()
+		registered := make(chan struct{})
+		go w.run(ctx, registered)
+		d.mu.Unlock()
+		<-registered
+	} else {
+		d.mu.Unlock()
+	}
+	w.mu.Lock()
+	w.members++
+	next := w.changed
+	w.mu.Unlock()
+	return w, next
+}
+
+// stopWaiting takes a delivery off its watch; the last one ends the watch.
+func (d *Deduper) stopWaiting(w *watch) {
+	d.mu.Lock()
+	w.mu.Lock()
+	w.members--
+	last := w.members == 0
+	w.mu.Unlock()
+	if last {
+		delete(d.watches, w.lockKey)
+	}
+	d.mu.Unlock()
+	if last {
+		w.stop()
+		<-w.done
+		d.unsubscribe()
+	}
+}
+
+// run registers the watch (registered is closed once it has tried), checks the key until ctx
+// ends, and unregisters it.
+func (w *watch) run(ctx context.Context, registered chan<- struct{}) {
+	defer close(w.done)
+	d, req := w.d, w.req
+	var renewAt time.Time
+	register := func() {
+		if d.cfg.DisableNotifications || time.Now().Before(renewAt) {
+			return
+		}
+		_, err := d.queries.AwaitJob(ctx, db.AwaitJobParams{Scope: req.scope, JobKey: req.key, WaiterID: w.id, TtlMs: waiterTTL.Milliseconds()})
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Logger.Warn("pglock: could not register a job waiter; polling", "job", req.key, "scope", req.scope, "error", err)
+			}
+			return
+		}
+		renewAt = time.Now().Add(waiterTTL / 3)
+	}
+	register()
+	close(registered)
+	defer func() {
+		if d.cfg.DisableNotifications {
+			return
+		}
+		// A registration left behind costs an announcement nobody hears, until Collect deletes it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := d.queries.UnawaitJob(ctx, db.UnawaitJobParams{Scope: req.scope, JobKey: req.key, WaiterID: w.id}); err != nil {
+			d.cfg.Logger.Warn("pglock: could not unregister a job waiter", "job", req.key, "scope", req.scope, "error", err)
+		}
+	}()
+
+	delay := pollBackoff.Delay(0)
+	for checks := 1; ; checks++ {
+		timer := time.NewTimer(min(delay, max(time.Until(renewAt), 0)))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		register()
+		row, err := d.queries.WatchJob(ctx, db.WatchJobParams{Scope: req.scope, JobKey: req.key})
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			delay = pollBackoff.Delay(checks)
+		case !row.Running:
+			w.wake()
+			delay, checks = pollBackoff.Delay(0), 0
+		case row.LeaseLeftMs > 0:
+			// Run outside a transaction: it runs at least until its lease could end.
+			delay, checks = time.Duration(row.LeaseLeftMs+1)*time.Millisecond, 0
+		default:
+			delay = pollBackoff.Delay(checks) // in a transaction elsewhere: until it ends
+		}
+	}
+}
+
+// wait returns when the watch says the run may be over (next closes), or with ctx's error.
+func (w *watch) wait(ctx context.Context, next <-chan struct{}) error {
 	select {
-	case <-w.wake:
-		return nil
-	case <-t.C:
+	case <-next:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
 }
 
-// startWaiting registers a waiter locally, listening for announcements while any exists.
-func (d *Deduper) startWaiting(lockKey int64) *waiter {
-	w := &waiter{id: ident.NewHolderID(), lockKey: lockKey, wake: make(chan struct{}, 1)}
-	d.mu.Lock()
-	if d.waiters[lockKey] == nil {
-		d.waiters[lockKey] = map[*waiter]struct{}{}
-	}
-	d.waiters[lockKey][w] = struct{}{}
-	d.mu.Unlock()
-
-	if !d.cfg.DisableNotifications {
-		d.subscribeMu.Lock()
-		if d.listeners == 0 {
-			d.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, db.JobsChannel,
-				notify.Handler{Notify: d.announced, Listening: d.wakeAll})
-		}
-		d.listeners++
-		d.subscribeMu.Unlock()
-	}
-	return w
-}
-
-// register records the waiter in the database (again: a registration lasts waiterTTL), so that
-// the key's outcome is announced.
-func (d *Deduper) register(ctx context.Context, req request, w *waiter) error {
-	if d.cfg.DisableNotifications {
-		return nil
-	}
-	_, err := d.queries.AwaitJob(ctx, db.AwaitJobParams{Scope: req.scope, JobKey: req.key, WaiterID: w.id, TtlMs: waiterTTL.Milliseconds()})
-	if err != nil {
-		return errs.Errorf("wait for %s: %w", req.label(), err)
-	}
-	return nil
-}
-
-func (d *Deduper) stopWaiting(ctx context.Context, req request, w *waiter) {
-	d.mu.Lock()
-	delete(d.waiters[w.lockKey], w)
-	if len(d.waiters[w.lockKey]) == 0 {
-		delete(d.waiters, w.lockKey)
-	}
-	d.mu.Unlock()
+// subscribe has the pool's listener deliver announcements while there are watches. Called with
+// d.mu held, for each new watch.
+func (d *Deduper) subscribe() {
 	if d.cfg.DisableNotifications {
 		return
 	}
 	d.subscribeMu.Lock()
+	defer d.subscribeMu.Unlock()
+	if d.listeners == 0 {
+		d.unsubscribeAll = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, db.JobsChannel,
+			notify.Handler{Notify: d.announced, Listening: d.wakeAll})
+	}
+	d.listeners++
+}
+
+// unsubscribe ends the subscription with the last watch.
+func (d *Deduper) unsubscribe() {
+	if d.cfg.DisableNotifications {
+		return
+	}
+	d.subscribeMu.Lock()
+	defer d.subscribeMu.Unlock()
 	d.listeners--
 	if d.listeners == 0 {
-		d.unsubscribe()
-		d.unsubscribe = nil
-	}
-	d.subscribeMu.Unlock()
-	// A registration left behind costs an announcement nobody hears, until Collect deletes it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := d.queries.UnawaitJob(ctx, db.UnawaitJobParams{Scope: req.scope, JobKey: req.key, WaiterID: w.id}); err != nil {
-		d.cfg.Logger.Warn("pglock: could not unregister a job waiter", "job", req.key, "scope", req.scope, "error", err)
+		d.unsubscribeAll()
+		d.unsubscribeAll = nil
 	}
 }
 
-// announced wakes the waiters of the key whose outcome was announced.
+// announced wakes the deliveries waiting for the key whose outcome was announced.
 func (d *Deduper) announced(payload string) {
 	lockKey, err := strconv.ParseInt(payload, 10, 64)
 	if err != nil {
 		return
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for w := range d.waiters[lockKey] {
-		wake(w)
+	w := d.watches[lockKey]
+	d.mu.Unlock()
+	if w != nil {
+		w.wake()
 	}
 }
 
-// wakeAll wakes every waiter to claim again: announcements may have been missed.
+// wakeAll wakes every waiting delivery to claim again: announcements may have been missed.
 func (d *Deduper) wakeAll() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, ws := range d.waiters {
-		for w := range ws {
-			wake(w)
-		}
+	watches := make([]*watch, 0, len(d.watches))
+	for _, w := range d.watches {
+		watches = append(watches, w)
 	}
-}
-
-func wake(w *waiter) {
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	d.mu.Unlock()
+	for _, w := range watches {
+		w.wake()
 	}
 }

@@ -181,4 +181,80 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_cron_renew_many(bigint[], bigint[], bigint[]) FROM PUBLIC;
 
+-- Keeps the places of many waiters in one statement: refreshes the place p_holder_ids[i] has in
+-- the queue of p_lock_names[i] for p_ttl_ms[i] from now, and says what the lock is doing, so that
+-- a waiter told of releases and handoffs (NOTIFY) needs no poll of its own until the lock's
+-- lease could end. A row per element, in their order: outcome 'kept' (expires_at: the place's new
+-- expiry) or 'gone' (no such place: the lock was handed to that waiter, or the place expired or
+-- was left; poll with pglock_attempt), the lock's holder and expiry (NULLs when there is no
+-- lock row: it is free, poll), and the database time the answer holds for.
+CREATE FUNCTION pglock_wait_many(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])
+RETURNS TABLE (lock_name varchar, holder_id varchar, outcome text, expires_at timestamptz,
+               lock_holder_id varchar, lock_expires_at timestamptz, checked_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad record;
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_lock_names', 'p_holder_ids', 'p_ttl_ms'],
+        ARRAY[cardinality(p_lock_names), cardinality(p_holder_ids), cardinality(p_ttl_ms)]);
+    SELECT r.n, r.h, r.t INTO v_bad
+      FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) AS r(n, h, t)
+     WHERE r.n IS NULL OR r.h IS NULL OR length(r.n) NOT BETWEEN 1 AND 255
+        OR length(r.h) NOT BETWEEN 1 AND 255 OR pglock_ttl_ok(r.t) IS NOT TRUE
+     LIMIT 1;
+    IF FOUND THEN
+        IF pglock_ttl_ok(v_bad.t) IS NOT TRUE THEN
+            PERFORM pglock_raise_bad_ttl(v_bad.t, 'p_ttl_ms');
+        END IF;
+        PERFORM pglock_check_name_and_holder(v_bad.n, v_bad.h);
+    END IF;
+
+    RETURN QUERY
+        WITH wanted AS (
+            SELECT r.n, r.h, r.t, r.i FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) WITH ORDINALITY AS r(n, h, t, i)
+        ), kept AS (
+            UPDATE distributed_lock_waiters p
+               SET expires_at = clock_timestamp() + w.t * interval '1 millisecond'
+              FROM wanted w
+             WHERE p.lock_name = w.n AND p.holder_id = w.h AND p.expires_at > clock_timestamp()
+            RETURNING p.lock_name, p.holder_id, p.expires_at
+        )
+        SELECT w.n, w.h, CASE WHEN k.expires_at IS NULL THEN 'gone' ELSE 'kept' END, k.expires_at,
+               l.holder_id, l.expires_at, clock_timestamp()
+          FROM wanted w
+          LEFT JOIN kept k ON k.lock_name = w.n AND k.holder_id = w.h
+          LEFT JOIN distributed_locks l ON l.lock_name = w.n
+         ORDER BY w.i;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_wait_many(varchar[], varchar[], bigint[]) FROM PUBLIC;
+
+-- Whether a job key still runs, for deliveries waiting for its outcome: outside a transaction
+-- under a live lease (lease_left_ms: how much of it is left, NULL otherwise), or inside one
+-- (its claim holds the key's advisory lock, as pg_locks shows: the lock is never taken here, so
+-- that no claim finds it taken by a watcher). A plain read: a process with many deliveries
+-- waiting for one key checks it once for all of them.
+CREATE FUNCTION pglock_job_running(p_scope varchar, p_key text)
+RETURNS TABLE (running boolean, lease_left_ms bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce(j.status = 'running' AND j.lease_expires_at > clock_timestamp(), false)
+           OR EXISTS (SELECT FROM pg_catalog.pg_locks l
+                       WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                         AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+                         AND l.classid = ((k.lock_key >> 32) & 4294967295)::oid
+                         AND l.objid = (k.lock_key & 4294967295)::oid),
+           CASE WHEN j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+                THEN (extract(epoch FROM j.lease_expires_at - clock_timestamp()) * 1000)::bigint END
+      FROM (SELECT pglock_job_lock_key(p_scope, p_key) AS lock_key) AS k
+      LEFT JOIN pglock_jobs j ON j.scope = p_scope AND j.job_key = p_key
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_running(varchar, text) FROM PUBLIC;
+
 COMMIT;

@@ -43,6 +43,12 @@ SELECT r.outcome::text                               AS outcome,
        coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_job_renew_many(@scopes::varchar[], @job_keys::text[], @fencing_tokens::bigint[], @ttl_ms::bigint[]) AS r;
 
+-- WatchJob tells deliveries waiting for a key whether it still runs (pglock_job_running).
+-- name: WatchJob :one
+SELECT coalesce(r.running, false)::boolean     AS running,
+       coalesce(r.lease_left_ms, 0)::bigint   AS lease_left_ms
+  FROM pglock_job_running(@scope, @job_key) AS r;
+
 -- FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
 -- name: FinishJob :one
 SELECT f.finished_at::timestamptz AS finished_at

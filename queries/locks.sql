@@ -78,3 +78,14 @@ SELECT a.acquired::boolean                               AS acquired,
 SELECT r.outcome::text                               AS outcome,
        coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
   FROM pglock_renew_many(@lock_names::varchar[], @holder_ids::varchar[], @ttl_ms::bigint[]) AS r;
+
+-- WaitMany keeps many waiters' places in one statement (pglock_wait_many): a row per waiter, in
+-- the order given: its place kept (with its new expiry) or gone, and the lock's holder and
+-- expiry ('' and the epoch when there is no lock row).
+-- name: WaitMany :many
+SELECT r.outcome::text                                    AS outcome,
+       coalesce(r.expires_at, 'epoch')::timestamptz      AS expires_at,
+       coalesce(r.lock_holder_id, '')::varchar            AS lock_holder_id,
+       coalesce(r.lock_expires_at, 'epoch')::timestamptz AS lock_expires_at,
+       r.checked_at::timestamptz                          AS checked_at
+  FROM pglock_wait_many(@lock_names::varchar[], @holder_ids::varchar[], @ttl_ms::bigint[]) AS r;

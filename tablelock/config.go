@@ -54,9 +54,11 @@ type Config struct {
 	// AfterConnect.
 	ListenerConnConfig *pgx.ConnConfig
 
-	// MaxPollInterval caps the backoff of the first waiter of a name between polls: backed
-	// off, it polls about that often and never more often (at most one query per interval,
-	// and per third of its TTL when that is shorter). Default: DefaultMaxPollInterval.
+	// MaxPollInterval caps the backoff of the first waiter of a name between polls, without
+	// notifications (DisableNotifications): backed off, it polls about that often and never
+	// more often (at most one query per interval, and per third of its TTL when that is
+	// shorter). A listening waiter does not poll on its own: its place is kept with every other
+	// waiter's in one statement per tick. Default: DefaultMaxPollInterval.
 	MaxPollInterval time.Duration
 
 	// Logger receives the Locker's logs. Default: slog.Default().

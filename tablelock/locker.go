@@ -33,8 +33,9 @@ type Locker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// renewals renews the held locks' leases together (pglock_renew_many).
-	renewals *lease.Set
+	// renewals renews the held locks' leases together (pglock_renew_many); places keeps the
+	// waiters' places in the queues (pglock_wait_many).
+	renewals, places *lease.Set
 
 	// waits counts Acquire calls waiting or cleaning up after a wait; Close waits for them.
 	waits sync.WaitGroup
@@ -85,6 +86,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		tryConns:  map[*pgxpool.Conn]struct{}{},
 	}
 	l.renewals = lease.NewSet(lease.SetConfig{Renew: l.renewMany, Ctx: ctx, Tracker: (*background)(l), OnLag: l.lagging})
+	l.places = lease.NewSet(lease.SetConfig{Renew: l.keepPlaces, Ctx: ctx, Tracker: (*background)(l)})
 	return l, nil
 }
 

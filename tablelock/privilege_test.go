@@ -3,6 +3,7 @@ package tablelock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,39 +15,57 @@ import (
 	"github.com/pglock/pglock/tablelock"
 )
 
+// leastPrivilege is what docs/sql.md grants an application role for table locks.
+var leastPrivilege = []string{
+	"pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean)",
+	"pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean)",
+	"pglock_release(varchar, varchar)", "verify_fence(varchar, bigint)",
+	"pglock_fence(varchar, bigint, bigint)", "extend_lock_ms(varchar, varchar, bigint)",
+	"pglock_renew_many(varchar[], varchar[], bigint[])", "pglock_wait_many(varchar[], varchar[], bigint[])",
+}
+
+// grantedRole makes a role that may read the lock tables and execute functions, and returns
+// the pool option that connects as it, with tracer (when not nil) to watch its statements.
+func grantedRole(t *testing.T, d *testdb.DB, functions []string, tracer pgx.QueryTracer) func(*pgxpool.Config) {
+	t.Helper()
+	role := d.NewRole(t, "pglock_app")
+	_, err := d.Pool.Exec(context.Background(), fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s;
+		GRANT SELECT ON distributed_locks, distributed_lock_waiters TO %[1]s;
+		GRANT EXECUTE ON FUNCTION %[2]s TO %[1]s`, role, strings.Join(functions, ", ")))
+	require.NoError(t, err)
+	return func(c *pgxpool.Config) {
+		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, "SET ROLE "+role)
+			return err
+		}
+		if tracer != nil {
+			c.ConnConfig.Tracer = tracer
+		}
+	}
+}
+
 // The grants docs/sql.md lists are all a Locker needs: it takes, waits for, hands off, fences
 // and releases locks as a role that cannot write the tables.
 func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
-	role := d.NewRole(t, "pglock_app")
-	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s;
-		GRANT SELECT ON distributed_locks, distributed_lock_waiters TO %[1]s;
-		GRANT EXECUTE ON FUNCTION
-			pglock_attempt(varchar, varchar, bigint, jsonb, varchar, boolean),
-			pglock_acquire(varchar, varchar, bigint, jsonb, varchar, boolean),
-			pglock_release(varchar, varchar), verify_fence(varchar, bigint),
-			pglock_fence(varchar, bigint, bigint),
-			extend_lock_ms(varchar, varchar, bigint),
-			pglock_renew_many(varchar[], varchar[], bigint[]) TO %[1]s;`, role))
-	require.NoError(t, err)
-	asRole := func(c *pgxpool.Config) {
-		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, "SET ROLE "+role)
-			return err
-		}
-	}
+	var failed testdb.FailureCounter
+	asRole := grantedRole(t, d, leastPrivilege, &failed)
 	first := newLocker(t, d.NewPool(t, asRole), nil)
 	second := newLocker(t, d.NewPool(t, asRole), nil)
 
-	held, err := first.TryAcquire(ctx, "app", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+	opts := &tablelock.AcquireOptions{TTL: 300 * time.Millisecond}
+	held, err := first.TryAcquire(ctx, "app", opts)
 	require.NoError(t, err)
 	time.Sleep(time.Second) // renewed several times
 	require.NoError(t, held.Err())
-	acquired := acquireQueued(t, second, d.Pool, "app", nil)
+	acquired := acquireQueued(t, second, d.Pool, "app", opts)
+	time.Sleep(500 * time.Millisecond) // the waiter's place kept several times
 	require.NoError(t, held.Release(ctx))
 	next := <-acquired
 	require.NoError(t, pgx.BeginFunc(ctx, d.NewPool(t, asRole), func(tx pgx.Tx) error { return next.Fence(ctx, tx) }))
 	require.NoError(t, next.Release(ctx))
+	refused, why := failed.Count()
+	require.Zero(t, refused, "no statement was refused: %s", why)
 }

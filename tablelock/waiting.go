@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/pglock/pglock"
@@ -22,6 +23,26 @@ type waiter struct {
 	req     request
 	handoff chan handoffNotice // the lock was handed to this waiter
 	wake    chan struct{}      // something changed: poll now
+
+	// While the Locker listens, the waiter's place is kept by the Locker's places Set, whose
+	// statement also says until when the lock's holder has it (seen, on this process's clock).
+	place    *lease.Keeper
+	mu       sync.Mutex
+	lockEnds time.Time
+}
+
+// seen records until when the lock is held, as an answer about it said.
+func (w *waiter) seen(ends time.Time) {
+	w.mu.Lock()
+	w.lockEnds = ends
+	w.mu.Unlock()
+}
+
+// holderEnds is until when the lock's holder has it, as last seen.
+func (w *waiter) holderEnds() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lockEnds
 }
 
 // handoffNotice is the payload of NOTIFY pglock_handoff.
@@ -45,6 +66,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 	if err != nil {
 		return nil, err
 	}
+	defer stopKeepingPlace(w)
 	start := time.Now()
 	var (
 		queuedAt  time.Time // start of the last poll that wrote our place in the queue
@@ -79,6 +101,16 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			locked = lockedError(req.name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
 			checked = time.Now()
 			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
+			w.seen(checked.Add(expiresIn))
+			if !l.cfg.DisableNotifications && w.place == nil {
+				// The poll wrote the place, or found it written less than a third of its TTL
+				// ago: from then on, the places Set keeps it, and says what the lock does.
+				written := queuedAt
+				if !row.Queued {
+					written = pollStart.Add(-req.timing.TTL / 3)
+				}
+				l.keepPlace(w, written, row.CheckedAt.Add(req.timing.TTL))
+			}
 		case ctx.Err() != nil: // settled also leaves the queue once a poll it gave up on is over
 			l.abandon(w)
 			return nil, l.waitError(ctx, req, start, timeout, locked)
@@ -89,29 +121,22 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			l.cfg.Logger.Debug("pglock: poll failed; retrying", "lock", req.name, "error", err)
 		}
 
-		var handoff *handoffNotice
-		timer := time.NewTimer(l.pollDelay(w, idlePolls, expiresIn-time.Since(checked)))
-		select {
-		case h := <-w.handoff:
-			handoff = &h
-		case <-w.wake:
-			idlePolls = 0
-			select { // a wake-up and the handoff it announces can come together: the handoff saves a poll
-			case h := <-w.handoff:
-				handoff = &h
-			default:
-			}
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		handoff, woken, err := l.sleep(ctx, w, l.pollDelay(w, idlePolls, expiresIn-time.Since(checked)))
+		if err != nil {
 			l.abandon(w)
 			return nil, l.waitError(ctx, req, start, timeout, locked)
 		}
-		timer.Stop()
+		if woken {
+			idlePolls = 0
+		}
 		// The lease of a lock handed over counts from the last write of our place, which can be
 		// old. With less than half of it left by that count (or no count, if we never learned
 		// when the place was written), poll instead: the poll finds the lock ours and renews it
 		// from its own start.
+		if w.place != nil {
+			// The place's last renewal wrote it too, after the poll's.
+			queuedAt = later(queuedAt, w.place.Deadline().Add(-(req.timing.TTL - req.timing.Margin)))
+		}
 		if handoff != nil && !queuedAt.IsZero() {
 			usable := req.timing.TTL - req.timing.Margin
 			if time.Until(queuedAt.Add(usable)) > usable/2 {
@@ -120,6 +145,100 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			}
 		}
 	}
+}
+
+// sleep waits for something that calls for a poll: a handoff to w (returned), a wake-up
+// (woken), its place lost, ctx's end (its error), or delay. While the places Set keeps w's
+// place, delay is ignored: w sleeps until the holder's lease could end, as the Set last saw it,
+// and polls only then, or when told.
+func (l *Locker) sleep(ctx context.Context, w *waiter, delay time.Duration) (_ *handoffNotice, woken bool, _ error) {
+	var placeLost <-chan struct{}
+	if w.place != nil {
+		placeLost = w.place.Lost()
+	}
+	for {
+		if w.place != nil {
+			delay = max(time.Until(w.holderEnds()), 0)
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case h := <-w.handoff:
+			timer.Stop()
+			return &h, false, nil
+		case <-w.wake:
+			timer.Stop()
+			select { // a wake-up and the handoff it announces can come together: the handoff saves a poll
+			case h := <-w.handoff:
+				return &h, true, nil
+			default:
+				return nil, true, nil
+			}
+		case <-placeLost:
+			timer.Stop()
+			w.place = nil // the next poll writes it again
+			return nil, true, nil
+		case <-timer.C:
+			if w.place != nil && time.Until(w.holderEnds()) > 0 {
+				continue // the holder renewed meanwhile, the Set saw it
+			}
+			return nil, false, nil
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// keepPlace has the places Set keep w's place, written at written (or later) until expiresAt
+// by the database's clock.
+func (l *Locker) keepPlace(w *waiter, written, expiresAt time.Time) {
+	w.place = lease.New(lease.Config{
+		Name: "place of " + w.req.holder + " in the queue of " + w.req.name, Timing: w.req.timing,
+		Start: written, ExpiresAt: expiresAt, Ctx: l.ctx, Tracker: (*background)(l), Set: l.places, Ref: w,
+	})
+	w.place.Start()
+}
+
+// stopKeepingPlace ends the keeping of w's place, if the Set keeps it.
+func stopKeepingPlace(w *waiter) {
+	if w.place != nil {
+		w.place.Stop()
+	}
+}
+
+// keepPlaces keeps the places of waiters in one statement, and wakes those whose lock is free,
+// theirs, or past its lease, as the statement saw it.
+func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
+	p := db.WaitManyParams{LockNames: make([]string, len(due)), HolderIds: make([]string, len(due)), TtlMs: make([]int64, len(due))}
+	waiters := make([]*waiter, len(due))
+	for i, d := range due {
+		w := d.Ref.(*waiter)
+		waiters[i] = w
+		p.LockNames[i], p.HolderIds[i], p.TtlMs[i] = w.req.name, w.req.holder, d.TTL.Milliseconds()
+	}
+	rows, err := l.queries.WaitMany(ctx, p)
+	now := time.Now()
+	for i, r := range rows {
+		w := waiters[i]
+		ends := now.Add(r.LockExpiresAt.Sub(r.CheckedAt))
+		w.seen(ends)
+		if r.LockHolderID == "" || r.LockHolderID == w.req.holder || !ends.After(now) {
+			wake(w)
+		}
+	}
+	return lease.Outcomes(rows, err, func(r db.WaitManyRow) (string, time.Time) {
+		if r.Outcome == "kept" {
+			return "renewed", r.ExpiresAt
+		}
+		return r.Outcome, r.ExpiresAt
+	})
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // waitContext is the context of a wait: it ends at timeout (when positive, with cause

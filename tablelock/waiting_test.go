@@ -127,9 +127,8 @@ func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 			require.NoError(t, err)
 			acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
 			testdb.WaitFor(t, func() bool { return listeners(t, d.Pool, tc.listenerApp) == 1 }, "the listener connected as the pool does")
-			// Release just after the waiter's ninth poll: its backoff, doubling from 10 ms, puts
-			// the next one over a second later, so only the handoff can wake it before then.
-			testdb.WaitFor(t, func() bool { return polls.n.Load() >= 9 })
+			// A listening waiter polls once, then not before the holder's lease (an hour) could
+			// end: only the handoff can wake it.
 
 			before := polls.n.Load()
 			require.NoError(t, held.Release(ctx))
@@ -551,5 +550,58 @@ func TestWaiterGivingUpDuringAHandoffKeepsNothing(t *testing.T) {
 			_, ok := readLock(t, d.Pool, name)
 			return !ok
 		}, "round %d: the waiter that gave up holds the lock", round)
+	}
+}
+
+// Holding and waiting cost the database a few statements per heartbeat, whatever the number of
+// locks and waiters: a process renews its locks together, another keeps its waiters' places
+// together and, told of releases and handoffs, polls only when a lock's lease could end. Every
+// release still hands its lock over.
+func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	var holding, waiting testdb.QueryCounter
+	cfg := &tablelock.Config{TTL: 900 * time.Millisecond} // a heartbeat every 300 ms
+	holder := newLocker(t, d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &holding }), cfg)
+	waiter := newLocker(t, d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &waiting }), cfg)
+
+	const n = 200
+	held := make([]*tablelock.Lock, n)
+	for i := range held {
+		var err error
+		held[i], err = holder.TryAcquire(ctx, fmt.Sprintf("busy-%d", i), nil)
+		require.NoError(t, err)
+	}
+	acquired := make(chan *tablelock.Lock, n)
+	for i := range n {
+		go func() {
+			lk, err := waiter.Acquire(ctx, fmt.Sprintf("busy-%d", i), nil)
+			if err != nil {
+				t.Errorf("acquire busy-%d: %v", i, err)
+				close(acquired)
+				return
+			}
+			acquired <- lk
+		}()
+	}
+	testdb.WaitFor(t, func() bool { return waiter.Stats().Waiting == n }, "every waiter is waiting")
+	time.Sleep(time.Second) // the first polls are over
+
+	holdingBefore, waitingBefore := holding.Count(), waiting.Count()
+	time.Sleep(3 * time.Second) // ten heartbeats
+	heldStatements, waitStatements := holding.Count()-holdingBefore, waiting.Count()-waitingBefore
+	// A statement per lock (or per waiter) per heartbeat would be 2,000 each; ten ticks a
+	// heartbeat at the most is 100.
+	require.LessOrEqual(t, heldStatements, int64(110), "renewing %d locks for ten heartbeats", n)
+	require.LessOrEqual(t, waitStatements, int64(110), "keeping %d waiters' places for ten heartbeats", n)
+	for _, lk := range held {
+		require.NoError(t, lk.Err())
+	}
+
+	t.Logf("ten heartbeats: %d statements renewing %d locks, %d keeping %d waiters", heldStatements, n, waitStatements, n)
+	for _, lk := range held {
+		require.NoError(t, lk.Release(ctx))
+		require.NoError(t, testdb.Receive(t, acquired).Release(ctx))
 	}
 }

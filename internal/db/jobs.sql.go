@@ -497,3 +497,27 @@ func (q *Queries) UnawaitJob(ctx context.Context, arg UnawaitJobParams) error {
 	_, err := q.db.Exec(ctx, unawaitJob, arg.Scope, arg.JobKey, arg.WaiterID)
 	return err
 }
+
+const watchJob = `-- name: WatchJob :one
+SELECT coalesce(r.running, false)::boolean     AS running,
+       coalesce(r.lease_left_ms, 0)::bigint   AS lease_left_ms
+  FROM pglock_job_running($1, $2) AS r
+`
+
+type WatchJobParams struct {
+	Scope  string
+	JobKey string
+}
+
+type WatchJobRow struct {
+	Running     bool
+	LeaseLeftMs int64
+}
+
+// WatchJob tells deliveries waiting for a key whether it still runs (pglock_job_running).
+func (q *Queries) WatchJob(ctx context.Context, arg WatchJobParams) (WatchJobRow, error) {
+	row := q.db.QueryRow(ctx, watchJob, arg.Scope, arg.JobKey)
+	var i WatchJobRow
+	err := row.Scan(&i.Running, &i.LeaseLeftMs)
+	return i, err
+}

@@ -278,3 +278,55 @@ func (q *Queries) TryAcquireLock(ctx context.Context, arg TryAcquireLockParams) 
 	)
 	return i, err
 }
+
+const waitMany = `-- name: WaitMany :many
+SELECT r.outcome::text                                    AS outcome,
+       coalesce(r.expires_at, 'epoch')::timestamptz      AS expires_at,
+       coalesce(r.lock_holder_id, '')::varchar            AS lock_holder_id,
+       coalesce(r.lock_expires_at, 'epoch')::timestamptz AS lock_expires_at,
+       r.checked_at::timestamptz                          AS checked_at
+  FROM pglock_wait_many($1::varchar[], $2::varchar[], $3::bigint[]) AS r
+`
+
+type WaitManyParams struct {
+	LockNames []string
+	HolderIds []string
+	TtlMs     []int64
+}
+
+type WaitManyRow struct {
+	Outcome       string
+	ExpiresAt     time.Time
+	LockHolderID  string
+	LockExpiresAt time.Time
+	CheckedAt     time.Time
+}
+
+// WaitMany keeps many waiters' places in one statement (pglock_wait_many): a row per waiter, in
+// the order given: its place kept (with its new expiry) or gone, and the lock's holder and
+// expiry (” and the epoch when there is no lock row).
+func (q *Queries) WaitMany(ctx context.Context, arg WaitManyParams) ([]WaitManyRow, error) {
+	rows, err := q.db.Query(ctx, waitMany, arg.LockNames, arg.HolderIds, arg.TtlMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WaitManyRow
+	for rows.Next() {
+		var i WaitManyRow
+		if err := rows.Scan(
+			&i.Outcome,
+			&i.ExpiresAt,
+			&i.LockHolderID,
+			&i.LockExpiresAt,
+			&i.CheckedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

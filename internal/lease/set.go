@@ -33,8 +33,9 @@ type Set struct {
 	pending time.Time // the earliest wake asked for while ticking
 	renewed int       // statements sent
 	// How far renewals are behind: oldest is since when the longest-waiting lease of the tick
-	// under way has been due; lag how long that was at the end of the last tick; limit half
-	// the shortest heartbeat among its leases, the lag past which the Set is saturated.
+	// under way not yet answered has been due; lag how long the longest-waiting lease of the
+	// last tick waited; limit half the shortest heartbeat among its leases, the lag past which
+	// the Set is saturated.
 	oldest     time.Time
 	lag, limit time.Duration
 	saturated  bool
@@ -104,8 +105,9 @@ func (s *Set) lagLocked() time.Duration {
 	return s.lag
 }
 
-// Saturated reports whether renewals are more than half a heartbeat behind: the leases held
-// come first, so their owner should take no new ones.
+// Saturated reports whether renewals are more than half a heartbeat behind: a renewal that
+// takes longer than that leaves too little of the lease for the next one to be retried, so the
+// leases held come first, and their owner should take no new ones.
 func (s *Set) Saturated() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -230,28 +232,25 @@ func (s *Set) tick() {
 
 	now := s.clock.Now()
 	var (
-		due    []*Keeper
-		oldest time.Time
-		beat   time.Duration
+		due  []dueLease
+		beat time.Duration
 	)
 	for _, k := range members {
 		if since, heartbeat, ok := k.takeDue(now); ok {
-			due = append(due, k)
-			if oldest.IsZero() || since.Before(oldest) {
-				oldest = since
-			}
+			due = append(due, dueLease{k, since})
 			if beat == 0 || heartbeat < beat {
 				beat = heartbeat
 			}
 		}
 	}
-	s.mu.Lock()
-	if !oldest.IsZero() {
-		s.oldest, s.limit = oldest, beat/2
+	if len(due) > 0 {
+		// The longest-waiting first: a tick of many statements renews them first.
+		slices.SortFunc(due, func(a, b dueLease) int { return a.since.Compare(b.since) })
+		s.mu.Lock()
+		s.oldest, s.limit = due[0].since, beat/2
+		s.mu.Unlock()
+		s.measure(s.renewAll(due))
 	}
-	s.mu.Unlock()
-	s.renewAll(due)
-	s.measure(oldest, beat)
 
 	// The leases renewed, and those added meanwhile, asked for their next tick (pending); the
 	// others are due as they were.
@@ -273,13 +272,16 @@ func (s *Set) tick() {
 	s.mu.Unlock()
 }
 
+// dueLease is a lease a tick renews, and since when a heartbeat of it has been due.
+type dueLease struct {
+	k     *Keeper
+	since time.Time
+}
+
 // measure records how far the tick that ended found renewals behind, and tells OnLag.
-func (s *Set) measure(oldest time.Time, beat time.Duration) {
-	if oldest.IsZero() {
-		return // nothing was due
-	}
+func (s *Set) measure(lag time.Duration) {
 	s.mu.Lock()
-	s.lag, s.limit, s.oldest = max(0, s.clock.Now().Sub(oldest)), beat/2, time.Time{}
+	s.lag, s.oldest = lag, time.Time{}
 	lag, saturated, was := s.lag, s.limit > 0 && s.lag > s.limit, s.saturated
 	s.saturated = saturated
 	s.mu.Unlock()
@@ -288,43 +290,71 @@ func (s *Set) measure(oldest time.Time, beat time.Duration) {
 	}
 }
 
-// renewAll renews due in chunks of MaxBatch, MaxInFlight at a time.
-func (s *Set) renewAll(due []*Keeper) {
-	var wg sync.WaitGroup
+// renewAll renews due (the longest-waiting first) in chunks of MaxBatch, MaxInFlight at a
+// time, and returns how long the longest-waiting lease of any chunk waited, from its heartbeat
+// to its chunk's answer. While chunks are under way, oldest is the longest-waiting lease of
+// those not yet answered.
+func (s *Set) renewAll(due []dueLease) (lag time.Duration) {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		pending []time.Time // each unanswered chunk's longest-waiting lease, in chunk order
+	)
 	slots := make(chan struct{}, MaxInFlight)
-	for chunk := range slices.Chunk(due, MaxBatch) {
+	chunks := slices.Collect(slices.Chunk(due, MaxBatch))
+	for _, chunk := range chunks {
+		pending = append(pending, chunk[0].since)
+	}
+	for i, chunk := range chunks {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s.renewChunk(chunk)
+			answered := s.renewChunk(chunk)
+			mu.Lock()
+			defer mu.Unlock()
+			lag = max(lag, answered.Sub(chunk[0].since))
+			pending[i] = time.Time{}
+			oldest := time.Time{}
+			for _, since := range pending {
+				if !since.IsZero() && (oldest.IsZero() || since.Before(oldest)) {
+					oldest = since
+				}
+			}
+			s.mu.Lock()
+			s.oldest = oldest
+			s.mu.Unlock()
 		})
 	}
 	wg.Wait()
+	return max(lag, 0)
 }
 
-// renewChunk sends one statement for keepers, whose turns takeDue took, and settles each. The
-// statement is bounded by the latest deadline among them: past it, every one is lost anyway.
-func (s *Set) renewChunk(keepers []*Keeper) {
-	due := make([]Due, len(keepers))
-	timings := make([]Timing, len(keepers))
+// renewChunk sends one statement for leases, whose turns takeDue took, settles each, and
+// returns when the answer came. The statement is bounded by the latest deadline among them:
+// past it, every one is lost anyway.
+func (s *Set) renewChunk(leases []dueLease) time.Time {
+	due := make([]Due, len(leases))
+	timings := make([]Timing, len(leases))
 	var last time.Time
-	for i, k := range keepers {
-		k.mu.Lock()
-		timings[i], last = k.timing, later(last, k.deadline)
-		k.mu.Unlock()
-		due[i] = Due{k.cfg.Ref, timings[i].TTL}
+	for i, l := range leases {
+		l.k.mu.Lock()
+		timings[i], last = l.k.timing, later(last, l.k.deadline)
+		l.k.mu.Unlock()
+		due[i] = Due{l.k.cfg.Ref, timings[i].TTL}
 	}
 	start := s.clock.Now()
 	ctx, cancel := context.WithTimeout(s.cfg.Ctx, last.Sub(start))
 	defer cancel()
 	out, err := s.send(ctx, due)
-	for i, k := range keepers {
+	answered := s.clock.Now()
+	for i, l := range leases {
 		var r Renewed
 		if err == nil {
 			r = out[i]
 		}
-		k.settleHeartbeat(start, timings[i], r, err)
+		l.k.settleHeartbeat(start, timings[i], r, err)
 	}
+	return answered
 }
 
 func later(a, b time.Time) time.Time {

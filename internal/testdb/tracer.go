@@ -20,3 +20,27 @@ func (c *QueryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 }
 
 func (*QueryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// FailureCounter is a pgx.QueryTracer that counts the queries that failed, and keeps the first
+// error: what a test of grants checks nothing was refused by.
+type FailureCounter struct {
+	n     atomic.Int64
+	first atomic.Value
+}
+
+// Count returns how many queries failed so far, and the first one's error ("" if none).
+func (c *FailureCounter) Count() (int64, string) {
+	first, _ := c.first.Load().(string)
+	return c.n.Load(), first
+}
+
+func (*FailureCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *FailureCounter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if data.Err != nil {
+		c.n.Add(1)
+		c.first.CompareAndSwap(nil, data.Err.Error())
+	}
+}
