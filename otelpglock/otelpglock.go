@@ -73,7 +73,7 @@ type Observer struct {
 	jobRunDuration                         metric.Float64Histogram
 	cronRuns                               metric.Int64Counter
 	cronRunDuration, cronLag               metric.Float64Histogram
-	clockOffset, lastSuccess               metric.Float64Gauge
+	clockOffset, lastSuccess, renewalLag   metric.Float64Gauge
 	isLeader, term                         metric.Int64Gauge
 	transitions                            metric.Int64Counter
 	tenure, vacancy                        metric.Float64Histogram
@@ -113,6 +113,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.semaphorePermits = b.upDown("pglock.semaphore.permits.held", "{permit}", "Places of a semaphore held now by this process.")
 	obs.losses = b.counter("pglock.lease.losses", "{loss}", "Locks, leases and advisory locks lost while held, by cause.")
 	obs.renewalFailures = b.counter("pglock.lease.renewal.failures", "{failure}", "Renewals that failed and will be retried.")
+	obs.renewalLag = b.gauge("pglock.lease.renewal.lag", "s", "How far the renewals of the leases held are behind, while past half a heartbeat (acquisitions then fail with ErrSaturated); 0 once they catch up.")
 	obs.fenceRefusals = b.counter("pglock.fence.refusals", "{refusal}", "Fence checks that refused a token no longer current.")
 	obs.deliveries = b.counter("pglock.job.deliveries", "{delivery}", "Job deliveries, by outcome and mode.")
 	obs.attempts = b.counter("pglock.job.attempts", "{attempt}", "Job attempts that ran the function, by outcome and mode.")
@@ -240,6 +241,12 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		o.endRun(ctx, e)
 	case pglock.EventClockOffset:
 		o.clockOffset.Record(ctx, e.Offset.Seconds())
+	case pglock.EventRenewalLag:
+		lag := e.Lag
+		if e.Outcome != pglock.OutcomeError {
+			lag = 0 // caught up
+		}
+		o.renewalLag.Record(ctx, lag.Seconds(), o.attributes(attrKey{primitive: e.Primitive}))
 	case pglock.EventLeader:
 		name := o.attributes(attrKey{name: e.Name})
 		o.transitions.Add(ctx, 1, o.attributes(attrKey{outcome: e.Outcome, cause: e.Cause, name: e.Name}))

@@ -675,3 +675,23 @@ func statuses(records []cron.RunRecord) map[cron.Status]int {
 	}
 	return m
 }
+
+// Renewals held up past half a heartbeat (every round trip of the Locker's pool delayed by a
+// proxy) show as the renewal lag, back to 0 once they catch up.
+func TestRenewalsFallingBehindShowAsTheRenewalLag(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	in := newInstance(t, nil)
+	ctx := testdb.Context(t)
+	pool, proxy := d.ProxiedPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	l := newLocker(t, pool, &tablelock.Config{Observer: in.obs, TTL: 3 * time.Second})
+	lk, err := l.TryAcquire(ctx, "slow", nil)
+	require.NoError(t, err)
+	require.NoError(t, lk.Extend(ctx, 3*time.Second)) // the renewal's statement is prepared
+	undo, err := proxy.Slow(300, 0)
+	require.NoError(t, err)
+	testdb.WaitFor(t, func() bool { return in.read(t, "pglock.lease.renewal.lag", lockAttr).value > 0.5 }, "the lag past half a heartbeat")
+	require.NoError(t, undo())
+	in.waitValue(t, 0, "pglock.lease.renewal.lag", lockAttr)
+	require.NoError(t, lk.Err())
+}

@@ -281,6 +281,9 @@ type dueLease struct {
 // measure records how far the tick that ended found renewals behind, and tells OnLag.
 func (s *Set) measure(lag time.Duration) {
 	s.mu.Lock()
+	if len(s.members) == 0 {
+		lag = 0 // every lease the tick renewed is gone: nothing is behind
+	}
 	s.lag, s.oldest = lag, time.Time{}
 	lag, saturated, was := s.lag, s.limit > 0 && s.lag > s.limit, s.saturated
 	s.saturated = saturated
