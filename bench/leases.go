@@ -324,14 +324,13 @@ func holdTogether(ctx context.Context, l *tablelock.Locker, prefix string, n int
 			lost++
 		}
 	}
-	releaseCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, lk := range locks {
-		if err := lk.Release(releaseCtx); err != nil && !errors.Is(err, pglock.ErrLockLost) {
-			return len(locks), lost, err
+	err = takeAll(context.Background(), len(locks), func(ctx context.Context, i int) error {
+		if err := locks[i].Release(ctx); err != nil && !errors.Is(err, pglock.ErrLockLost) {
+			return err
 		}
-	}
-	return len(locks), lost, nil
+		return nil
+	})
+	return len(locks), lost, err
 }
 
 // holdPerLease is v0.1's way: each lease renews itself every third of its TTL with a
@@ -395,22 +394,19 @@ func holdPerLease(ctx context.Context, pool *pgxpool.Pool, prefix string, n int,
 	held(len(names))
 	<-ctx.Done()
 	renewal.Wait()
-	releaseCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, name := range names {
-		if _, err := pool.Exec(releaseCtx, "SELECT release_lock($1, 'bench')", name); err != nil {
-			return len(names), int(lostN.Load()), err
-		}
-	}
-	return len(names), int(lostN.Load()), nil
+	err = takeAll(context.Background(), len(names), func(ctx context.Context, i int) error {
+		_, err := pool.Exec(ctx, "SELECT release_lock($1, 'bench')", names[i])
+		return err
+	})
+	return len(names), int(lostN.Load()), err
 }
 
 // saturated counts the acquisitions refused with pglock.ErrSaturated (and tried again).
 var saturated atomic.Int64
 
-// takeAll runs take for 0..n-1, leaseAcquirers at a time, until all are taken, one fails, or
-// leaseAcquireBudget has passed (then what was taken stands). An acquisition refused because
-// the renewals are behind is tried again 50 ms later.
+// takeAll runs take for 0..n-1, leaseAcquirers at a time, until all are done, one fails, or
+// leaseAcquireBudget has passed (then what was done stands: leases not released run out). An
+// acquisition refused because the renewals are behind is tried again 50 ms later.
 func takeAll(ctx context.Context, n int, take func(ctx context.Context, i int) error) error {
 	budget, cancel := context.WithTimeout(ctx, leaseAcquireBudget)
 	defer cancel()
