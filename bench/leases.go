@@ -23,8 +23,8 @@ import (
 // leaseConns, and holds them; v0.1's way of keeping them (a statement per lease per heartbeat)
 // beside pglock's (every lease due in one statement per tick).
 var (
-	leaseSizes = flag.String("lease-sizes", "1000,10000,30000,100000", "how many leases one process holds, comma-separated")
-	leaseHold  = flag.Duration("lease-hold", 20*time.Second, "how long each size is held")
+	leaseSizes  = flag.String("lease-sizes", "1000,10000,30000,100000", "how many leases one process holds, comma-separated")
+	leaseHold   = flag.Duration("lease-hold", 20*time.Second, "how long each size is held")
 	leaseTTL    = flag.Duration("lease-ttl", 6*time.Second, "the leases' TTL (renewed every third of it)")
 	leaseBefore = flag.Bool("lease-before", true, "measure v0.1's way (a statement per lease) too")
 )
@@ -177,10 +177,8 @@ func idleCost(ctx context.Context, e *env, say func(string, ...any)) (idleResult
 			return res, ctx.Err()
 		}
 	}
-	select { // the waiters' first polls, and their counts' flush to pg_stat_database
-	case <-time.After(3 * time.Second):
-	case <-ctx.Done():
-		return res, ctx.Err()
+	if err := statsSettle(ctx); err != nil { // and the waiters' first polls are over
+		return res, err
 	}
 	res.window = 20 * time.Second
 	txBefore, err := transactions(ctx, e)
@@ -246,12 +244,8 @@ func measureLeases(ctx context.Context, e *env, pool *pgxpool.Pool, w leaseWay, 
 	res.acquireAll, res.refused = time.Since(started), saturated.Swap(0)
 	say("  %d of %d taken in %s (%d refusals for saturation); holding for %s", res.taken, n, res.acquireAll.Round(time.Millisecond), res.refused, hold)
 
-	// Backends flush their counts to pg_stat_database at most once a second: let what taking
-	// the leases (and the way before) did reach it before the window opens.
-	select {
-	case <-time.After(1500 * time.Millisecond):
-	case <-ctx.Done():
-		return res, ctx.Err()
+	if err := statsSettle(ctx); err != nil {
+		return res, err
 	}
 	txBefore, err := transactions(ctx, e)
 	if err != nil {
@@ -441,6 +435,18 @@ func takeAll(ctx context.Context, n int, take func(ctx context.Context, i int) e
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// statsSettle waits until what the backends did so far has reached pg_stat_database: a
+// backend flushes its counts at the end of a transaction at most once a second, and an idle one
+// after 10 s (PGSTAT_IDLE_INTERVAL), so counts from before a window would land in it.
+func statsSettle(ctx context.Context) error {
+	select {
+	case <-time.After(11 * time.Second):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // transactions is how many transactions the benchmark's database has committed or rolled back.

@@ -123,8 +123,6 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 	}
 }
 
-// explainLoss tells a run why its row is no longer running: if a newer run replaced it, its
-// context is canceled with that cause (pglock.ErrReplaced) before the lease is declared lost.
 // runRef names a running run's row, for renewals.
 type runRef struct{ id, token int64 }
 
@@ -144,6 +142,8 @@ func (s *Scheduler) renewMany(ctx context.Context, due []lease.Due) ([]lease.Ren
 	return lease.Outcomes(rows, err, func(r db.RenewCronRunsRow) (string, time.Time) { return r.Outcome, r.ExpiresAt })
 }
 
+// explainLoss tells a run why its row is no longer running: if a newer run replaced it, its
+// context is canceled with that cause (pglock.ErrReplaced) before the lease is declared lost.
 func (s *Scheduler) explainLoss(ctx context.Context, id int64) {
 	r, err := s.queries.GetCronRun(ctx, id)
 	if err == nil && r.Status == "canceled" {

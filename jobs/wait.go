@@ -29,11 +29,13 @@ type watch struct {
 	lockKey int64
 	id      string // its registration in pglock_job_waiters
 
+	registered chan struct{} // closed once the watch has tried to register
+	stop       context.CancelFunc
+	done       chan struct{}
+
 	mu      sync.Mutex
-	members int
+	members int           // counted under the Deduper's mutex, with the map the watch is in
 	changed chan struct{} // closed when the run may be over, then replaced
-	stop    context.CancelFunc
-	done    chan struct{}
 }
 
 // wake tells the waiting deliveries to claim again.
@@ -60,20 +62,18 @@ func (d *Deduper) startWaiting(req request, lockKey int64) (*watch, <-chan struc
 	w := d.watches[lockKey]
 	if w == nil {
 		ctx, stop := context.WithCancel(context.Background())
-		w = &watch{d: d, req: req, lockKey: lockKey, id: ident.NewHolderID(), changed: make(chan struct{}), stop: stop, done: make(chan struct{})}
+		w = &watch{d: d, req: req, lockKey: lockKey, id: ident.NewHolderID(), changed: make(chan struct{}),
+			registered: make(chan struct{}), stop: stop, done: make(chan struct{})}
 		d.watches[lockKey] = w
 		d.subscribe()
-		registered := make(chan struct{})
-		go w.run(ctx, registered)
-		d.mu.Unlock()
-		<-registered
-	} else {
-		d.mu.Unlock()
+		go w.run(ctx)
 	}
 	w.mu.Lock()
 	w.members++
 	next := w.changed
 	w.mu.Unlock()
+	d.mu.Unlock()
+	<-w.registered
 	return w, next
 }
 
@@ -95,27 +95,27 @@ func (d *Deduper) stopWaiting(w *watch) {
 	}
 }
 
-// run registers the watch (registered is closed once it has tried), checks the key until ctx
+// run registers the watch (w.registered is closed once it has tried), checks the key until ctx
 // ends, and unregisters it.
-func (w *watch) run(ctx context.Context, registered chan<- struct{}) {
+func (w *watch) run(ctx context.Context) {
 	defer close(w.done)
 	d, req := w.d, w.req
-	var renewAt time.Time
+	var renewAt time.Time // when the registration is made again
 	register := func() {
 		if d.cfg.DisableNotifications || time.Now().Before(renewAt) {
 			return
 		}
+		renewAt = time.Now().Add(waiterTTL / 3)
 		_, err := d.queries.AwaitJob(ctx, db.AwaitJobParams{Scope: req.scope, JobKey: req.key, WaiterID: w.id, TtlMs: waiterTTL.Milliseconds()})
 		if err != nil {
+			renewAt = time.Now().Add(pollBackoff.Max) // and the checks go on meanwhile
 			if ctx.Err() == nil {
-				d.cfg.Logger.Warn("pglock: could not register a job waiter; polling", "job", req.key, "scope", req.scope, "error", err)
+				d.cfg.Logger.Warn("pglock: could not register a job waiter; checking the key meanwhile", "job", req.key, "scope", req.scope, "error", err)
 			}
-			return
 		}
-		renewAt = time.Now().Add(waiterTTL / 3)
 	}
 	register()
-	close(registered)
+	close(w.registered)
 	defer func() {
 		if d.cfg.DisableNotifications {
 			return
@@ -130,7 +130,10 @@ func (w *watch) run(ctx context.Context, registered chan<- struct{}) {
 
 	delay := pollBackoff.Delay(0)
 	for checks := 1; ; checks++ {
-		timer := time.NewTimer(min(delay, max(time.Until(renewAt), 0)))
+		if !d.cfg.DisableNotifications {
+			delay = min(delay, max(time.Until(renewAt), 0))
+		}
+		timer := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

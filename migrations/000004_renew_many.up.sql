@@ -240,7 +240,7 @@ REVOKE ALL ON FUNCTION pglock_wait_many(varchar[], varchar[], bigint[]) FROM PUB
 -- waiting for one key checks it once for all of them.
 CREATE FUNCTION pglock_job_running(p_scope varchar, p_key text)
 RETURNS TABLE (running boolean, lease_left_ms bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
     SELECT coalesce(j.status = 'running' AND j.lease_expires_at > clock_timestamp(), false)

@@ -108,8 +108,8 @@ func (lk *Lock) Release(ctx context.Context) error {
 }
 
 // markReleased stops keeping the lock; false if it was released already. No need to wait for
-// a renewal in flight to end: it can only fail (the row is gone), and a released lock is never
-// declared lost.
+// a renewal in flight to end: whatever it finds, a released lock is never declared lost (a
+// renewal that lands before the release is undone by it, one after finds the row gone).
 func (lk *Lock) markReleased() bool {
 	if !lk.lease.Stop() {
 		return false
@@ -153,7 +153,8 @@ func (lk *Lock) releaseLater() bool {
 
 // Fence verifies, inside tx, that the lock is still held with its token, and keeps it so until
 // tx ends: no release, renewal, handoff or takeover of the lock can commit before. Write to the
-// protected resource in tx after Fence, and keep tx short, for it also holds up renewals. It
+// protected resource in tx after Fence, and keep tx short: the lock's renewals pass over it
+// while tx holds its row, and are tried again until it ends (others' are not held up). It
 // returns an error matching pglock.ErrLockLost (and signals the loss) when the lock is lost.
 //
 // Fence also bounds tx on the server, so that a client that stops talking mid-transaction (a

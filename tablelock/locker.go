@@ -86,9 +86,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		tryConns:  map[*pgxpool.Conn]struct{}{},
 	}
 	l.renewals = lease.NewSet(lease.SetConfig{Renew: l.renewMany, Ctx: ctx, Tracker: (*background)(l), OnLag: l.lagging})
-	l.places = lease.NewSet(lease.SetConfig{Renew: l.keepPlaces, Ctx: ctx, Tracker: (*background)(l)})
+	// A place is row-locked while a statement keeps it, and a release passes over a locked
+	// place to the next waiter: small statements keep that window as short as a waiter's own
+	// poll keeps it.
+	l.places = lease.NewSet(lease.SetConfig{Renew: l.keepPlaces, Ctx: ctx, Tracker: (*background)(l), Batch: placesBatch})
 	return l, nil
 }
+
+// placesBatch is how many waiters' places one statement keeps.
+const placesBatch = 100
 
 // renewMany renews the leases of locks in one statement.
 func (l *Locker) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {

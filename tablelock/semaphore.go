@@ -67,6 +67,7 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	if err != nil {
 		return nil, err
 	}
+	defer stopKeepingPlace(w)
 	start := time.Now()
 	// Polls rewrite the queue place, which lives a TTL: never further apart than a third of it.
 	backoff := retry.Backoff{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
@@ -78,6 +79,10 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 			defer l.unregister(w)
 			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start), 0)
 		case err == nil:
+			if !l.cfg.DisableNotifications && w.place == nil {
+				// The poll wrote the place: from then on the places Set keeps it.
+				l.keepPlace(w, pollStart, row.ExpiresAt)
+			}
 		case ctx.Err() != nil:
 			l.abandonSemaphore(w, name, req)
 			return nil, l.waitError(ctx, queue, start, timeout, nil)
@@ -85,17 +90,14 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 			l.abandonSemaphore(w, name, req)
 			return nil, errs.Errorf("acquire semaphore %q: %w", name, err)
 		}
-		timer := time.NewTimer(backoff.Delay(polls))
-		select {
-		case <-w.wake:
-			polls = 0
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		_, woken, err := l.sleep(ctx, w, backoff.Delay(polls))
+		if err != nil {
 			l.abandonSemaphore(w, name, req)
 			return nil, l.waitError(ctx, queue, start, timeout, nil)
 		}
-		timer.Stop()
+		if woken {
+			polls = 0
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -192,8 +193,12 @@ func (l *Locker) sleep(ctx context.Context, w *waiter, delay time.Duration) (_ *
 // keepPlace has the places Set keep w's place, written at written (or later) until expiresAt
 // by the database's clock.
 func (l *Locker) keepPlace(w *waiter, written, expiresAt time.Time) {
+	timing := w.req.timing
+	if timing.Heartbeat == 0 { // the lock will not be renewed by heartbeats, but its place must be
+		timing.Heartbeat = timing.TTL / 3
+	}
 	w.place = lease.New(lease.Config{
-		Name: "place of " + w.req.holder + " in the queue of " + w.req.name, Timing: w.req.timing,
+		Name: "place of " + w.req.holder + " in the queue of " + w.req.name, Timing: timing,
 		Start: written, ExpiresAt: expiresAt, Ctx: l.ctx, Tracker: (*background)(l), Set: l.places, Ref: w,
 	})
 	w.place.Start()
@@ -220,6 +225,15 @@ func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renew
 	now := time.Now()
 	for i, r := range rows {
 		w := waiters[i]
+		if strings.HasPrefix(w.req.name, SemaphorePrefix) {
+			// A semaphore's queue has no lock row to read, and a place freed by expiry sends no
+			// notification: the first local waiter of the semaphore looks at every tick.
+			w.seen(now.Add(w.req.timing.TTL))
+			if l.isHead(w) {
+				wake(w)
+			}
+			continue
+		}
 		ends := now.Add(r.LockExpiresAt.Sub(r.CheckedAt))
 		w.seen(ends)
 		if r.LockHolderID == "" || r.LockHolderID == w.req.holder || !ends.After(now) {

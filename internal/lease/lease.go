@@ -229,8 +229,9 @@ func (k *Keeper) Deadline() time.Time {
 }
 
 // Stop ends the keeping, for a lease its holder gives up; false if it was stopped already. A
-// renewal in flight is canceled and can only fail: a stopped lease is never declared lost by
-// the keeper (LostBeforeStop reports a loss its release found).
+// renewal of its own in flight is canceled; one in a Set's statement goes on with the others,
+// and whatever it finds changes nothing: a stopped lease is never declared lost by the keeper
+// (LostBeforeStop reports a loss its release found).
 func (k *Keeper) Stop() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -318,7 +319,15 @@ func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 		return err
 	}
 	expiresAt, held, err := k.renewOnce(ctx, timing.TTL)
-	return k.settle(start, timing, expiresAt, held, err)
+	err = k.settle(start, timing, expiresAt, held, err)
+	if k.cfg.Set != nil {
+		k.mu.Lock()
+		if k.due.IsZero() && !k.stopped && k.lostCtx.Err() == nil && k.started {
+			k.scheduleRenewal(k.nextRenewal()) // a tick passed over the lease meanwhile
+		}
+		k.mu.Unlock()
+	}
+	return err
 }
 
 // prepare readies a renewal with t (the current timing when nil) that starts at start: the
@@ -500,7 +509,10 @@ func (k *Keeper) takeDue(now time.Time) (since time.Time, heartbeat time.Duratio
 	select {
 	case k.renewing <- struct{}{}:
 	default:
-		return time.Time{}, 0, false // an explicit renewal is under way: it schedules the next heartbeat
+		// An explicit renewal is under way: it schedules the next heartbeat as it ends
+		// (Renew), and until then the lease is not due, so that no tick spins on it.
+		k.due = time.Time{}
+		return time.Time{}, 0, false
 	}
 	if k.behind.IsZero() {
 		k.behind = k.due

@@ -33,11 +33,13 @@ type Set struct {
 	pending time.Time // the earliest wake asked for while ticking
 	renewed int       // statements sent
 	// How far renewals are behind: oldest is since when the longest-waiting lease of the tick
-	// under way not yet answered has been due; lag how long the longest-waiting lease of the
-	// last tick waited; limit half the shortest heartbeat among its leases, the lag past which
-	// the Set is saturated.
+	// under way not yet answered has been due, and limit half the shortest heartbeat among its
+	// leases; lag how long the longest-waiting lease of the last tick waited; late the leases
+	// whose last renewal got through more than half their heartbeat after it was due, until
+	// their next one does (or they leave). The Set is saturated while any is late.
 	oldest     time.Time
 	lag, limit time.Duration
+	late       map[*Keeper]struct{}
 	saturated  bool
 }
 
@@ -47,6 +49,8 @@ type SetConfig struct {
 	Ctx     context.Context // ticks run under it: it ends with the owner
 	Clock   clock.Clock     // default: clock.Real
 	Tracker Tracker         // default: none
+	// Batch is how many leases one statement renews at most. Default: MaxBatch.
+	Batch int
 	// OnLag, when set, is called at the end of every tick while the Set is saturated (Lag past
 	// half a heartbeat), and at the first tick that finds it no longer is.
 	OnLag func(lag time.Duration, saturated bool)
@@ -85,7 +89,10 @@ func NewSet(cfg SetConfig) *Set {
 	if clk == nil {
 		clk = clock.Real
 	}
-	return &Set{cfg: cfg, clock: clk, members: map[*Keeper]struct{}{}}
+	if cfg.Batch <= 0 {
+		cfg.Batch = MaxBatch
+	}
+	return &Set{cfg: cfg, clock: clk, members: map[*Keeper]struct{}{}, late: map[*Keeper]struct{}{}}
 }
 
 // Lag is how far renewals are behind: how long the lease that waited longest for a renewal to
@@ -105,13 +112,19 @@ func (s *Set) lagLocked() time.Duration {
 	return s.lag
 }
 
-// Saturated reports whether renewals are more than half a heartbeat behind: a renewal that
-// takes longer than that leaves too little of the lease for the next one to be retried, so the
-// leases held come first, and their owner should take no new ones.
+// Saturated reports whether renewals are more than half a heartbeat behind: a lease whose
+// renewal got through (or, in the tick under way, has not yet) more than half its heartbeat
+// after it was due. A renewal that takes longer than that leaves too little of the lease for
+// the next one to be retried, so the leases held come first, and their owner should take no
+// new ones.
 func (s *Set) Saturated() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.limit > 0 && s.lagLocked() > s.limit
+	return s.saturatedLocked()
+}
+
+func (s *Set) saturatedLocked() bool {
+	return len(s.late) > 0 || (s.ticking && !s.oldest.IsZero() && s.clock.Now().Sub(s.oldest) > s.limit)
 }
 
 // Statements is how many renewal statements the Set has sent.
@@ -166,9 +179,10 @@ func (s *Set) add(k *Keeper, at time.Time) {
 
 func (s *Set) remove(k *Keeper) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.members, k)
+	delete(s.late, k)
 	if len(s.members) > 0 {
-		s.mu.Unlock()
 		return
 	}
 	// Nothing left to renew: no tick fires after its owner is done, and nothing is behind.
@@ -176,12 +190,7 @@ func (s *Set) remove(k *Keeper) {
 		s.timer.Stop()
 		s.wakeAt = time.Time{}
 	}
-	was := s.saturated
-	s.lag, s.saturated = 0, false
-	s.mu.Unlock()
-	if was && s.cfg.OnLag != nil {
-		s.cfg.OnLag(0, false)
-	}
+	s.lag = 0
 }
 
 // wake has a tick run at at, unless one runs sooner.
@@ -237,7 +246,7 @@ func (s *Set) tick() {
 	)
 	for _, k := range members {
 		if since, heartbeat, ok := k.takeDue(now); ok {
-			due = append(due, dueLease{k, since})
+			due = append(due, dueLease{k, since, heartbeat})
 			if beat == 0 || heartbeat < beat {
 				beat = heartbeat
 			}
@@ -272,20 +281,23 @@ func (s *Set) tick() {
 	s.mu.Unlock()
 }
 
-// dueLease is a lease a tick renews, and since when a heartbeat of it has been due.
+// dueLease is a lease a tick renews, since when a heartbeat of it has been due, and its
+// heartbeat.
 type dueLease struct {
-	k     *Keeper
-	since time.Time
+	k         *Keeper
+	since     time.Time
+	heartbeat time.Duration
 }
 
-// measure records how far the tick that ended found renewals behind, and tells OnLag.
+// measure records how far the tick that ended found renewals behind, and tells OnLag while
+// the Set is saturated, and once when it no longer is.
 func (s *Set) measure(lag time.Duration) {
 	s.mu.Lock()
 	if len(s.members) == 0 {
 		lag = 0 // every lease the tick renewed is gone: nothing is behind
 	}
 	s.lag, s.oldest = lag, time.Time{}
-	lag, saturated, was := s.lag, s.limit > 0 && s.lag > s.limit, s.saturated
+	lag, saturated, was := s.lag, s.saturatedLocked(), s.saturated
 	s.saturated = saturated
 	s.mu.Unlock()
 	if s.cfg.OnLag != nil && (saturated || was) {
@@ -304,7 +316,7 @@ func (s *Set) renewAll(due []dueLease) (lag time.Duration) {
 		pending []time.Time // each unanswered chunk's longest-waiting lease, in chunk order
 	)
 	slots := make(chan struct{}, MaxInFlight)
-	chunks := slices.Collect(slices.Chunk(due, MaxBatch))
+	chunks := slices.Collect(slices.Chunk(due, s.cfg.Batch))
 	for _, chunk := range chunks {
 		pending = append(pending, chunk[0].since)
 	}
@@ -325,6 +337,13 @@ func (s *Set) renewAll(due []dueLease) (lag time.Duration) {
 			}
 			s.mu.Lock()
 			s.oldest = oldest
+			for _, l := range chunk {
+				if _, kept := s.members[l.k]; kept && answered.Sub(l.since) > l.heartbeat/2 {
+					s.late[l.k] = struct{}{}
+				} else {
+					delete(s.late, l.k)
+				}
+			}
 			s.mu.Unlock()
 		})
 	}

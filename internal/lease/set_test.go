@@ -253,10 +253,41 @@ func TestSetReportsHowFarRenewalsAreBehindAndWhenItIsSaturated(t *testing.T) {
 	require.Equal(t, []lease.Due{{"second", beat.TTL}}, testdb.Receive(t, f.batches), "due at 1.5 s, sent at 2 s")
 	require.Equal(t, lagReport{time.Second, true}, testdb.Receive(t, reports), "told at the end of the tick")
 	f.answers <- nil
-	require.Equal(t, lagReport{500 * time.Millisecond, false}, testdb.Receive(t, reports), "caught up: half a heartbeat is the limit")
+	require.Equal(t, lagReport{500 * time.Millisecond, true}, testdb.Receive(t, reports),
+		"the second is not late (half a heartbeat is the limit), the first is until its next renewal")
+	require.True(t, f.set.Saturated())
+
+	require.NoError(t, f.clock.WaitForTimers(testdb.Context(t), 3)) // both losses, and the next tick
+	_, next := f.clock.Pending()
+	f.clock.Advance(next) // the first's next heartbeat, renewed at once
+	require.Equal(t, []lease.Due{{"first", beat.TTL}}, testdb.Receive(t, f.batches))
+	f.answers <- nil
+	require.Equal(t, lagReport{0, false}, testdb.Receive(t, reports), "caught up")
 	require.False(t, f.set.Saturated())
 	requireHeld(t, first)
 	requireHeld(t, second)
+}
+
+func TestAnExplicitRenewalUnderWayKeepsNoTickSpinning(t *testing.T) {
+	t.Parallel()
+	f := newSetFixture(t)
+	f.mu.Lock()
+	f.hold = true
+	f.mu.Unlock()
+	k := f.start("x", beat)
+	f.clock.Advance(900 * time.Millisecond)
+	renewed := make(chan error, 1)
+	go func() { renewed <- k.Renew(context.Background(), nil) }()
+	testdb.Receive(t, f.batches)            // the explicit renewal, held up on the server
+	f.clock.Advance(200 * time.Millisecond) // its heartbeat comes due meanwhile: the tick passes over it
+	require.NoError(t, f.clock.WaitForTimers(testdb.Context(t), 1))
+	n, _ := f.clock.Pending()
+	require.Equal(t, 1, n, "only the loss: no tick is due while the renewal is under way")
+	f.answers <- nil
+	require.NoError(t, testdb.Receive(t, renewed))
+	require.NoError(t, f.clock.WaitForTimers(testdb.Context(t), 2))
+	_, next := f.clock.Pending()
+	require.Equal(t, time.Second, next, "the next heartbeat, from the explicit renewal")
 }
 
 func TestExplicitRenewalInASetGoesAlone(t *testing.T) {
