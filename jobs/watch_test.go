@@ -84,3 +84,57 @@ func TestDuplicatesWaitingInOneProcessShareOneRegistrationAndOneCheck(t *testing
 		})
 	}
 }
+
+// 400 duplicates of one running key, in four processes, are all answered once the run ends:
+// the announcement wakes each process's watch, and every duplicate claims again. How long they
+// took is logged (the figure of issue 37: 33–195 ms before the watches).
+func TestFourHundredDuplicatesInFourProcessesAreAnsweredWhenTheRunEnds(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	runner := newDeduper(t, d.Pool, nil)
+	running, finish := make(chan struct{}), make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		_, err := runner.Run(ctx, "k", nil, func(context.Context) error { close(running); <-finish; return nil })
+		ran <- err
+	}()
+	<-running
+
+	type answer struct {
+		at      time.Time
+		outcome jobs.Outcome
+	}
+	answers := make(chan answer, 400)
+	for range 4 {
+		process := newDeduper(t, d.NewPool(t, nil), nil)
+		for range 100 {
+			go func() {
+				res, err := process.Run(ctx, "k", &jobs.Options{Wait: true}, func(context.Context) error {
+					t.Error("a duplicate ran the key")
+					return nil
+				})
+				if err != nil {
+					t.Errorf("a duplicate: %v", err)
+				}
+				answers <- answer{time.Now(), res.Outcome}
+			}()
+		}
+	}
+	testdb.WaitFor(t, func() bool {
+		var n int
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pglock_job_waiters WHERE job_key = 'k'`).Scan(&n))
+		return n == 4
+	}, "one registration per process")
+	time.Sleep(500 * time.Millisecond) // every duplicate waits
+	ended := time.Now()
+	close(finish)
+	require.NoError(t, testdb.Receive(t, ran))
+	var slowest time.Duration
+	for range 400 {
+		a := testdb.Receive(t, answers)
+		require.Equal(t, jobs.OutcomeAlreadyDone, a.outcome)
+		slowest = max(slowest, a.at.Sub(ended))
+	}
+	t.Logf("400 duplicates in 4 processes answered within %s of the run's end", slowest)
+}

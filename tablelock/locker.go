@@ -94,7 +94,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 }
 
 // placesBatch is how many waiters' places one statement keeps.
-const placesBatch = 100
+const placesBatch = 500
 
 // renewMany renews the leases of locks in one statement.
 func (l *Locker) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
