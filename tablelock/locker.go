@@ -87,8 +87,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 	}
 	l.renewals = lease.NewSet(lease.SetConfig{Renew: l.renewMany, Ctx: ctx, Tracker: (*background)(l), OnLag: l.lagging})
 	// A place is row-locked while a statement keeps it, and a release passes over a locked
-	// place to the next waiter: small statements keep that window as short as a waiter's own
-	// poll keeps it.
+	// place to the next waiter: statements of placesBatch keep that window to a few
+	// milliseconds every third of the TTL.
 	l.places = lease.NewSet(lease.SetConfig{Renew: l.keepPlaces, Ctx: ctx, Tracker: (*background)(l), Batch: placesBatch})
 	return l, nil
 }
