@@ -8,6 +8,7 @@ DROP FUNCTION pglock_wait_many(varchar[], varchar[], bigint[]);
 DROP FUNCTION pglock_cron_renew_many(bigint[], bigint[], bigint[]);
 DROP FUNCTION pglock_job_renew_many(varchar[], text[], bigint[], bigint[]);
 DROP FUNCTION pglock_renew_many(varchar[], varchar[], bigint[]);
+DROP FUNCTION pglock_check_leases(varchar[], varchar[], bigint[]);
 DROP FUNCTION pglock_check_arrays(text[], integer[]);
 
 COMMIT;

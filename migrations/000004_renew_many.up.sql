@@ -35,14 +35,13 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_check_arrays(text[], integer[]) FROM PUBLIC;
 
--- Renews the locks p_holder_ids[i] holds on p_lock_names[i] for p_ttl_ms[i] from now, as
--- extend_lock_ms does one.
-CREATE FUNCTION pglock_renew_many(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])
-RETURNS TABLE (lock_name varchar, holder_id varchar, outcome text, expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- Raises 22023 for lease arrays a batch function cannot take: not of one length, or an element
+-- with a bad lock name, holder or TTL (COLUMN names the argument, as for a single lease).
+CREATE FUNCTION pglock_check_leases(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT
 AS $$
-#variable_conflict use_column
 DECLARE
     v_bad record;
 BEGIN
@@ -59,6 +58,21 @@ BEGIN
         END IF;
         PERFORM pglock_check_name_and_holder(v_bad.n, v_bad.h);
     END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_check_leases(varchar[], varchar[], bigint[]) FROM PUBLIC;
+
+-- Renews the locks p_holder_ids[i] holds on p_lock_names[i] for p_ttl_ms[i] from now, as
+-- extend_lock_ms does one.
+CREATE FUNCTION pglock_renew_many(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])
+RETURNS TABLE (lock_name varchar, holder_id varchar, outcome text, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM pglock_check_leases(p_lock_names, p_holder_ids, p_ttl_ms);
 
     RETURN QUERY
         WITH wanted AS (
@@ -195,22 +209,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_bad record;
 BEGIN
-    PERFORM pglock_check_arrays(ARRAY['p_lock_names', 'p_holder_ids', 'p_ttl_ms'],
-        ARRAY[cardinality(p_lock_names), cardinality(p_holder_ids), cardinality(p_ttl_ms)]);
-    SELECT r.n, r.h, r.t INTO v_bad
-      FROM unnest(p_lock_names, p_holder_ids, p_ttl_ms) AS r(n, h, t)
-     WHERE r.n IS NULL OR r.h IS NULL OR length(r.n) NOT BETWEEN 1 AND 255
-        OR length(r.h) NOT BETWEEN 1 AND 255 OR pglock_ttl_ok(r.t) IS NOT TRUE
-     LIMIT 1;
-    IF FOUND THEN
-        IF pglock_ttl_ok(v_bad.t) IS NOT TRUE THEN
-            PERFORM pglock_raise_bad_ttl(v_bad.t, 'p_ttl_ms');
-        END IF;
-        PERFORM pglock_check_name_and_holder(v_bad.n, v_bad.h);
-    END IF;
+    PERFORM pglock_check_leases(p_lock_names, p_holder_ids, p_ttl_ms);
 
     RETURN QUERY
         WITH wanted AS (
