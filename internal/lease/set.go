@@ -16,11 +16,11 @@ import (
 // hold. Each lease keeps its own timing, deadline and loss: a Set only decides when its
 // renewal is sent, and with which others.
 //
-// A tick renews every lease due before the next tick could come: a lease whose heartbeat falls
-// within a tenth of it (its Early) goes with the leases due now. Leases that go together are
-// due together from then on, so a Set with many leases settles to at most one tick per Early
-// (in chunks of MaxBatch), however they were acquired. A failed statement fails every lease
-// in it, each retried as its own heartbeat would be and lost at its own deadline.
+// A tick renews every lease due by then, and every lease due within a tenth of its heartbeat
+// after: leases that go together are due together from then on, so a Set with many leases
+// settles to at most ten ticks per heartbeat (each in statements of SetConfig.Batch), however
+// they were acquired. A failed statement fails every lease in it, each retried as its own
+// heartbeat would be and lost at its own deadline.
 type Set struct {
 	cfg   SetConfig
 	clock clock.Clock
@@ -40,7 +40,7 @@ type Set struct {
 	oldest     time.Time
 	lag, limit time.Duration
 	late       map[*Keeper]struct{}
-	saturated  bool
+	saturated  bool // as OnLag was last told
 }
 
 // SetConfig describes a Set. Renew and Ctx are required.
