@@ -135,8 +135,10 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		// when the place was written), poll instead: the poll finds the lock ours and renews it
 		// from its own start.
 		if w.place != nil {
-			// The place's last renewal wrote it too, after the poll's.
-			queuedAt = later(queuedAt, w.place.Deadline().Add(-(req.timing.TTL - req.timing.Margin)))
+			// The place's last renewal wrote it too, maybe after the poll's.
+			if renewed := w.place.Deadline().Add(-(req.timing.TTL - req.timing.Margin)); renewed.After(queuedAt) {
+				queuedAt = renewed
+			}
 		}
 		if handoff != nil && !queuedAt.IsZero() {
 			usable := req.timing.TTL - req.timing.Margin
@@ -246,13 +248,6 @@ func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renew
 		}
 		return r.Outcome, r.ExpiresAt
 	})
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // waitContext is the context of a wait: it ends at timeout (when positive, with cause
