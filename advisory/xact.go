@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"math"
 	"time"
@@ -17,17 +18,53 @@ import (
 // XactLock waits for the exclusive lock on key for the rest of tx: it is released when tx
 // commits or rolls back, and cannot be released before. For a wait limit, use a ctx deadline
 // or SET LOCAL lock_timeout in tx; either way the error matches pglock.ErrLockTimeout.
-func XactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactWait(ctx, tx, key, false) }
+func XactLock(ctx context.Context, tx pgx.Tx, key Key) error {
+	return xactWait(ctx, inTx(tx), key, false)
+}
 
 // RXactLock waits for the shared lock on key for the rest of tx, as XactLock does.
-func RXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactWait(ctx, tx, key, true) }
+func RXactLock(ctx context.Context, tx pgx.Tx, key Key) error {
+	return xactWait(ctx, inTx(tx), key, true)
+}
 
 // TryXactLock takes the exclusive lock on key for the rest of tx if it is free, else returns
 // an error matching pglock.ErrLocked.
-func TryXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactTry(ctx, tx, key, false) }
+func TryXactLock(ctx context.Context, tx pgx.Tx, key Key) error {
+	return xactTry(ctx, inTx(tx), key, false)
+}
 
 // TryRXactLock takes the shared lock on key for the rest of tx, as TryXactLock does.
-func TryRXactLock(ctx context.Context, tx pgx.Tx, key Key) error { return xactTry(ctx, tx, key, true) }
+func TryRXactLock(ctx context.Context, tx pgx.Tx, key Key) error {
+	return xactTry(ctx, inTx(tx), key, true)
+}
+
+// XactLockSQL, RXactLockSQL, TryXactLockSQL and TryRXactLockSQL are XactLock, RXactLock,
+// TryXactLock and TryRXactLock for a database/sql transaction, of any PostgreSQL driver
+// (pgx's stdlib, lib/pq): GORM's, sqlx's, ent's or bun's, say.
+func XactLockSQL(ctx context.Context, tx *sql.Tx, key Key) error {
+	return xactWait(ctx, inSQLTx(tx), key, false)
+}
+
+// RXactLockSQL is RXactLock for a database/sql transaction.
+func RXactLockSQL(ctx context.Context, tx *sql.Tx, key Key) error {
+	return xactWait(ctx, inSQLTx(tx), key, true)
+}
+
+// TryXactLockSQL is TryXactLock for a database/sql transaction.
+func TryXactLockSQL(ctx context.Context, tx *sql.Tx, key Key) error {
+	return xactTry(ctx, inSQLTx(tx), key, false)
+}
+
+// TryRXactLockSQL is TryRXactLock for a database/sql transaction.
+func TryRXactLockSQL(ctx context.Context, tx *sql.Tx, key Key) error {
+	return xactTry(ctx, inSQLTx(tx), key, true)
+}
+
+// inTx and inSQLTx give xactWait and xactTry the caller's transaction, or the error refusing it.
+func inTx(tx pgx.Tx) func() (db.DBTX, error) { return func() (db.DBTX, error) { return db.InTx(tx) } }
+func inSQLTx(tx *sql.Tx) func() (db.DBTX, error) {
+	return func() (db.DBTX, error) { return db.InSQLTx(tx) }
+}
 
 // XactOptions configure WithXactLock. A nil *XactOptions means the defaults.
 type XactOptions struct {
@@ -101,12 +138,12 @@ func WithLock(ctx context.Context, pool *pgxpool.Pool, key Key, cfg *Config, fn 
 	return errors.Join(fnErr, s.Unlock(cleanup, key))
 }
 
-func xactWait(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
-	id, err := xactBegin(tx, key, shared)
+func xactWait(ctx context.Context, in func() (db.DBTX, error), key Key, shared bool) error {
+	q, id, err := xactBegin(in, key, shared)
 	if err != nil {
 		return err
 	}
-	if err := db.New(db.Translating(tx)).AdvisoryXactLock(ctx, db.AdvisoryXactLockParams(id.params())); err != nil {
+	if err := db.New(q).AdvisoryXactLock(ctx, db.AdvisoryXactLockParams(id.params())); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return errs.Errorf("%s: %w: %w", key, pglock.ErrLockTimeout, err)
 		}
@@ -115,12 +152,12 @@ func xactWait(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
 	return nil
 }
 
-func xactTry(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
-	id, err := xactBegin(tx, key, shared)
+func xactTry(ctx context.Context, in func() (db.DBTX, error), key Key, shared bool) error {
+	q, id, err := xactBegin(in, key, shared)
 	if err != nil {
 		return err
 	}
-	acquired, err := db.New(db.Translating(tx)).AdvisoryTryXactLock(ctx, db.AdvisoryTryXactLockParams(id.params()))
+	acquired, err := db.New(q).AdvisoryTryXactLock(ctx, db.AdvisoryTryXactLockParams(id.params()))
 	if err != nil {
 		return errs.Errorf("%s: %w", key, err)
 	}
@@ -130,9 +167,11 @@ func xactTry(ctx context.Context, tx pgx.Tx, key Key, shared bool) error {
 	return nil
 }
 
-func xactBegin(tx pgx.Tx, key Key, shared bool) (lockID, error) {
-	if tx == nil {
-		return lockID{}, errs.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
+func xactBegin(in func() (db.DBTX, error), key Key, shared bool) (db.DBTX, lockID, error) {
+	q, err := in()
+	if err != nil {
+		return nil, lockID{}, err
 	}
-	return key.lock(shared)
+	id, err := key.lock(shared)
+	return q, id, err
 }

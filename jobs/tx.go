@@ -2,10 +2,14 @@ package jobs
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"time"
+
+	"github.com/jackc/pgerrcode"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
@@ -29,67 +33,114 @@ func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(
 	if fn == nil {
 		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
 	}
+	return d.runTx(ctx, key, opts, func() txRun { return &pgxRun{pool: d.pool, fn: fn} })
+}
+
+// RunTxSQL is RunTx for a service on database/sql (GORM, sqlx, ent, bun, lib/pq): the
+// transaction is begun on sqlDB, of any PostgreSQL driver, and fn gets it as a *sql.Tx; the
+// claim and the outcome commit with fn's writes as in RunTx. sqlDB must reach the Deduper's
+// database: stdlib.OpenDBFromPool on the Deduper's pool shares its connections
+// (docs/databasesql.md).
+//
+// It costs two round trips more than RunTx (database/sql sends BEGIN and COMMIT on their own),
+// and database/sql's Commit takes no context: the wait for the COMMIT's answer is the driver's.
+// If fn commits or rolls back the transaction itself, the outcome is recorded after the fact as
+// what fn returned, since database/sql does not say which it did.
+func (d *Deduper) RunTxSQL(ctx context.Context, sqlDB *sql.DB, key string, opts *Options, fn func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
+	switch {
+	case sqlDB == nil:
+		return Result{}, errs.Errorf("%w: nil *sql.DB", pglock.ErrInvalidArgument)
+	case fn == nil:
+		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
+	}
+	return d.runTx(ctx, key, opts, func() txRun { return &sqlRun{sqlDB: sqlDB, fn: fn} })
+}
+
+func (d *Deduper) runTx(ctx context.Context, key string, opts *Options, newRun func() txRun) (Result, error) {
 	req, err := d.newRequest(key, opts)
 	if err != nil {
 		return Result{}, err
 	}
 	return d.deliver(ctx, req, pglock.ModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
-		return d.attemptTx(ctx, req, fn)
+		return d.attemptTx(ctx, req, newRun())
 	})
 }
 
-func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx context.Context, tx pgx.Tx) error) (res Result, lockKey int64, err error) {
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), db.Translate(err))
-	}
-	// The connection goes back to the pool idle, or is closed: pgxpool closes one still in a
-	// transaction. A transaction that commits ends with the COMMIT pipelined after the
-	// announcement, not through tx.Commit, which would cost a round trip of its own.
-	defer conn.Release()
-	// BEGIN goes with the claim, in one round trip. The claim writes nothing yet for a key without
-	// a record: the outcome, succeeded, is written by FinishJobTx just before COMMIT, so that
-	// committing the transaction commits it with fn's writes, and rolling it back leaves the key
-	// to the next delivery.
-	begin := db.Begin(conn.Conn())
-	claimed, err := db.New(db.Translating(begin)).ClaimJobTx(ctx, db.ClaimJobTxParams{
+// txRun is the transaction of one RunTx attempt, on pgx or on database/sql.
+type txRun interface {
+	// claim begins the transaction and claims the key in it.
+	claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobTxRow, error)
+	// call runs fn in the transaction.
+	call(ctx context.Context) error
+	// left says what fn left of the transaction, as far as the driver tells: open (or not
+	// known), aborted, or ended; and if ended, whether through Commit.
+	left() (state txState, committed bool)
+	// commit writes the outcome and commits.
+	commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error)
+	// rollback rolls back, bounded: on a connection that stopped answering, a rollback would wait
+	// for TCP to give up.
+	rollback(ctx context.Context)
+	// close gives the connection back.
+	close()
+}
+
+type txState int
+
+const (
+	txOpen txState = iota
+	txAborted
+	txEnded
+)
+
+func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Result, lockKey int64, err error) {
+	defer run.close()
+	claimed, err := run.claim(ctx, db.ClaimJobTxParams{
 		Scope: req.scope, JobKey: req.key, HolderID: ident.NewHolderID(), Instance: d.instance, Fingerprint: req.fingerprint,
 		WindowMs: req.window.Milliseconds(), MaxAttempts: req.maxAttempts, IdleTimeoutMs: max(0, d.cfg.TxIdleTimeout.Milliseconds())})
-	a := db.ClaimJobRow(claimed) // the same columns
-	tx := begin.Tx()
-	// Bounded: on a connection that stopped answering, a rollback would wait for TCP to give up.
-	// pgx closes a connection whose rollback fails, and the server then rolls back.
-	rollback := func() {
-		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		tx.Rollback(rollbackCtx)
-	}
 	if err != nil {
-		rollback()
+		run.rollback(ctx)
 		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), err)
 	}
+	a := db.ClaimJobRow(claimed) // the same columns
 	res, err = req.answer(a)
 	if err != nil || res.Outcome != OutcomeRan {
-		rollback() // nothing was written: no WAL to flush
+		run.rollback(ctx) // nothing was written: no WAL to flush
 		return res, db.Deref(a.LockKey), err
 	}
 
 	runCtx, ran := d.beginRun(ctx, req, pglock.ModeRunTx, res)
-	watched := &endWatch{Tx: tx}
-	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, fn(runCtx, watched) }, func(panicked error) {
+	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, run.call(runCtx) }, func(panicked error) {
 		ran(panicked)
-		rollback()
+		run.rollback(ctx)
 		d.recordOutcome(ctx, req, panicked)
 	})
 	ran(fnErr)
-	switch conn.Conn().PgConn().TxStatus() {
-	case 'I':
+	state, committed := run.left()
+	var finishedAt time.Time
+	if state == txOpen && fnErr == nil {
+		// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
+		commitCtx, cancel := ctx, context.CancelFunc(func() {})
+		if d.cfg.TxIdleTimeout > 0 {
+			commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
+		}
+		finishedAt, err = run.commit(commitCtx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
+		cancel()
+		// What database/sql tells only now.
+		switch {
+		case errors.Is(err, sql.ErrTxDone):
+			state, committed = txEnded, true
+		case db.StateOf(err) == pgerrcode.InFailedSQLTransaction:
+			state = txAborted
+		}
+	}
+	switch state {
+	case txEnded:
 		// fn ended the transaction, and with it the claim, which only FinishJobTx writes. Its
 		// outcome is recorded now, after the fact (unless a redelivery claimed the key in
 		// between): what fn said if it committed through tx.Commit, else a failure, for its
 		// writes may be gone.
 		outcome := fnErr
-		if !watched.committed && outcome == nil {
+		if !committed && outcome == nil {
 			outcome = errs.Errorf("fn ended the transaction of %s itself, not with tx.Commit", req.label())
 		}
 		as := "succeeded"
@@ -99,34 +150,24 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 		misuse := errs.Errorf("%w: fn ended the transaction of %s itself; its outcome was recorded after the fact, as %s",
 			pglock.ErrInvalidArgument, req.label(), as)
 		return res, 0, errors.Join(fnErr, misuse, d.recordOutcome(ctx, req, outcome))
-	case 'E':
+	case txAborted:
 		if fnErr == nil {
 			fnErr = errs.Errorf("fn returned no error but left the transaction of %s aborted", req.label())
 		}
 	}
 	if fnErr != nil {
-		rollback()
+		run.rollback(ctx)
 		return res, 0, errors.Join(fnErr, d.recordOutcome(ctx, req, fnErr))
 	}
-
-	// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
-	commitCtx, cancel := ctx, context.CancelFunc(func() {})
-	if d.cfg.TxIdleTimeout > 0 {
-		commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
-	}
-	defer cancel()
-	finishedAt, err := db.New(db.Translating(db.Around(tx, nil, []string{"COMMIT"}))).FinishJobTx(commitCtx,
-		db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr):
+	case db.StateOf(err) != "":
 		// The server refused the statement or the COMMIT (a deferred constraint, a
 		// serialization failure): nothing was committed.
-		rollback()
+		run.rollback(ctx)
 		err = errs.Errorf("commit %s: %w", req.label(), err)
 		return res, 0, errors.Join(err, d.recordOutcome(ctx, req, err))
 	case err != nil:
-		rollback()
+		run.rollback(ctx)
 		// The commit may have happened with the connection lost on the way back: the next
 		// delivery finds out.
 		return res, 0, errs.Errorf("commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
@@ -135,6 +176,119 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, fn func(ctx contex
 	res.FinishedAt = finishedAt
 	return res, 0, nil
 }
+
+// pgxRun is RunTx's transaction: BEGIN goes with the claim, and COMMIT with the outcome, one
+// round trip each.
+type pgxRun struct {
+	pool    *pgxpool.Pool
+	fn      func(ctx context.Context, tx pgx.Tx) error
+	conn    *pgxpool.Conn
+	tx      pgx.Tx
+	watched *endWatch
+}
+
+func (r *pgxRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobTxRow, error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return db.ClaimJobTxRow{}, db.Translate(err)
+	}
+	// The connection goes back to the pool idle, or is closed: pgxpool closes one still in a
+	// transaction. A transaction that commits ends with the COMMIT pipelined after the
+	// announcement, not through tx.Commit, which would cost a round trip of its own.
+	r.conn = conn
+	// The claim writes nothing yet for a key without a record: the outcome, succeeded, is
+	// written by FinishJobTx just before COMMIT, so that committing the transaction commits it
+	// with fn's writes, and rolling it back leaves the key to the next delivery.
+	begin := db.Begin(conn.Conn())
+	row, err := db.New(db.Translating(begin)).ClaimJobTx(ctx, p)
+	r.tx = begin.Tx()
+	return row, err
+}
+
+func (r *pgxRun) call(ctx context.Context) error {
+	r.watched = &endWatch{Tx: r.tx}
+	return r.fn(ctx, r.watched)
+}
+
+func (r *pgxRun) left() (txState, bool) {
+	switch r.conn.Conn().PgConn().TxStatus() {
+	case 'I':
+		return txEnded, r.watched.committed
+	case 'E':
+		return txAborted, false
+	}
+	return txOpen, false
+}
+
+func (r *pgxRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error) {
+	return db.New(db.Translating(db.Around(r.tx, nil, []string{"COMMIT"}))).FinishJobTx(ctx, p)
+}
+
+// rollback is bounded; pgx closes a connection whose rollback fails, and the server then rolls
+// back.
+func (r *pgxRun) rollback(ctx context.Context) {
+	if r.tx == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	r.tx.Rollback(ctx)
+}
+
+func (r *pgxRun) close() {
+	if r.conn != nil {
+		r.conn.Release()
+	}
+}
+
+// sqlRun is RunTxSQL's transaction, of database/sql: BEGIN and COMMIT are round trips of their
+// own.
+type sqlRun struct {
+	sqlDB *sql.DB
+	fn    func(ctx context.Context, tx *sql.Tx) error
+	tx    *sql.Tx
+	q     *db.Queries
+}
+
+func (r *sqlRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobTxRow, error) {
+	tx, err := r.sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return db.ClaimJobTxRow{}, db.Translate(err)
+	}
+	in, err := db.InSQLTx(tx)
+	if err != nil {
+		return db.ClaimJobTxRow{}, err
+	}
+	r.tx, r.q = tx, db.New(in)
+	return r.q.ClaimJobTx(ctx, p)
+}
+
+func (r *sqlRun) call(ctx context.Context) error { return r.fn(ctx, r.tx) }
+
+// left cannot tell: database/sql says nothing of the transaction's state, so commit finds out.
+func (r *sqlRun) left() (txState, bool) { return txOpen, false }
+
+func (r *sqlRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error) {
+	finishedAt, err := r.q.FinishJobTx(ctx, p)
+	if err != nil {
+		return finishedAt, err // sql.ErrTxDone here means fn ended the transaction
+	}
+	err = r.tx.Commit()
+	if errors.Is(err, sql.ErrTxDone) { // not fn: database/sql rolled back when the context ended
+		return finishedAt, errs.Errorf("the transaction was rolled back before COMMIT, its context having ended")
+	}
+	return finishedAt, db.Translate(err)
+}
+
+// rollback needs no bound of its own: database/sql's Rollback takes no context, and the
+// driver's wait is what it is.
+func (r *sqlRun) rollback(context.Context) {
+	if r.tx != nil {
+		r.tx.Rollback()
+	}
+}
+
+func (r *sqlRun) close() {}
 
 // recordOutcome records the outcome of a RunTx attempt whose transaction did not: its failure
 // (fnErr) after the transaction rolled back, so that it counts towards MaxAttempts and shows its

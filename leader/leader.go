@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"sync"
@@ -333,6 +334,16 @@ func (e *Elector) Term() int64 {
 // has just lost leadership (which ends it). Work begun in an earlier term that may outlive it
 // should compare that term with Term as well: an Elector elected again fences for its new term.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
+	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.Fence(ctx, tx) })
+}
+
+// FenceSQL is Fence for a database/sql transaction, of any PostgreSQL driver, as
+// tablelock.Lock.FenceSQL is.
+func (e *Elector) FenceSQL(ctx context.Context, tx *sql.Tx) error {
+	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.FenceSQL(ctx, tx) })
+}
+
+func (e *Elector) fence(ctx context.Context, fence func(*tablelock.Lock) error) error {
 	e.mu.Lock()
 	lk := e.lock
 	e.mu.Unlock()
@@ -340,7 +351,7 @@ func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 		return errs.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
 	}
 	checked := lk.Err() == nil // a term known lost is refused without a check, and told as lost already
-	err := lk.Fence(ctx, tx)
+	err := fence(lk)
 	if checked && errors.Is(err, pglock.ErrLockLost) {
 		e.events.Emit(ctx, pglock.Event{Kind: pglock.EventFenceRefused, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: lk.Token(), Err: err})
 	}

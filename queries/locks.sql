@@ -52,6 +52,15 @@ SELECT r.released::boolean   AS released,
                   true)      AS synchronous_commit
   FROM pglock_release(@lock_name, @holder_id) AS r;
 
+-- ReleaseLockAfter releases as ReleaseLock does once the holder has held the lock for held_ms,
+-- else moves its lease's end to that moment (expires_at, else the epoch); committed synchronously, since a lost
+-- commit would leave the lease to end sooner.
+-- name: ReleaseLockAfter :one
+SELECT r.released::boolean   AS released,
+       r.handed_off::boolean AS handed_off,
+       coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_release_after(@lock_name, @holder_id, @held_ms) AS r;
+
 -- FenceLock verifies, and keeps until the transaction ends, that the lock is held with the
 -- token, and bounds the transaction (see pglock_fence): it returns the lease's expiry, or no
 -- row (pgx.ErrNoRows) when the lock is not held with the token.

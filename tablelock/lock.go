@@ -2,6 +2,7 @@ package tablelock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"time"
 
@@ -92,14 +93,32 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // in the background (Close waits for that); the lock is no longer renewed either way. An error
 // matching pglock.ErrLockLost means the lock had been lost, signalled or not; nothing done
 // under it since its last renewal is safe.
-func (lk *Lock) Release(ctx context.Context) error {
+func (lk *Lock) Release(ctx context.Context) error { return lk.release(ctx, 0) }
+
+// ReleaseAfter gives the lock up no earlier than held after it was acquired, by the database's
+// clock (ShedLock's lockAtLeastFor): as Release does if it has been held that long; otherwise,
+// in one round trip, its lease is made to end at that moment, and it is no longer renewed. Nobody
+// can take it before, even if this process dies meanwhile; the first acquirer after takes it (a
+// waiter polls at the lease's end: there is no handoff). The lock is released for its holder at
+// once: it is never lost after. Errors are Release's; one that leaves the lock to the background
+// retry leaves it until its lease runs out if the database is not reached within the TTL. held
+// must be positive, and is rounded up to whole milliseconds.
+func (lk *Lock) ReleaseAfter(ctx context.Context, held time.Duration) error {
+	if held <= 0 {
+		return errs.Errorf("%w: release %q after %s: the time held must be positive", pglock.ErrInvalidArgument, lk.name, held)
+	}
+	return lk.release(ctx, held)
+}
+
+// release releases the lock at once (held 0) or once held since its acquisition.
+func (lk *Lock) release(ctx context.Context, held time.Duration) error {
 	if !lk.markReleased() {
 		if lost := lk.Err(); lost != nil { // released by Locker.Close, which declared it lost
 			return lost
 		}
 		return errs.Errorf("%w: %q was already released", pglock.ErrNotHeld, lk.name)
 	}
-	err := lk.releaseRow(ctx)
+	err := lk.releaseRow(ctx, held)
 	if lost := lk.Err(); lost != nil {
 		return lost
 	}
@@ -118,16 +137,17 @@ func (lk *Lock) markReleased() bool {
 	return true
 }
 
-// releaseRow gives the lock up in the database, in one round trip; if ctx ends first or the
-// round trip fails on the way, again in the background.
-func (lk *Lock) releaseRow(ctx context.Context) error {
-	row, err := lk.l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: lk.name, HolderID: lk.holder})
+// releaseRow gives the lock up in the database, at once or once held since its acquisition,
+// in one round trip; if ctx ends first or the round trip fails on the way, again in the
+// background.
+func (lk *Lock) releaseRow(ctx context.Context, held time.Duration) error {
+	released, err := lk.l.releaseRow(ctx, lk.name, lk.holder, held)
 	switch {
-	case err != nil && (ctx.Err() != nil || retry.Transient(err)) && lk.releaseLater():
+	case err != nil && (ctx.Err() != nil || retry.Transient(err)) && lk.releaseLater(held):
 		return errs.Errorf("release %q (trying again in the background): %w", lk.name, err)
 	case err != nil:
 		return errs.Errorf("release %q (it stays held until its TTL runs out): %w", lk.name, err)
-	case !row.Released:
+	case !released:
 		lost := errs.Errorf("%w: %w: %q was no longer held at release (force-released, or expired and taken)",
 			pglock.ErrLockLost, pglock.ErrNotHeld, lk.name)
 		if lk.lease.LostBeforeStop(lost) {
@@ -140,14 +160,14 @@ func (lk *Lock) releaseRow(ctx context.Context) error {
 
 // releaseLater releases the lock in the background, counted in l.waits so that Close waits for
 // it; false once the Locker is closed.
-func (lk *Lock) releaseLater() bool {
+func (lk *Lock) releaseLater(held time.Duration) bool {
 	l := lk.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return false
 	}
-	l.leave(lk.name, lk.holder, lk.lease.Timing().TTL) // counted under l.mu, before Close (which sets closed under it) can wait
+	l.leave(lk.name, lk.holder, lk.lease.Timing().TTL, held) // counted under l.mu, before Close (which sets closed under it) can wait
 	return true
 }
 
@@ -165,10 +185,28 @@ func (lk *Lock) releaseLater() bool {
 // at once, and a client that vanishes is cut off by the lease's expiry plus the margin
 // (docs/fencing.md).
 func (lk *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
+	q, err := db.InTx(tx)
+	if err != nil {
+		return err
+	}
+	return lk.fence(ctx, q)
+}
+
+// FenceSQL is Fence for a database/sql transaction, of any PostgreSQL driver (pgx's stdlib,
+// lib/pq): GORM's, sqlx's, ent's or bun's, say. docs/databasesql.md shows it.
+func (lk *Lock) FenceSQL(ctx context.Context, tx *sql.Tx) error {
+	q, err := db.InSQLTx(tx)
+	if err != nil {
+		return err
+	}
+	return lk.fence(ctx, q)
+}
+
+func (lk *Lock) fence(ctx context.Context, q db.DBTX) error {
 	if err := lk.Err(); err != nil {
 		return err
 	}
-	err := fence(ctx, tx, lk.name, lk.token, lk.lease.Timing().Margin)
+	err := fence(ctx, q, lk.name, lk.token, lk.lease.Timing().Margin)
 	if errors.Is(err, pglock.ErrLockLost) {
 		lk.observe(pglock.EventFenceRefused, func(e *pglock.Event) { e.Err = err })
 		lk.lease.Lose(pglock.CauseForceReleased, err)
@@ -183,17 +221,27 @@ const VerifyFenceGrace = time.Second
 // VerifyFence is Fence for a name and token known without the Lock, such as in a process the
 // token was handed to. It bounds tx as Fence does, with VerifyFenceGrace for the margin.
 func VerifyFence(ctx context.Context, tx pgx.Tx, name string, token int64) error {
-	return fence(ctx, tx, name, token, VerifyFenceGrace)
+	q, err := db.InTx(tx)
+	if err != nil {
+		return err
+	}
+	return fence(ctx, q, name, token, VerifyFenceGrace)
 }
 
-func fence(ctx context.Context, tx pgx.Tx, name string, token int64, grace time.Duration) error {
-	if tx == nil {
-		return errs.Errorf("%w: nil transaction", pglock.ErrInvalidArgument)
+// VerifyFenceSQL is VerifyFence for a database/sql transaction, as Lock.FenceSQL is Fence.
+func VerifyFenceSQL(ctx context.Context, tx *sql.Tx, name string, token int64) error {
+	q, err := db.InSQLTx(tx)
+	if err != nil {
+		return err
 	}
+	return fence(ctx, q, name, token, VerifyFenceGrace)
+}
+
+func fence(ctx context.Context, q db.DBTX, name string, token int64, grace time.Duration) error {
 	if err := pglock.ValidateName(name); err != nil {
 		return err
 	}
-	_, err := db.New(db.Translating(tx)).FenceLock(ctx, db.FenceLockParams{LockName: name, FencingToken: token, GraceMs: grace.Milliseconds()})
+	_, err := db.New(q).FenceLock(ctx, db.FenceLockParams{LockName: name, FencingToken: token, GraceMs: grace.Milliseconds()})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return errs.Errorf("%w: %q is not held with token %d", pglock.ErrLockLost, name, token)

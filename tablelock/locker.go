@@ -142,7 +142,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptio
 			// the lock on the server: give it back. (Waiting for the answer instead, as polls
 			// do, costs a goroutine switch on every try; a release that overtakes the try
 			// leaves the lock to its TTL.)
-			l.leave(req.name, req.holder, req.timing.TTL)
+			l.leave(req.name, req.holder, req.timing.TTL, 0)
 		}
 		switch {
 		case cutOff:
@@ -269,7 +269,7 @@ func (l *Locker) Close(ctx context.Context) error {
 	for _, lk := range held {
 		lk.lease.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.markReleased() {
-			if err := lk.releaseRow(ctx); err != nil {
+			if err := lk.releaseRow(ctx, 0); err != nil {
 				failures = append(failures, err)
 			}
 		}
@@ -380,7 +380,7 @@ func (l *Locker) hold(ctx context.Context, req request, token int64, expiresAt, 
 		lk.markReleased()
 		releaseCtx, cancel := context.WithTimeout(l.ctx, req.timing.TTL) // Close's ctx bounds it
 		defer cancel()
-		return nil, errors.Join(errs.Errorf("acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx))
+		return nil, errors.Join(errs.Errorf("acquire %q: %w", req.name, pglock.ErrClosed), lk.releaseRow(releaseCtx, 0))
 	}
 	l.held[lk] = struct{}{}
 	l.mu.Unlock()

@@ -149,8 +149,8 @@ func (l *Locker) abandonSemaphore(w *waiter, name string, req request) {
 
 // leaveBoth leaves name's queue and the place req may hold (see leave for when it may run).
 func (l *Locker) leaveBoth(name string, req request) {
-	l.leave(SemaphorePrefix+name, req.holder, req.timing.TTL)
-	l.leave(req.name, req.holder, req.timing.TTL)
+	l.leave(SemaphorePrefix+name, req.holder, req.timing.TTL, 0)
+	l.leave(req.name, req.holder, req.timing.TTL, 0)
 }
 
 // semaphoreQueue is the queue of the semaphore whose place rowName is, if it is one.

@@ -84,7 +84,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 				return l.queries.PollLock(ctx, db.PollLockParams(req.params()))
 			},
 			// The poll is over: now leaving is final.
-			func(db.PollLockRow, error) { l.leave(req.name, req.holder, req.timing.TTL) })
+			func(db.PollLockRow, error) { l.leave(req.name, req.holder, req.timing.TTL, 0) })
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
@@ -361,7 +361,7 @@ func (l *Locker) unregister(w *waiter) {
 // abandon ends w's wait, leaving the queue in the database and the local one, in that order:
 // leaving is counted in l.waits while w's own count still holds, so Close cannot miss it.
 func (l *Locker) abandon(w *waiter) {
-	l.leave(w.req.name, w.req.holder, w.req.timing.TTL)
+	l.leave(w.req.name, w.req.holder, w.req.timing.TTL, 0)
 	l.unregister(w)
 }
 
@@ -370,7 +370,7 @@ func (l *Locker) abandon(w *waiter) {
 // Transient failures are retried with backoff until ttl has passed, when the place or lease
 // has run out anyway, or the Locker has stopped. The caller must hold a count in l.waits, or
 // l.mu with the Locker not closed.
-func (l *Locker) leave(name, holder string, ttl time.Duration) {
+func (l *Locker) leave(name, holder string, ttl, held time.Duration) {
 	l.waits.Add(1)
 	go func() {
 		defer l.waits.Done()
@@ -378,7 +378,7 @@ func (l *Locker) leave(name, holder string, ttl time.Duration) {
 		defer cancel()
 		for failures := 1; ; failures++ {
 			// A handoff to us that commits while this runs is released too (pglock_release).
-			_, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: name, HolderID: holder})
+			_, err := l.releaseRow(ctx, name, holder, held)
 			if err == nil {
 				return
 			}
@@ -390,6 +390,18 @@ func (l *Locker) leave(name, holder string, ttl time.Duration) {
 			return
 		}
 	}()
+}
+
+// releaseRow releases holder's lock (or place) on name at once, or once held since it was
+// acquired (ReleaseAfter), and says whether holder had it.
+func (l *Locker) releaseRow(ctx context.Context, name, holder string, held time.Duration) (bool, error) {
+	if held > 0 {
+		row, err := l.queries.ReleaseLockAfter(ctx, db.ReleaseLockAfterParams{LockName: name, HolderID: holder,
+			HeldMs: (held + time.Millisecond - 1).Milliseconds()})
+		return row.Released, err
+	}
+	row, err := l.queries.ReleaseLock(ctx, db.ReleaseLockParams{LockName: name, HolderID: holder})
+	return row.Released, err
 }
 
 func (l *Locker) isHead(w *waiter) bool {

@@ -178,6 +178,35 @@ func (q *Queries) ReleaseLock(ctx context.Context, arg ReleaseLockParams) (Relea
 	return i, err
 }
 
+const releaseLockAfter = `-- name: ReleaseLockAfter :one
+SELECT r.released::boolean   AS released,
+       r.handed_off::boolean AS handed_off,
+       coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_release_after($1, $2, $3) AS r
+`
+
+type ReleaseLockAfterParams struct {
+	LockName string
+	HolderID string
+	HeldMs   int64
+}
+
+type ReleaseLockAfterRow struct {
+	Released  bool
+	HandedOff bool
+	ExpiresAt time.Time
+}
+
+// ReleaseLockAfter releases as ReleaseLock does once the holder has held the lock for held_ms,
+// else moves its lease's end to that moment (expires_at, else the epoch); committed synchronously, since a lost
+// commit would leave the lease to end sooner.
+func (q *Queries) ReleaseLockAfter(ctx context.Context, arg ReleaseLockAfterParams) (ReleaseLockAfterRow, error) {
+	row := q.db.QueryRow(ctx, releaseLockAfter, arg.LockName, arg.HolderID, arg.HeldMs)
+	var i ReleaseLockAfterRow
+	err := row.Scan(&i.Released, &i.HandedOff, &i.ExpiresAt)
+	return i, err
+}
+
 const renewLocks = `-- name: RenewLocks :many
 SELECT r.outcome::text                               AS outcome,
        coalesce(r.expires_at, 'epoch')::timestamptz AS expires_at

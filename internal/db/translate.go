@@ -18,17 +18,18 @@ func Translating(conn DBTX) DBTX { return translatingConn{conn} }
 // Translate maps a PostgreSQL error to pglock's vocabulary, keeping the original reachable with
 // errors.As; other errors, pgx.ErrNoRows included, come back unchanged. It reads the SQLSTATE
 // and the fields the SQL contract sets (COLUMN, CONSTRAINT), never the message, which the
-// server may translate and the contract may reword.
+// server may translate and the contract may reword. An error of another driver (lib/pq's) is
+// read by its SQLState method alone.
 func Translate(err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	state, ok := readState(err)
+	if !ok {
 		return err
 	}
-	switch pgErr.Code {
+	switch state.code {
 	case pgerrcode.UndefinedTable, pgerrcode.UndefinedFunction:
 		return fmt.Errorf("%w: %w", pglock.ErrNotMigrated, err)
 	case pgerrcode.InvalidParameterValue: // the contract's argument checks: COLUMN names the argument
-		return fmt.Errorf("%w: %w", invalidArgument(pgErr.ColumnName), err)
+		return fmt.Errorf("%w: %w", invalidArgument(state.column), err)
 	// An argument its type refuses: JSON that is not jsonb's, NUL in jsonb, text not UTF-8.
 	case pgerrcode.InvalidTextRepresentation, pgerrcode.UntranslatableCharacter, pgerrcode.CharacterNotInRepertoire:
 		return fmt.Errorf("%w: %w", pglock.ErrInvalidArgument, err)
@@ -37,11 +38,34 @@ func Translate(err error) error {
 	case pgerrcode.LockNotAvailable: // lock_timeout ran out
 		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 	case pgerrcode.InsufficientPrivilege:
-		if pgErr.ConstraintName == "pglock_schema_is_safe" {
+		if state.constraint == "pglock_schema_is_safe" {
 			return fmt.Errorf("%w: %w", pglock.ErrUnsafeSchema, err)
 		}
 	}
 	return err
+}
+
+// serverState is what Translate reads of an error the server sent.
+type serverState struct{ code, column, constraint string }
+
+// readState reads the server's error in err: all of pgx's, and the SQLSTATE of any other
+// driver's error that has a SQLState method (lib/pq's has).
+func readState(err error) (serverState, bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return serverState{code: pgErr.Code, column: pgErr.ColumnName, constraint: pgErr.ConstraintName}, true
+	}
+	var other interface{ SQLState() string }
+	if errors.As(err, &other) {
+		return serverState{code: other.SQLState()}, true
+	}
+	return serverState{}, false
+}
+
+// StateOf returns the SQLSTATE of the server's error in err, or "" if err holds none.
+func StateOf(err error) string {
+	state, _ := readState(err)
+	return state.code
 }
 
 // invalidArgument is the error for the argument a contract function refused.
