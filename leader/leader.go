@@ -13,6 +13,7 @@ import (
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/clock"
+	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/observe"
@@ -334,12 +335,18 @@ func (e *Elector) Term() int64 {
 // has just lost leadership (which ends it). Work begun in an earlier term that may outlive it
 // should compare that term with Term as well: an Elector elected again fences for its new term.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
+	if _, err := db.InTx(tx); err != nil {
+		return err // before saying whether it leads: the transaction is wrong either way
+	}
 	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.Fence(ctx, tx) })
 }
 
 // FenceSQL is Fence for a database/sql transaction, of any PostgreSQL driver, as
 // tablelock.Lock.FenceSQL is.
 func (e *Elector) FenceSQL(ctx context.Context, tx *sql.Tx) error {
+	if _, err := db.InSQLTx(tx); err != nil {
+		return err // before saying whether it leads: the transaction is wrong either way
+	}
 	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.FenceSQL(ctx, tx) })
 }
 

@@ -846,6 +846,54 @@ func TestContractRenewManyRenewsEachLeaseOrSaysItIsGoneOrBusy(t *testing.T) {
 	}
 }
 
+// pglock_release_after puts a release off until the lock has been held that long since it was
+// taken, by the database's clock, whatever the lease's end was; releases at once after that;
+// answers released = false to a non-holder; and refuses a held time that is not positive.
+func TestContractReleaseAfterKeepsTheLockUntilHeldThatLong(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	ctx := context.Background()
+	require.True(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms('job', 'h1', 1000)"))
+	taken, _ := readLock(t, pool, "job")
+
+	type answer struct {
+		Released, HandedOff bool
+		ExpiresAt           *time.Time
+	}
+	releaseAfter := func(holder string, heldMs int64) answer {
+		t.Helper()
+		rows, err := pool.Query(ctx, "SELECT * FROM pglock_release_after('job', $1, $2)", holder, heldMs)
+		require.NoError(t, err)
+		got, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[answer])
+		require.NoError(t, err)
+		return got
+	}
+	require.Equal(t, answer{}, releaseAfter("not-h1", 60_000), "a non-holder releases nothing")
+	put := releaseAfter("h1", 60_000)
+	require.True(t, put.Released)
+	require.NotNil(t, put.ExpiresAt)
+	require.True(t, taken.AcquiredAt.Add(time.Minute).Equal(*put.ExpiresAt), "held a minute from its acquisition, past its 1 s lease")
+	require.False(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms('job', 'h2', 1000)"), "nobody takes it before")
+
+	_, err := pool.Exec(ctx, "UPDATE distributed_locks SET acquired_at = clock_timestamp() - interval '2 s' WHERE lock_name = 'job'")
+	require.NoError(t, err)
+	require.Equal(t, answer{Released: true}, releaseAfter("h1", 1000), "held long enough: released at once")
+	_, held := readLock(t, pool, "job")
+	require.False(t, held)
+
+	require.True(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms('job', 'h3', 1000)"))
+	before := readLocks(t, pool)
+	for _, heldMs := range []any{int64(0), int64(-1), nil} {
+		_, err := pool.Exec(ctx, "SELECT * FROM pglock_release_after('job', 'h3', $1)", heldMs)
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "want a PostgreSQL error, got %v", err)
+		require.Equal(t, []string{"22023", "p_held_ms"}, []string{pgErr.Code, pgErr.ColumnName}, pgErr.Message)
+	}
+	_, err = pool.Exec(ctx, "SELECT * FROM pglock_release_after('', 'h3', 1000)")
+	require.ErrorContains(t, err, "22023")
+	require.Equal(t, before, readLocks(t, pool), "nothing changed")
+}
+
 func callText(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
 	t.Helper()
 	var s string

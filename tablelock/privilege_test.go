@@ -22,6 +22,7 @@ var leastPrivilege = []string{
 	"pglock_release(varchar, varchar)", "verify_fence(varchar, bigint)",
 	"pglock_fence(varchar, bigint, bigint)", "extend_lock_ms(varchar, varchar, bigint)",
 	"pglock_renew_many(varchar[], varchar[], bigint[])", "pglock_wait_many(varchar[], varchar[], bigint[])",
+	"pglock_release_after(varchar, varchar, bigint)",
 }
 
 // grantedRole makes a role that may read the lock tables and execute functions, and returns
@@ -66,6 +67,9 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	next := <-acquired
 	require.NoError(t, pgx.BeginFunc(ctx, d.NewPool(t, asRole), func(tx pgx.Tx) error { return next.Fence(ctx, tx) }))
 	require.NoError(t, next.Release(ctx))
+	minHeld, err := first.TryAcquire(ctx, "app", opts)
+	require.NoError(t, err)
+	require.NoError(t, minHeld.ReleaseAfter(ctx, time.Minute))
 	refused, why := failed.Count()
 	require.Zero(t, refused, "no statement was refused: %s", why)
 }

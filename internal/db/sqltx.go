@@ -3,8 +3,11 @@ package db
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -65,22 +68,37 @@ func (r sqlRow) Scan(dest ...any) error {
 }
 
 // translate is Translate for a database/sql error, which may also say that the transaction is
-// over, or come from a server that is not PostgreSQL: an error without a SQLSTATE that the
-// client did not make itself (a canceled ctx, a closed connection) is checked by asking the
-// server what it is, in the same transaction, so that the error can name it.
+// over, or come from a server that is not PostgreSQL. PostgreSQL's errors carry a SQLSTATE
+// (pgx's and lib/pq's alike); an error that has none and that the client did not make itself
+// (a canceled ctx, a broken connection) is checked by asking the server what it is, in the same
+// transaction, so that the error can name it.
 func (t sqlTx) translate(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, sql.ErrTxDone):
 		return fmt.Errorf("%w: the transaction is already committed or rolled back: %w", pglock.ErrInvalidArgument, err)
-	case StateOf(err) != "" || ctx.Err() != nil || errors.Is(err, sql.ErrConnDone):
+	case StateOf(err) != "" || ctx.Err() != nil || madeByClient(err):
 		return Translate(err)
 	}
 	var version string
-	if t.tx.QueryRowContext(ctx, "SELECT version()").Scan(&version) == nil && !strings.HasPrefix(version, "PostgreSQL") {
-		return fmt.Errorf("%w: the transaction is on a server that is not PostgreSQL (it says %q; its driver's error is %T): %w",
+	probe := t.tx.QueryRowContext(ctx, "SELECT version()").Scan(&version)
+	switch {
+	case probe == nil && strings.HasPrefix(version, "PostgreSQL"):
+		return err
+	case probe == nil:
+		return fmt.Errorf("%w: the transaction is on a server that is not PostgreSQL: it says it is %q (its driver's error is %T): %w",
 			pglock.ErrInvalidArgument, version, err, err)
+	case StateOf(probe) != "" || madeByClient(probe):
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: the transaction is on a server that is not PostgreSQL: it has no version() (its driver's error is %T): %w",
+		pglock.ErrInvalidArgument, err, err)
+}
+
+// madeByClient says whether err is the client's own: the connection broke or was closed.
+func madeByClient(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
 }

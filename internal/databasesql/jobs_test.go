@@ -1,0 +1,204 @@
+package databasesql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/jobs"
+)
+
+func newDeduper(t *testing.T, d *testdb.DB) *jobs.Deduper {
+	t.Helper()
+	dd, err := jobs.New(d.NewPool(t, nil), &jobs.Config{AppName: "databasesql-test"})
+	require.NoError(t, err)
+	return dd
+}
+
+func newEffects(t *testing.T, d *testdb.DB) {
+	t.Helper()
+	_, err := d.Pool.Exec(context.Background(), `CREATE TABLE effects (key text NOT NULL)`)
+	require.NoError(t, err)
+}
+
+func effects(t *testing.T, d *testdb.DB, key string) int {
+	t.Helper()
+	return count(t, d, "SELECT count(*) FROM effects WHERE key = $1", key)
+}
+
+func insertEffect(key string) func(ctx context.Context, tx *sql.Tx) error {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO effects (key) VALUES ($1)", key)
+		return err
+	}
+}
+
+// The outcome commits with fn's writes in the *sql.Tx, and a duplicate delivery gets it
+// without running fn.
+func TestRunTxSQLCommitsTheOutcomeWithTheEffect(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
+		ctx := context.Background()
+		newEffects(t, d)
+		dd := newDeduper(t, d)
+		res, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, insertEffect("k"))
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeRan, res.Outcome)
+		require.Equal(t, 1, res.Attempts)
+		require.NotZero(t, res.Token)
+		require.True(t, res.FinishedAt.After(res.StartedAt))
+
+		dup, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(context.Context, *sql.Tx) error {
+			t.Error("a duplicate of a key done ran")
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeAlreadyDone, dup.Outcome)
+		require.Equal(t, res.Token, dup.Token)
+		require.Equal(t, 1, effects(t, d, "k"))
+	})
+}
+
+// A failed attempt (fn's error, or a transaction fn left aborted) rolls back its writes and is
+// recorded; the next delivery runs the key.
+func TestRunTxSQLRollsBackAFailedAttemptAndTheNextDeliveryRunsIt(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
+		ctx := context.Background()
+		newEffects(t, d)
+		dd := newDeduper(t, d)
+		boom := errors.New("boom")
+		_, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
+			return errors.Join(insertEffect("k")(ctx, tx), boom)
+		})
+		require.ErrorIs(t, err, boom)
+		require.Zero(t, effects(t, d, "k"), "the failed attempt's writes are rolled back")
+		rec, err := dd.Status(ctx, "k")
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatusFailed, rec.Status)
+		require.Equal(t, "boom", rec.LastError)
+
+		_, err = dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
+			tx.ExecContext(ctx, "SELECT 1/0")
+			return nil
+		})
+		require.ErrorContains(t, err, "aborted")
+
+		res, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, insertEffect("k"))
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeRan, res.Outcome)
+		require.Equal(t, 3, res.Attempts)
+		require.Equal(t, 1, effects(t, d, "k"))
+	})
+}
+
+// An attempt whose backend is killed before COMMIT leaves no writes and no outcome: the next
+// delivery runs it.
+func TestRunTxSQLWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
+		ctx := context.Background()
+		newEffects(t, d)
+		dd := newDeduper(t, d)
+		_, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
+			require.NoError(t, insertEffect("k")(ctx, tx))
+			kill(t, ctx, d, backendOf(t, ctx, tx))
+			return nil
+		})
+		require.Error(t, err)
+		require.Zero(t, effects(t, d, "k"), "the killed attempt's writes are absent")
+
+		ran := false
+		res, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
+			ran = true
+			return insertEffect("k")(ctx, tx)
+		})
+		require.NoError(t, err)
+		require.True(t, ran)
+		require.Equal(t, jobs.OutcomeRan, res.Outcome)
+		require.Equal(t, 1, effects(t, d, "k"))
+	})
+}
+
+// Sixteen deliveries of one key through four instances, each with a *sql.DB and a Deduper of
+// its own, run it once.
+func TestConcurrentDeliveriesThroughRunTxSQLRunTheKeyOnce(t *testing.T) {
+	t.Parallel()
+	for _, driver := range drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, nil)
+			newEffects(t, d)
+			type instance struct {
+				dd    *jobs.Deduper
+				sqlDB *sql.DB
+			}
+			var instances []instance
+			for range 4 {
+				instances = append(instances, instance{newDeduper(t, d), openDB(t, driver, d.URL())})
+			}
+			var ran atomic.Int32
+			start := make(chan struct{})
+			outcomes := make(chan jobs.Outcome, 16)
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Go(func() {
+					<-start
+					in := instances[i%4]
+					res, err := in.dd.RunTxSQL(context.Background(), in.sqlDB, "order-1", nil, func(ctx context.Context, tx *sql.Tx) error {
+						ran.Add(1)
+						err := insertEffect("order-1")(ctx, tx)
+						time.Sleep(20 * time.Millisecond) // overlap the other deliveries
+						return err
+					})
+					assert.NoError(t, err)
+					outcomes <- res.Outcome
+				})
+			}
+			close(start)
+			wg.Wait()
+			close(outcomes)
+			counts := map[jobs.Outcome]int{}
+			for o := range outcomes {
+				counts[o]++
+			}
+			require.Equal(t, int32(1), ran.Load(), "fn runs once")
+			require.Equal(t, 1, counts[jobs.OutcomeRan])
+			require.Equal(t, 15, counts[jobs.OutcomeAlreadyDone]+counts[jobs.OutcomeInProgress], "%v", counts)
+			require.Equal(t, 1, effects(t, d, "order-1"))
+		})
+	}
+}
+
+// fn must not end RunTxSQL's transaction; if it commits it itself, the misuse is reported and
+// the outcome recorded as what fn returned, so the effect still happens once.
+func TestRunTxSQLWhoseFnCommitsItselfRecordsWhatFnReturned(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
+		ctx := context.Background()
+		newEffects(t, d)
+		dd := newDeduper(t, d)
+		_, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
+			require.NoError(t, insertEffect("k")(ctx, tx))
+			return tx.Commit()
+		})
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+		require.ErrorContains(t, err, "recorded after the fact, as succeeded")
+		rec, err := dd.Status(ctx, "k")
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatusSucceeded, rec.Status)
+		dup, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, insertEffect("k"))
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeAlreadyDone, dup.Outcome)
+		require.Equal(t, 1, effects(t, d, "k"))
+	})
+}
