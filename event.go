@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -185,6 +186,17 @@ const (
 	// CauseClosed: the Locker (or Session) was closed while it was held.
 	CauseClosed Cause = "closed"
 )
+
+// CauseOf returns why a lease was lost (a table lock's, a semaphore place's, a leader's term,
+// a job attempt's or a cron run's), from the error its Err or its loss gave; "" for any other
+// error.
+func CauseOf(err error) Cause {
+	var lost interface{ LossCause() Cause }
+	if errors.As(err, &lost) {
+		return lost.LossCause()
+	}
+	return ""
+}
 
 // Mode says how a job delivery ran, or what kind of run a cron run is.
 type Mode string

@@ -15,7 +15,6 @@ import (
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
-	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/internal/observe"
 	"github.com/pglock/pglock/internal/retry"
 	"github.com/pglock/pglock/tablelock"
@@ -274,7 +273,7 @@ func (e *Elector) lead(ctx context.Context, lk *tablelock.Lock, cb Callbacks) (r
 			ended := pglock.Event{Kind: pglock.EventLeader, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: term,
 				Outcome: pglock.OutcomeResigned, Held: time.Since(electedAt)}
 			if lost := lk.Err(); lost != nil {
-				ended.Outcome, ended.Cause, ended.Err = pglock.OutcomeLost, lease.CauseOf(lost), lost
+				ended.Outcome, ended.Cause, ended.Err = pglock.OutcomeLost, pglock.CauseOf(lost), lost
 			}
 			e.events.Emit(ctx, ended)
 		}
@@ -314,15 +313,17 @@ func (e *Elector) Resign(ctx context.Context) error {
 	}
 }
 
-// IsLeader reports whether this Elector leads now, as far as it knows: a lease lost a moment
-// ago may not have been noticed yet. Fence is the check to trust.
+// IsLeader reports whether this Elector leads now, without a round trip: elected, and its lease
+// valid by this process's monotonic clock less its safety margin (tablelock.Lock.Deadline), so
+// never once a successor could be elected. Leadership taken away by force (ForceResign) is
+// noticed at the next renewal: Fence is the check to trust for a write.
 func (e *Elector) IsLeader() bool { return e.Term() != 0 }
 
-// Term returns the term this Elector leads in, or 0 when it does not lead.
+// Term returns the term this Elector leads in, or 0 when it does not lead, as IsLeader tells.
 func (e *Elector) Term() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.lock == nil || e.lock.Err() != nil {
+	if e.lock == nil || e.lock.Err() != nil || !time.Now().Before(e.lock.Deadline()) {
 		return 0
 	}
 	return e.lock.Token()

@@ -70,6 +70,12 @@ func (lk *Lock) ExpiresAt() time.Time { return lk.lease.ExpiresAt() }
 // lock handed over by a release, taken by a try, or found free.
 func (lk *Lock) Vacancy() time.Duration { return lk.vacancy }
 
+// Deadline returns when, on this process's monotonic clock, the lock is declared lost unless a
+// renewal gets through first: the start of the last successful acquisition or renewal, plus
+// the TTL less the safety margin, which is always before the database could give it to another.
+// Work that must not outlive the lock can check it without a round trip.
+func (lk *Lock) Deadline() time.Time { return lk.lease.Deadline() }
+
 // Lost is closed once the lock is lost. It is never closed for a lock released normally.
 func (lk *Lock) Lost() <-chan struct{} { return lk.lease.Lost() }
 

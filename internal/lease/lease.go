@@ -7,7 +7,6 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -276,23 +275,15 @@ func (k *Keeper) LostBeforeStop(err error) bool {
 	return true
 }
 
-// lossError is a lost lease's error: err, and why, for CauseOf.
+// lossError is a lost lease's error: err, and why, for pglock.CauseOf.
 type lossError struct {
 	cause pglock.Cause
 	err   error
 }
 
-func (e *lossError) Error() string { return e.err.Error() }
-func (e *lossError) Unwrap() error { return e.err }
-
-// CauseOf returns why a lease was lost, from its Err; "" for any other error.
-func CauseOf(err error) pglock.Cause {
-	var lost *lossError
-	if errors.As(err, &lost) {
-		return lost.cause
-	}
-	return ""
-}
+func (e *lossError) Error() string           { return e.err.Error() }
+func (e *lossError) Unwrap() error           { return e.err }
+func (e *lossError) LossCause() pglock.Cause { return e.cause }
 
 func (k *Keeper) lost(err error, cause pglock.Cause) {
 	if k.cfg.OnLost != nil {

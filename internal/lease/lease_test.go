@@ -88,7 +88,7 @@ func TestLeaseIsLostExactlyAtItsDeadline(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	<-f.keeper.Lost()
 	require.Equal(t, err, f.keeper.Err())
-	require.Equal(t, pglock.CauseExpired, lease.CauseOf(err), "no heartbeat tried to renew it")
+	require.Equal(t, pglock.CauseExpired, pglock.CauseOf(err), "no heartbeat tried to renew it")
 	require.Equal(t, t0.Add(2700*time.Millisecond), f.keeper.Deadline())
 }
 
@@ -166,7 +166,7 @@ func TestFailingRenewalsLoseTheLeaseAtTheDeadline(t *testing.T) {
 	f.clock.Advance(deadline.Sub(f.clock.Now()))
 	lost := testdb.Receive(t, f.lost)
 	require.ErrorIs(t, lost, pglock.ErrLockLost)
-	require.Equal(t, pglock.CauseRenewalFailed, lease.CauseOf(lost))
+	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lost))
 }
 
 func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
@@ -179,7 +179,7 @@ func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
 	err := testdb.Receive(t, renewed)
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	require.Equal(t, err, testdb.Receive(t, f.lost))
-	require.Equal(t, pglock.CauseForceReleased, lease.CauseOf(err))
+	require.Equal(t, pglock.CauseForceReleased, pglock.CauseOf(err))
 	require.ErrorIs(t, f.keeper.Renew(context.Background(), nil), pglock.ErrLockLost, "a lost lease is not renewed")
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -245,5 +245,5 @@ func TestStoppedLeaseIsNeverDeclaredLost(t *testing.T) {
 	lost := testdb.Receive(t, f.lost)
 	require.ErrorIs(t, lost, lostAtRelease)
 	require.Equal(t, lost, f.keeper.Err())
-	require.Equal(t, pglock.CauseForceReleased, lease.CauseOf(lost))
+	require.Equal(t, pglock.CauseForceReleased, pglock.CauseOf(lost))
 }

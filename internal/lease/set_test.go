@@ -188,7 +188,7 @@ func TestSetLosesALeaseFoundGoneAtOnceAndKeepsTheOthers(t *testing.T) {
 	f.clock.Advance(d)
 	<-gone.Lost()
 	require.ErrorIs(t, gone.Err(), pglock.ErrLockLost)
-	require.Equal(t, pglock.CauseForceReleased, lease.CauseOf(gone.Err()))
+	require.Equal(t, pglock.CauseForceReleased, pglock.CauseOf(gone.Err()))
 	require.NoError(t, f.clock.WaitForTimers(testdb.Context(t), 2)) // kept's loss and the next tick
 	requireHeld(t, kept)
 	require.Equal(t, t0.Add(time.Second+2700*time.Millisecond), kept.Deadline())
@@ -212,7 +212,7 @@ func TestSetRetriesAFailedStatementAndLosesEachLeaseAtItsOwnDeadline(t *testing.
 	requireHeld(t, short)
 	f.clock.Advance(short.Deadline().Sub(f.clock.Now()))
 	<-short.Lost()
-	require.Equal(t, pglock.CauseRenewalFailed, lease.CauseOf(short.Err()))
+	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(short.Err()))
 	require.Equal(t, t0.Add(2700*time.Millisecond), f.clock.Now(), "lost at its deadline, not before")
 	requireHeld(t, longer)
 	f.mu.Lock()

@@ -1,0 +1,306 @@
+package gocronlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/gocronlock"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/leader"
+	"github.com/pglock/pglock/tablelock"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+func newTableLocker(t *testing.T, pool *pgxpool.Pool, cfg *tablelock.Config) *tablelock.Locker {
+	t.Helper()
+	if cfg == nil {
+		cfg = &tablelock.Config{}
+	}
+	cfg.AppName = "gocronlock-test"
+	l, err := tablelock.New(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	return l
+}
+
+// newRuns makes the table each run of a job records itself in, on the database's clock.
+func newRuns(t *testing.T, d *testdb.DB) {
+	t.Helper()
+	_, err := d.Pool.Exec(context.Background(), `CREATE TABLE runs (instance text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+}
+
+// record is a job's task: it records a run of instance, then works for work.
+func record(d *testdb.DB, instance string, work time.Duration) gocron.Task {
+	return gocron.NewTask(func() {
+		_, err := d.Pool.Exec(context.Background(), "INSERT INTO runs (instance) VALUES ($1)", instance)
+		if err != nil {
+			panic(err) // gocron recovers it; the run is missing from the count, which fails the test
+		}
+		time.Sleep(work)
+	})
+}
+
+// startScheduler starts a gocron scheduler with opts and the job "report" every interval from
+// start, stopped when the test ends.
+func startScheduler(t *testing.T, start time.Time, interval time.Duration, task gocron.Task, opts ...gocron.SchedulerOption) {
+	t.Helper()
+	s, err := gocron.NewScheduler(opts...)
+	require.NoError(t, err)
+	_, err = s.NewJob(gocron.DurationJob(interval), task, gocron.WithName("report"),
+		gocron.WithStartAt(gocron.WithStartDateTime(start)))
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { assert.NoError(t, s.Shutdown()) })
+}
+
+// releasedAtOnce is the gocron.Locker of the adapters that fall short: the lock goes as soon as
+// the run returns.
+type releasedAtOnce struct{ l *tablelock.Locker }
+
+func (r releasedAtOnce) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	lk, err := r.l.TryAcquire(ctx, key, nil)
+	if err != nil {
+		return nil, err
+	}
+	return unlockAtOnce{lk}, nil
+}
+
+type unlockAtOnce struct{ lk *tablelock.Lock }
+
+func (u unlockAtOnce) Unlock(ctx context.Context) error { return u.lk.Release(context.WithoutCancel(ctx)) }
+
+// Three instances run a job every second, from start offsets of 0, 300 and 700 ms, the second
+// one's job taking a second and a half where the others' take 10 ms. With gocronlock's Locker
+// every interval of 15 s runs exactly once, counted in the database; with a lock released as
+// the run returns (the failure mode of gocron's existing adapters), intervals run twice.
+func TestEveryIntervalRunsExactlyOnceAcrossInstancesWithSkewedStarts(t *testing.T) {
+	t.Parallel()
+	const window = 15
+	instances := []struct {
+		offset, work time.Duration
+	}{{0, 10 * time.Millisecond}, {300 * time.Millisecond, 1500 * time.Millisecond}, {700 * time.Millisecond, 10 * time.Millisecond}}
+	for _, tt := range []struct {
+		name   string
+		locker func(t *testing.T, l *tablelock.Locker) gocron.Locker
+		once   bool
+	}{
+		{"minimum hold", func(t *testing.T, l *tablelock.Locker) gocron.Locker {
+			base, err := gocronlock.NewLocker(l, time.Minute, nil)
+			require.NoError(t, err)
+			every, err := base.Every(time.Second)
+			require.NoError(t, err)
+			return every
+		}, true},
+		{"released at once", func(_ *testing.T, l *tablelock.Locker) gocron.Locker { return releasedAtOnce{l} }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, nil)
+			newRuns(t, d)
+			start := time.Now().Add(time.Second).Truncate(time.Second)
+			for i, in := range instances {
+				locker := tt.locker(t, newTableLocker(t, d.NewPool(t, nil), nil))
+				startScheduler(t, start.Add(in.offset), time.Second, record(d, fmt.Sprint(i), in.work),
+					gocron.WithDistributedLocker(locker))
+			}
+			time.Sleep(time.Until(start.Add(window * time.Second)))
+
+			rows, err := d.Pool.Query(context.Background(), `SELECT floor(extract(epoch FROM at - $1))::int AS k, count(*)
+				FROM runs WHERE at < $1 + make_interval(secs => $2) GROUP BY k ORDER BY k`, start, window)
+			require.NoError(t, err)
+			runs := map[int]int{}
+			for rows.Next() {
+				var k, n int
+				require.NoError(t, rows.Scan(&k, &n))
+				runs[k] = n
+			}
+			require.NoError(t, rows.Err())
+			twice := 0
+			for k := range window {
+				if runs[k] > 1 {
+					twice++
+				}
+			}
+			if tt.once {
+				for k := range window {
+					require.Equal(t, 1, runs[k], "interval %d of %v", k, runs)
+				}
+				return
+			}
+			require.Positive(t, twice, "a lock released as the run returns lets another instance run the interval again: %v", runs)
+			t.Logf("released at once: %d of %d intervals ran more than once", twice, window)
+		})
+	}
+}
+
+// A run whose lock is lost while its job runs is told to OnLost, with the job and the cause,
+// and to the Observer (which otelpglock turns into its lost-locks metric).
+func TestALockLostWhileItsJobRunsIsSignalled(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	events := make(chan pglock.Event, 64)
+	l := newTableLocker(t, d.NewPool(t, nil), &tablelock.Config{Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
+		if e.Kind == pglock.EventLost {
+			events <- e
+		}
+	})})
+	type loss struct {
+		job   string
+		cause pglock.Cause
+		err   error
+	}
+	lost := make(chan loss, 1)
+	locker, err := gocronlock.NewLocker(l, time.Second, &gocronlock.Options{TTL: time.Second,
+		OnLost: func(job string, cause pglock.Cause, err error) { lost <- loss{job, cause, err} }})
+	require.NoError(t, err)
+
+	run, err := locker.Lock(ctx, "report")
+	require.NoError(t, err)
+	_, err = locker.Lock(ctx, "report")
+	require.ErrorIs(t, err, pglock.ErrLocked, "one run at a time")
+	_, err = d.Pool.Exec(ctx, "DELETE FROM distributed_locks WHERE lock_name = 'gocron/report'") // an operator's release
+	require.NoError(t, err)
+	got := testdb.Receive(t, lost)
+	require.Equal(t, "report", got.job)
+	require.Equal(t, pglock.CauseForceReleased, got.cause)
+	require.ErrorIs(t, got.err, pglock.ErrLockLost)
+	e := testdb.Receive(t, events)
+	require.Equal(t, "gocron/report", e.Name)
+	require.Equal(t, pglock.CauseForceReleased, e.Cause)
+	require.ErrorIs(t, run.Unlock(ctx), pglock.ErrLockLost)
+}
+
+// gocron unlocks with the job's context, which its shutdown has canceled: the hold is set all
+// the same, on the database's clock from the acquisition, and outlives the process.
+func TestUnlockKeepsTheLockForTheMinimumHoldWhateverItsContext(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	pool := d.NewPool(t, nil)
+	l, err := tablelock.New(pool, &tablelock.Config{AppName: "gocronlock-test"})
+	require.NoError(t, err)
+	locker, err := gocronlock.NewLocker(l, 90*time.Second, &gocronlock.Options{TTL: 2 * time.Second})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	run, err := locker.Lock(ctx, "report")
+	require.NoError(t, err)
+	cancel()
+	require.NoError(t, run.Unlock(ctx))
+	require.ErrorIs(t, run.Unlock(ctx), pglock.ErrNotHeld)
+	require.NoError(t, l.Close(context.Background()))
+
+	var held time.Duration
+	require.NoError(t, d.Pool.QueryRow(context.Background(),
+		"SELECT expires_at - acquired_at FROM distributed_locks WHERE lock_name = 'gocron/report'").Scan(&held))
+	require.Equal(t, 90*time.Second, held)
+	_, err = newTableLocker(t, d.NewPool(t, nil), nil).TryAcquire(context.Background(), "gocron/report", nil)
+	require.ErrorIs(t, err, pglock.ErrLocked)
+}
+
+// Bad input is refused with an error matching pglock.ErrInvalidArgument, and writes nothing.
+func TestBadInputIsRefused(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	l := newTableLocker(t, d.Pool, nil)
+	for _, tt := range []struct {
+		name    string
+		locker  *tablelock.Locker
+		minHold time.Duration
+		opts    *gocronlock.Options
+	}{
+		{"nil locker", nil, time.Second, nil},
+		{"zero hold", l, 0, nil},
+		{"negative hold", l, -time.Second, nil},
+		{"negative TTL", l, time.Second, &gocronlock.Options{TTL: -time.Second}},
+	} {
+		_, err := gocronlock.NewLocker(tt.locker, tt.minHold, tt.opts)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument, tt.name)
+	}
+	locker, err := gocronlock.NewLocker(l, time.Second, nil)
+	require.NoError(t, err)
+	for _, interval := range []time.Duration{0, -time.Minute} {
+		_, err := locker.Every(interval)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	}
+	every, err := locker.Every(time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 59*time.Second, every.MinHold())
+	_, err = locker.Lock(context.Background(), string(make([]byte, pglock.MaxNameLen)))
+	require.ErrorIs(t, err, pglock.ErrInvalidName)
+	var n int
+	require.NoError(t, d.Pool.QueryRow(context.Background(), "SELECT count(*) FROM distributed_locks").Scan(&n))
+	require.Zero(t, n)
+}
+
+// With the Elector, only the leader's instance runs the job; once the leader is cut off from the
+// database, another instance takes over within the TTL, and the old leader runs nothing after.
+func TestOnlyTheLeaderRunsAndAnotherTakesOverWhenItIsCutOff(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newRuns(t, d)
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	partitions := make([]func() (heal func()), 3)
+	start := time.Now().Add(500 * time.Millisecond)
+	for i := range partitions {
+		pool, partition := d.PartitionablePool(t, nil)
+		partitions[i] = partition
+		e, err := gocronlock.NewElector(ctx, pool, "reports", &leader.Config{AppName: "gocronlock-test", TTL: ttl})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, e.Close()) })
+		startScheduler(t, start, 200*time.Millisecond, record(d, fmt.Sprint(i), 0), gocron.WithDistributedElector(e))
+	}
+	instances := func() map[string]int {
+		rows, err := d.Pool.Query(ctx, "SELECT instance, count(*) FROM runs GROUP BY instance")
+		require.NoError(t, err)
+		counts := map[string]int{}
+		for rows.Next() {
+			var instance string
+			var n int
+			require.NoError(t, rows.Scan(&instance, &n))
+			counts[instance] = n
+		}
+		require.NoError(t, rows.Err())
+		return counts
+	}
+	testdb.WaitFor(t, func() bool { return sum(instances()) >= 5 })
+	before := instances()
+	require.Len(t, before, 1, "only the leader runs: %v", before)
+	var first string
+	for instance := range before {
+		first = instance
+	}
+	var index int
+	fmt.Sscan(first, &index)
+	var cut time.Time
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&cut))
+	heal := partitions[index]()
+	defer heal()
+	testdb.WaitFor(t, func() bool { return len(instances()) == 2 })
+
+	var lastOld, firstNew time.Time
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT max(at) FROM runs WHERE instance = $1", first).Scan(&lastOld))
+	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT min(at) FROM runs WHERE instance <> $1", first).Scan(&firstNew))
+	require.True(t, lastOld.Before(firstNew), "the old leader ran nothing once another was elected")
+	require.Less(t, firstNew.Sub(cut), ttl+time.Second, "handed over within the TTL (plus a poll and a tick)")
+	t.Logf("cut off at %s; the old leader's last run %s after, the new leader's first %s after",
+		cut.Format(time.TimeOnly), lastOld.Sub(cut), firstNew.Sub(cut))
+}
+
+func sum(counts map[string]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
+}

@@ -1,0 +1,135 @@
+package gocronlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// DefaultPrefix starts the name of each job's lock: the job's name (gocron's key) follows.
+const DefaultPrefix = "gocron/"
+
+// unlockTimeout bounds Unlock's round trip: gocron gives it the job's context, which its
+// shutdown has canceled, and the lock must be released (or its hold set) all the same.
+const unlockTimeout = 10 * time.Second
+
+// Options configure a Locker. A nil *Options means the defaults.
+type Options struct {
+	// TTL is each run's lease, renewed every third of it while the job runs: a process that
+	// dies mid-run leaves the job to the other instances once it runs out (or once the minimum
+	// hold has, if that is later). Default: the tablelock.Locker's.
+	TTL time.Duration
+
+	// Prefix starts the name of each job's lock. Default: DefaultPrefix.
+	Prefix string
+
+	// OnLost is told, on a goroutine of its own, when a run's lock is lost while its job runs:
+	// the job's name, why (pglock.CauseOf), and the error (matching pglock.ErrLockLost).
+	// Another instance may then run the job: gocron cannot stop a running one, so stop it from
+	// here. The tablelock.Locker's Observer sees the loss too (otelpglock counts it). Default:
+	// none; the loss is logged by the tablelock.Locker.
+	OnLost func(job string, cause pglock.Cause, err error)
+}
+
+// Locker is a gocron.Locker: each run of a job holds the job's table lock, renewed while the job
+// runs and kept after it until the run has held it for the minimum hold. Install it with
+// gocron.WithDistributedLocker, or for one job with gocron.WithDistributedJobLocker (Every).
+type Locker struct {
+	locker  *tablelock.Locker
+	minHold time.Duration
+	opts    Options
+}
+
+// NewLocker returns a Locker over locker whose runs hold their job's lock for at least minHold,
+// by the database's clock, from the moment they took it: a little under the shortest interval
+// among the jobs it locks (Every derives it from one job's). It must be positive.
+func NewLocker(locker *tablelock.Locker, minHold time.Duration, opts *Options) (*Locker, error) {
+	if locker == nil {
+		return nil, errorf("%w: nil *tablelock.Locker", pglock.ErrInvalidArgument)
+	}
+	if minHold <= 0 {
+		return nil, errorf("%w: the minimum hold must be positive, not %s", pglock.ErrInvalidArgument, minHold)
+	}
+	l := &Locker{locker: locker, minHold: minHold}
+	if opts != nil {
+		l.opts = *opts
+	}
+	if l.opts.TTL < 0 {
+		return nil, errorf("%w: Options.TTL %s is negative", pglock.ErrInvalidArgument, l.opts.TTL)
+	}
+	if l.opts.Prefix == "" {
+		l.opts.Prefix = DefaultPrefix
+	}
+	return l, nil
+}
+
+// Every returns the Locker for a job run every interval, for gocron.WithDistributedJobLocker:
+// its minimum hold is a little under the interval (a tenth less, at most a second less), so
+// that the instance that takes the lock for an interval keeps it past the other instances'
+// ticks of that interval, and frees it before the next. interval must be positive.
+func (l *Locker) Every(interval time.Duration) (*Locker, error) {
+	if interval <= 0 {
+		return nil, errorf("%w: the interval must be positive, not %s", pglock.ErrInvalidArgument, interval)
+	}
+	every := *l
+	every.minHold = interval - min(interval/10, time.Second)
+	return &every, nil
+}
+
+// MinHold is how long, at least, each run holds its job's lock.
+func (l *Locker) MinHold() time.Duration { return l.minHold }
+
+// Lock takes the lock of the job named key for one run, if no other run holds it (an error
+// matching pglock.ErrLocked otherwise, which makes gocron skip the run: gocron's AfterLockError
+// listener sees it, and any other error).
+func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	lk, err := l.locker.TryAcquire(ctx, l.opts.Prefix+key, &tablelock.AcquireOptions{TTL: l.opts.TTL,
+		Metadata: map[string]any{"gocron_job": key, "min_hold_ms": l.minHold.Milliseconds()}})
+	if err != nil {
+		return nil, err
+	}
+	r := &run{lk: lk, minHold: l.minHold, unlocked: make(chan struct{})}
+	if l.opts.OnLost != nil {
+		go func() {
+			select {
+			case <-lk.Lost():
+				l.opts.OnLost(key, pglock.CauseOf(lk.Err()), lk.Err())
+			case <-r.unlocked:
+			}
+		}()
+	}
+	return r, nil
+}
+
+// run is one run's hold of its job's lock.
+type run struct {
+	lk       *tablelock.Lock
+	minHold  time.Duration
+	once     atomic.Bool
+	unlocked chan struct{} // closed by Unlock
+}
+
+// Unlock ends the run: the lock goes once it has been held for the minimum hold, and is no
+// longer renewed. It returns an error matching pglock.ErrLockLost if the lock was lost.
+func (r *run) Unlock(ctx context.Context) error {
+	if !r.once.CompareAndSwap(false, true) {
+		return errorf("%w: this run's lock of %q was unlocked already", pglock.ErrNotHeld, r.lk.Name())
+	}
+	close(r.unlocked)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	defer cancel()
+	return r.lk.ReleaseAfter(ctx, r.minHold)
+}
+
+// errorf is fmt.Errorf for this package's own errors, with pglock's prefix.
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("pglock: gocronlock: "+format, args...)
+}
+
+var _ gocron.Locker = (*Locker)(nil)
