@@ -77,7 +77,9 @@ func (r releasedAtOnce) Lock(ctx context.Context, key string) (gocron.Lock, erro
 
 type unlockAtOnce struct{ lk *tablelock.Lock }
 
-func (u unlockAtOnce) Unlock(ctx context.Context) error { return u.lk.Release(context.WithoutCancel(ctx)) }
+func (u unlockAtOnce) Unlock(ctx context.Context) error {
+	return u.lk.Release(context.WithoutCancel(ctx))
+}
 
 // Three instances run a job every second, from start offsets of 0, 300 and 700 ms, the second
 // one's job taking a second and a half where the others' take 10 ms. With gocronlock's Locker
