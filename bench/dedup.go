@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pglock/pglock/jobs"
 )
@@ -46,14 +49,16 @@ func (d dedupResult) walPerDelivery() float64 {
 }
 
 // dedup: instances delivering distinct keys, each delivery's effect one INSERT: in a raw
-// transaction (no deduplication), behind a hand-written inbox table, and through jobs.RunTx, in
-// alternating slots whose order rotates, with 4 and with 16 workers.
+// transaction (no deduplication), behind a hand-written inbox table, through jobs.RunTx, and on
+// database/sql (a raw transaction, and jobs.RunTxSQL), in alternating slots whose order rotates,
+// with 4 and with 16 workers.
 func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error {
 	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL);
 		CREATE TABLE bench_inbox (key text PRIMARY KEY)`); err != nil {
 		return err
 	}
 	pools := make([]*pgxpool.Pool, dedupInstances)
+	sqlDBs := make([]*sql.DB, dedupInstances) // database/sql on the same pools (pgx's stdlib)
 	dedupers := make([]*jobs.Deduper, dedupInstances)
 	for i := range pools {
 		pool, err := newPool(ctx, e.url, int32(max(dedupWorkers[len(dedupWorkers)-1]/dedupInstances, 1)))
@@ -62,12 +67,24 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 		}
 		defer pool.Close()
 		pools[i] = pool
+		sqlDBs[i] = stdlib.OpenDBFromPool(pool)
+		defer sqlDBs[i].Close()
 		if dedupers[i], err = jobs.New(pool, &jobs.Config{AppName: "bench"}); err != nil {
 			return err
 		}
 	}
 	effect := func(ctx context.Context, tx pgx.Tx, key string) error {
 		_, err := tx.Exec(ctx, `INSERT INTO bench_effects (key) VALUES ($1)`, key)
+		return err
+	}
+	sqlEffect := func(ctx context.Context, tx *sql.Tx, key string) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO bench_effects (key) VALUES ($1)`, key)
+		return err
+	}
+	ran := func(res jobs.Result, err error, key string) error {
+		if err == nil && res.Outcome != jobs.OutcomeRan {
+			err = fmt.Errorf("a new key %s was not run: %v", key, res.Outcome)
+		}
 		return err
 	}
 	ways := []dedupWay{
@@ -89,10 +106,21 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 		}},
 		{"pglock jobs.RunTx", func(ctx context.Context, i int, key string) error {
 			res, err := dedupers[i].RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error { return effect(ctx, tx, key) })
-			if err == nil && res.Outcome != jobs.OutcomeRan {
-				err = fmt.Errorf("a new key %s was not run: %v", key, res.Outcome)
+			return ran(res, err, key)
+		}},
+		{"raw INSERT transaction on database/sql (pgx stdlib)", func(ctx context.Context, i int, key string) error {
+			tx, err := sqlDBs[i].BeginTx(ctx, nil)
+			if err != nil {
+				return err
 			}
-			return err
+			if err := sqlEffect(ctx, tx, key); err != nil {
+				return errors.Join(err, tx.Rollback())
+			}
+			return tx.Commit()
+		}},
+		{"pglock jobs.RunTxSQL (pgx stdlib)", func(ctx context.Context, i int, key string) error {
+			res, err := dedupers[i].RunTxSQL(ctx, sqlDBs[i], key, nil, func(ctx context.Context, tx *sql.Tx) error { return sqlEffect(ctx, tx, key) })
+			return ran(res, err, key)
 		}},
 	}
 	var keys atomic.Int64

@@ -178,18 +178,23 @@ func (r *report) waitersTable(results []waitersResult) {
 }
 
 func (r *report) dedupTable() {
-	var rows [][]string
+	var rows, sqlRows [][]string
 	for _, results := range r.dedup {
-		raw, inbox := results[0], results[1]
+		raw, inbox, runTx, rawSQL, runTxSQL := results[0], results[1], results[2], results[3], results[4]
 		for _, d := range results {
 			rows = append(rows, []string{d.way, fmt.Sprint(d.workers), perSecond(d.perSecond()), ms(d.latency.p50), ms(d.latency.p99),
 				ratio(d.perSecond(), raw.perSecond()), ratio(d.perSecond(), inbox.perSecond()),
 				fmt.Sprintf("%.0f", d.walPerDelivery()), ratio(d.walPerDelivery(), inbox.walPerDelivery())})
 		}
+		sqlRows = append(sqlRows, []string{fmt.Sprint(runTx.workers),
+			ratio(runTxSQL.latency.p50.Seconds(), runTx.latency.p50.Seconds()), ratio(runTx.perSecond(), runTxSQL.perSecond()),
+			ratio(runTxSQL.latency.p50.Seconds(), rawSQL.latency.p50.Seconds()), ratio(rawSQL.perSecond(), runTxSQL.perSecond())})
 	}
 	r.add("Deduplicated delivery",
-		fmt.Sprintf("%d instances deliver distinct keys, each delivery's effect one INSERT, in three ways: the INSERT in a raw transaction (BEGIN, INSERT, COMMIT: no deduplication at all); behind a hand-written inbox table, what a team writes to drop duplicates (BEGIN, `INSERT INTO inbox (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING key`, the INSERT, COMMIT; a table with the key alone, which nothing ever empties); and through `jobs.RunTx` (the claim, the effect, and the outcome with COMMIT, in one transaction). Alternating slots of %s whose order rotates, %d rounds, with 4 and with 16 workers spread over the instances. *WAL per delivery* is what the whole server wrote while a way's slots ran (`pg_current_wal_insert_lsn()`), divided by its deliveries: full-page images included. What RunTx does beyond the inbox: each attempt's fencing token, the record's retention and its garbage collection, fingerprints, attempts counted towards a limit, waiting duplicates woken, and a transaction whose idle time is bounded.", dedupInstances, dedupSlot, dedupRounds),
-		mdTable([]string{"way", "workers", "deliveries/s", "p50", "p99", "÷ raw", "÷ inbox", "WAL bytes per delivery", "WAL ÷ inbox"}, rows))
+		fmt.Sprintf("%d instances deliver distinct keys, each delivery's effect one INSERT, in five ways: the INSERT in a raw transaction (BEGIN, INSERT, COMMIT: no deduplication at all); behind a hand-written inbox table, what a team writes to drop duplicates (BEGIN, `INSERT INTO inbox (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING key`, the INSERT, COMMIT; a table with the key alone, which nothing ever empties); through `jobs.RunTx` (the claim, the effect, and the outcome with COMMIT, in one transaction); and on `database/sql` over the same pools (pgx's stdlib, `stdlib.OpenDBFromPool`): the raw transaction, and `jobs.RunTxSQL`, whose BEGIN and COMMIT database/sql sends on their own (two round trips more than RunTx). Alternating slots of %s whose order rotates, %d rounds, with 4 and with 16 workers spread over the instances. *WAL per delivery* is what the whole server wrote while a way's slots ran (`pg_current_wal_insert_lsn()`), divided by its deliveries: full-page images included. What RunTx does beyond the inbox: each attempt's fencing token, the record's retention and its garbage collection, fingerprints, attempts counted towards a limit, waiting duplicates woken, and a transaction whose idle time is bounded.", dedupInstances, dedupSlot, dedupRounds),
+		mdTable([]string{"way", "workers", "deliveries/s", "p50", "p99", "÷ raw", "÷ inbox", "WAL bytes per delivery", "WAL ÷ inbox"}, rows)+
+			"\n\nThe cost of `RunTxSQL` (database/sql, pgx stdlib) beside `RunTx` (pgx), and beside a raw database/sql transaction, from the same slots (above 1 is slower):\n\n"+
+			mdTable([]string{"workers", "p50: RunTxSQL ÷ RunTx", "time per delivery: RunTxSQL ÷ RunTx", "p50: RunTxSQL ÷ raw database/sql", "time per delivery: RunTxSQL ÷ raw database/sql"}, sqlRows))
 }
 
 // write writes benchmarks.md and its charts under dir.

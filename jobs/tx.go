@@ -4,9 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
-
-	"github.com/jackc/pgerrcode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,7 +32,7 @@ func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(
 	if fn == nil {
 		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
 	}
-	return d.runTx(ctx, key, opts, func() txRun { return &pgxRun{pool: d.pool, fn: fn} })
+	return d.runTx(ctx, key, opts, func(request) txRun { return &pgxRun{pool: d.pool, fn: fn} })
 }
 
 // RunTxSQL is RunTx for a service on database/sql (GORM, sqlx, ent, bun, lib/pq): the
@@ -42,10 +41,11 @@ func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(
 // database: stdlib.OpenDBFromPool on the Deduper's pool shares its connections
 // (docs/databasesql.md).
 //
-// It costs two round trips more than RunTx (database/sql sends BEGIN and COMMIT on their own),
-// and database/sql's Commit takes no context: the wait for the COMMIT's answer is the driver's.
-// If fn commits or rolls back the transaction itself, the outcome is recorded after the fact as
-// what fn returned, since database/sql does not say which it did.
+// database/sql sends BEGIN and COMMIT on their own, so the outcome is written with the claim,
+// before fn runs, in the same transaction: BEGIN, the claim, fn's round trips, and COMMIT, one
+// more than RunTx. Its time (Result.FinishedAt) is then the claim's. database/sql's Commit takes
+// no context: the wait for its answer is the driver's. When COMMIT fails, whether it committed
+// is read in the key's record, so that a lost answer is not taken for a failure.
 func (d *Deduper) RunTxSQL(ctx context.Context, sqlDB *sql.DB, key string, opts *Options, fn func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
 	switch {
 	case sqlDB == nil:
@@ -53,16 +53,16 @@ func (d *Deduper) RunTxSQL(ctx context.Context, sqlDB *sql.DB, key string, opts 
 	case fn == nil:
 		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
 	}
-	return d.runTx(ctx, key, opts, func() txRun { return &sqlRun{sqlDB: sqlDB, fn: fn} })
+	return d.runTx(ctx, key, opts, func(req request) txRun { return &sqlRun{sqlDB: sqlDB, fn: fn, ours: d.succeededWith(req)} })
 }
 
-func (d *Deduper) runTx(ctx context.Context, key string, opts *Options, newRun func() txRun) (Result, error) {
+func (d *Deduper) runTx(ctx context.Context, key string, opts *Options, newRun func(request) txRun) (Result, error) {
 	req, err := d.newRequest(key, opts)
 	if err != nil {
 		return Result{}, err
 	}
 	return d.deliver(ctx, req, pglock.ModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
-		return d.attemptTx(ctx, req, newRun())
+		return d.attemptTx(ctx, req, newRun(req))
 	})
 }
 
@@ -75,7 +75,8 @@ type txRun interface {
 	// left says what fn left of the transaction, as far as the driver tells: open (or not
 	// known), aborted, or ended; and if ended, whether through Commit.
 	left() (state txState, committed bool)
-	// commit writes the outcome and commits.
+	// commit writes the outcome and commits, returning the outcome's time. Where left could not
+	// tell, it returns endedByFn or errAborted.
 	commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error)
 	// rollback rolls back, bounded: on a connection that stopped answering, a rollback would wait
 	// for TCP to give up.
@@ -91,6 +92,15 @@ const (
 	txAborted
 	txEnded
 )
+
+// endedByFn is commit's error when fn ended the transaction itself, and says whether it
+// committed.
+type endedByFn struct{ committed bool }
+
+func (e endedByFn) Error() string { return "pglock: fn ended the transaction itself" }
+
+// errAborted is commit's error when fn left the transaction aborted.
+var errAborted = errors.New("pglock: the transaction was aborted")
 
 func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Result, lockKey int64, err error) {
 	defer run.close()
@@ -125,11 +135,11 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 		}
 		finishedAt, err = run.commit(commitCtx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
 		cancel()
-		// What database/sql tells only now.
+		var ended endedByFn // what database/sql tells only now
 		switch {
-		case errors.Is(err, sql.ErrTxDone):
-			state, committed = txEnded, true
-		case db.StateOf(err) == pgerrcode.InFailedSQLTransaction:
+		case errors.As(err, &ended):
+			state, committed = txEnded, ended.committed
+		case errors.Is(err, errAborted):
 			state = txAborted
 		}
 	}
@@ -242,12 +252,16 @@ func (r *pgxRun) close() {
 }
 
 // sqlRun is RunTxSQL's transaction, of database/sql: BEGIN and COMMIT are round trips of their
-// own.
+// own, and the outcome goes with the claim.
 type sqlRun struct {
 	sqlDB *sql.DB
 	fn    func(ctx context.Context, tx *sql.Tx) error
-	tx    *sql.Tx
-	q     *db.Queries
+	// ours reads whether the key's outcome is the success of the attempt with the token.
+	ours       func(ctx context.Context, token int64) (bool, error)
+	ctx        context.Context // the transaction's: database/sql rolls it back once it ends
+	tx         *sql.Tx
+	token      int64
+	finishedAt time.Time
 }
 
 func (r *sqlRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobTxRow, error) {
@@ -259,8 +273,11 @@ func (r *sqlRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobT
 	if err != nil {
 		return db.ClaimJobTxRow{}, err
 	}
-	r.tx, r.q = tx, db.New(in)
-	return r.q.ClaimJobTx(ctx, p)
+	r.ctx, r.tx = ctx, tx
+	p.Finish = true
+	row, err := db.New(in).ClaimJobTx(ctx, p)
+	r.token, r.finishedAt = db.Deref(row.FencingToken), db.Deref(row.FinishedAt)
+	return row, err
 }
 
 func (r *sqlRun) call(ctx context.Context) error { return r.fn(ctx, r.tx) }
@@ -268,16 +285,34 @@ func (r *sqlRun) call(ctx context.Context) error { return r.fn(ctx, r.tx) }
 // left cannot tell: database/sql says nothing of the transaction's state, so commit finds out.
 func (r *sqlRun) left() (txState, bool) { return txOpen, false }
 
-func (r *sqlRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error) {
-	finishedAt, err := r.q.FinishJobTx(ctx, p)
-	if err != nil {
-		return finishedAt, err // sql.ErrTxDone here means fn ended the transaction
+// commit commits the outcome written with the claim. When COMMIT fails, the key's record says
+// whether the transaction committed, so that the failure is told as RunTx tells it: fn ended the
+// transaction (committed or not), left it aborted, the server refused the COMMIT, or nobody
+// knows.
+func (r *sqlRun) commit(context.Context, db.FinishJobTxParams) (time.Time, error) {
+	err := r.tx.Commit()
+	if err == nil {
+		return r.finishedAt, nil
 	}
-	err = r.tx.Commit()
-	if errors.Is(err, sql.ErrTxDone) { // not fn: database/sql rolled back when the context ended
-		return finishedAt, errs.Errorf("the transaction was rolled back before COMMIT, its context having ended")
+	if r.ctx.Err() != nil { // database/sql rolled back as the context ended
+		return time.Time{}, errs.Errorf("the transaction was rolled back, its context having ended: %w", context.Cause(r.ctx))
 	}
-	return finishedAt, db.Translate(err)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
+	defer cancel()
+	ours, checkErr := r.ours(ctx, r.token)
+	switch {
+	case checkErr != nil:
+		return time.Time{}, errs.Errorf("%w (whether it committed could not be read: %v)", err, checkErr)
+	case errors.Is(err, sql.ErrTxDone):
+		return time.Time{}, endedByFn{committed: ours}
+	case ours:
+		return r.finishedAt, nil // it committed, and the answer was lost on the way
+	case db.StateOf(err) != "" || db.MadeByClient(err):
+		return time.Time{}, err
+	}
+	// Neither the server's error nor a broken connection: a driver's own refusal to commit an
+	// aborted transaction (pgx's ErrTxCommitRollback, lib/pq's ErrInFailedTransaction).
+	return time.Time{}, fmt.Errorf("%w: %w", errAborted, err)
 }
 
 // rollback needs no bound of its own: database/sql's Rollback takes no context, and the
@@ -289,6 +324,20 @@ func (r *sqlRun) rollback(context.Context) {
 }
 
 func (r *sqlRun) close() {}
+
+// succeededWith reads whether req's key is recorded as succeeded by the attempt with a token.
+func (d *Deduper) succeededWith(req request) func(ctx context.Context, token int64) (bool, error) {
+	return func(ctx context.Context, token int64) (bool, error) {
+		row, err := d.queries.GetJob(ctx, db.GetJobParams{Scope: req.scope, JobKey: req.key})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		return row.PglockJob.Status == string(StatusSucceeded) && row.PglockJob.FencingToken == token, nil
+	}
+}
 
 // recordOutcome records the outcome of a RunTx attempt whose transaction did not: its failure
 // (fnErr) after the transaction rolled back, so that it counts towards MaxAttempts and shows its

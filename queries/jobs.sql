@@ -21,8 +21,11 @@ SELECT a.*
 LIMIT 1;
 
 -- ClaimJobTx claims inside RunTx's transaction, without ClaimJob's read first: there a duplicate
--- of a done key costs a transaction anyway, and the claim answers it. The first branch, which
--- the planner drops, only names the columns for sqlc, as ClaimJob's.
+-- of a done key costs a transaction anyway, and the claim answers it. With finish, a claim that
+-- runs the key also writes its outcome, succeeded, in the same statement (finished_at is then
+-- its time), for RunTxSQL: database/sql sends COMMIT on its own, so the outcome goes in before
+-- fn runs, and commits or rolls back with fn's writes all the same. The first branch, which the
+-- planner drops, only names the columns for sqlc, as ClaimJob's.
 -- name: ClaimJobTx :one
 (SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
         j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
@@ -31,7 +34,11 @@ LIMIT 1;
    LEFT JOIN pglock_jobs j ON false
   WHERE false)
 UNION ALL
-SELECT a.*
+SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at,
+       CASE WHEN @finish::boolean AND a.outcome = 'claimed'
+            THEN pglock_job_require_claim(pglock_job_finish_tx(@scope, @job_key, a.fencing_token, @window_ms), @scope, @job_key)
+            ELSE a.finished_at END,
+       a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
   FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, true, NULL, sqlc.narg('fingerprint')::text,
                         @window_ms, @max_attempts, @idle_timeout_ms) AS a;
 

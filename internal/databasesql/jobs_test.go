@@ -179,26 +179,41 @@ func TestConcurrentDeliveriesThroughRunTxSQLRunTheKeyOnce(t *testing.T) {
 	}
 }
 
-// fn must not end RunTxSQL's transaction; if it commits it itself, the misuse is reported and
-// the outcome recorded as what fn returned, so the effect still happens once.
-func TestRunTxSQLWhoseFnCommitsItselfRecordsWhatFnReturned(t *testing.T) {
+// fn must not end RunTxSQL's transaction. If it commits it itself, the misuse is reported and
+// the outcome, written with the claim, commits with fn's writes: the effect still happens once.
+// If it rolls it back itself, the attempt is recorded as failed, and the next delivery runs it.
+func TestRunTxSQLWhoseFnEndsItsTransactionKeepsTheOutcomeWithTheEffect(t *testing.T) {
 	t.Parallel()
 	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
 		ctx := context.Background()
 		newEffects(t, d)
 		dd := newDeduper(t, d)
-		_, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
-			require.NoError(t, insertEffect("k")(ctx, tx))
+		_, err := dd.RunTxSQL(ctx, sqlDB, "committed", nil, func(ctx context.Context, tx *sql.Tx) error {
+			require.NoError(t, insertEffect("committed")(ctx, tx))
 			return tx.Commit()
 		})
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 		require.ErrorContains(t, err, "recorded after the fact, as succeeded")
-		rec, err := dd.Status(ctx, "k")
+		rec, err := dd.Status(ctx, "committed")
 		require.NoError(t, err)
 		require.Equal(t, jobs.StatusSucceeded, rec.Status)
-		dup, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, insertEffect("k"))
+		dup, err := dd.RunTxSQL(ctx, sqlDB, "committed", nil, insertEffect("committed"))
 		require.NoError(t, err)
 		require.Equal(t, jobs.OutcomeAlreadyDone, dup.Outcome)
-		require.Equal(t, 1, effects(t, d, "k"))
+		require.Equal(t, 1, effects(t, d, "committed"))
+
+		_, err = dd.RunTxSQL(ctx, sqlDB, "rolled back", nil, func(ctx context.Context, tx *sql.Tx) error {
+			require.NoError(t, insertEffect("rolled back")(ctx, tx))
+			return tx.Rollback()
+		})
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+		require.ErrorContains(t, err, "recorded after the fact, as failed")
+		rec, err = dd.Status(ctx, "rolled back")
+		require.NoError(t, err)
+		require.Equal(t, jobs.StatusFailed, rec.Status)
+		res, err := dd.RunTxSQL(ctx, sqlDB, "rolled back", nil, insertEffect("rolled back"))
+		require.NoError(t, err)
+		require.Equal(t, jobs.OutcomeRan, res.Outcome)
+		require.Equal(t, 1, effects(t, d, "rolled back"))
 	})
 }

@@ -125,18 +125,23 @@ const claimJobTx = `-- name: ClaimJobTx :one
    LEFT JOIN pglock_jobs j ON false
   WHERE false)
 UNION ALL
-SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at, a.finished_at, a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
-  FROM pglock_job_claim($1, $2, $3, $4, true, NULL, $5::text,
-                        $6, $7, $8) AS a
+SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at,
+       CASE WHEN $1::boolean AND a.outcome = 'claimed'
+            THEN pglock_job_require_claim(pglock_job_finish_tx($2, $3, a.fencing_token, $4), $2, $3)
+            ELSE a.finished_at END,
+       a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
+  FROM pglock_job_claim($2, $3, $5, $6, true, NULL, $7::text,
+                        $4, $8, $9) AS a
 `
 
 type ClaimJobTxParams struct {
+	Finish        bool
 	Scope         string
 	JobKey        string
+	WindowMs      int64
 	HolderID      string
 	Instance      string
 	Fingerprint   *string
-	WindowMs      int64
 	MaxAttempts   int32
 	IdleTimeoutMs int64
 }
@@ -160,16 +165,20 @@ type ClaimJobTxRow struct {
 }
 
 // ClaimJobTx claims inside RunTx's transaction, without ClaimJob's read first: there a duplicate
-// of a done key costs a transaction anyway, and the claim answers it. The first branch, which
-// the planner drops, only names the columns for sqlc, as ClaimJob's.
+// of a done key costs a transaction anyway, and the claim answers it. With finish, a claim that
+// runs the key also writes its outcome, succeeded, in the same statement (finished_at is then
+// its time), for RunTxSQL: database/sql sends COMMIT on its own, so the outcome goes in before
+// fn runs, and commits or rolls back with fn's writes all the same. The first branch, which the
+// planner drops, only names the columns for sqlc, as ClaimJob's.
 func (q *Queries) ClaimJobTx(ctx context.Context, arg ClaimJobTxParams) (ClaimJobTxRow, error) {
 	row := q.db.QueryRow(ctx, claimJobTx,
+		arg.Finish,
 		arg.Scope,
 		arg.JobKey,
+		arg.WindowMs,
 		arg.HolderID,
 		arg.Instance,
 		arg.Fingerprint,
-		arg.WindowMs,
 		arg.MaxAttempts,
 		arg.IdleTimeoutMs,
 	)

@@ -78,7 +78,7 @@ func (t sqlTx) translate(ctx context.Context, err error) error {
 		return nil
 	case errors.Is(err, sql.ErrTxDone):
 		return fmt.Errorf("%w: the transaction is already committed or rolled back: %w", pglock.ErrInvalidArgument, err)
-	case StateOf(err) != "" || ctx.Err() != nil || madeByClient(err):
+	case StateOf(err) != "" || ctx.Err() != nil || MadeByClient(err):
 		return Translate(err)
 	}
 	var version string
@@ -89,15 +89,15 @@ func (t sqlTx) translate(ctx context.Context, err error) error {
 	case probe == nil:
 		return fmt.Errorf("%w: the transaction is on a server that is not PostgreSQL: it says it is %q (its driver's error is %T): %w",
 			pglock.ErrInvalidArgument, version, err, err)
-	case StateOf(probe) != "" || madeByClient(probe):
+	case StateOf(probe) != "" || MadeByClient(probe):
 		return err
 	}
 	return fmt.Errorf("%w: the transaction is on a server that is not PostgreSQL: it has no version() (its driver's error is %T): %w",
 		pglock.ErrInvalidArgument, err, err)
 }
 
-// madeByClient says whether err is the client's own: the connection broke or was closed.
-func madeByClient(err error) bool {
+// MadeByClient says whether err is the client's own: the connection broke or was closed.
+func MadeByClient(err error) bool {
 	var netErr net.Error
 	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
