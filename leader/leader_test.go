@@ -373,7 +373,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.ErrorIs(t, e.Run(ctx, leader.Callbacks{}), pglock.ErrInvalidArgument, "nil OnElected")
 	_, err = leader.Current(ctx, d.Pool, "x")
 	require.ErrorIs(t, err, pglock.ErrNoLeader)
-	require.ErrorIs(t, e.Fence(ctx, nil), pglock.ErrNotHeld)
+	require.ErrorIs(t, e.Fence(ctx, nil), pglock.ErrInvalidArgument, "a nil transaction is refused before anything else")
 	require.NoError(t, e.Resign(ctx), "resigning without leading does nothing")
 	var rows int
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM distributed_locks) + (SELECT count(*) FROM distributed_lock_waiters)`).Scan(&rows))
