@@ -32,8 +32,8 @@ type Options struct {
 	// OnLost is told, on a goroutine of its own, when a run's lock is lost while its job runs:
 	// the job's name, why (pglock.CauseOf), and the error (matching pglock.ErrLockLost).
 	// Another instance may then run the job: gocron cannot stop a running one, so stop it from
-	// here. The tablelock.Locker's Observer sees the loss too (otelpglock counts it). Default:
-	// none; the loss is logged by the tablelock.Locker.
+	// here. The tablelock.Locker's Observer sees the loss too (otelpglock counts it in
+	// pglock.lease.losses). Default: none; the loss is logged by the tablelock.Locker.
 	OnLost func(job string, cause pglock.Cause, err error)
 }
 
