@@ -82,7 +82,7 @@ func (u unlockAtOnce) Unlock(ctx context.Context) error {
 }
 
 // Three instances run a job every second, from start offsets of 0, 300 and 700 ms, the second
-// one's job taking a second and a half where the others' take 10 ms. With gocronlock's Locker
+// one's job taking 1.2 s (past its interval and its hold) where the others' take 10 ms. With gocronlock's Locker
 // every interval of 15 s runs exactly once, counted in the database; with a lock released as
 // the run returns (the failure mode of gocron's existing adapters), intervals run twice.
 func TestEveryIntervalRunsExactlyOnceAcrossInstancesWithSkewedStarts(t *testing.T) {
@@ -90,7 +90,7 @@ func TestEveryIntervalRunsExactlyOnceAcrossInstancesWithSkewedStarts(t *testing.
 	const window = 15
 	instances := []struct {
 		offset, work time.Duration
-	}{{0, 10 * time.Millisecond}, {300 * time.Millisecond, 1500 * time.Millisecond}, {700 * time.Millisecond, 10 * time.Millisecond}}
+	}{{0, 10 * time.Millisecond}, {300 * time.Millisecond, 1200 * time.Millisecond}, {700 * time.Millisecond, 10 * time.Millisecond}}
 	for _, tt := range []struct {
 		name   string
 		locker func(t *testing.T, l *tablelock.Locker) gocron.Locker

@@ -72,7 +72,11 @@ func NewLocker(locker *tablelock.Locker, minHold time.Duration, opts *Options) (
 // Every returns the Locker for a job run every interval, for gocron.WithDistributedJobLocker:
 // its minimum hold is a little under the interval (a tenth less, at most a second less), so
 // that the instance that takes the lock for an interval keeps it past the other instances'
-// ticks of that interval, and frees it before the next. interval must be positive.
+// ticks of that interval, and frees it before the next. That holds while the instances' ticks
+// of an interval fall within the hold of the first (their start offsets and clock skew spread
+// over less than the hold), and while a tick's acquisition is late by less than the tenth: one
+// later by more finds the previous hold still there, and that interval is skipped, never run
+// twice. interval must be positive.
 func (l *Locker) Every(interval time.Duration) (*Locker, error) {
 	if interval <= 0 {
 		return nil, errorf("%w: the interval must be positive, not %s", pglock.ErrInvalidArgument, interval)
@@ -99,9 +103,12 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		go func() {
 			select {
 			case <-lk.Lost():
-				l.opts.OnLost(key, pglock.CauseOf(lk.Err()), lk.Err())
-			case <-r.unlocked:
+			case <-r.unlocked: // the release is done: a lock lost before it is lost still
+				if lk.Err() == nil {
+					return
+				}
 			}
+			l.opts.OnLost(key, pglock.CauseOf(lk.Err()), lk.Err())
 		}()
 	}
 	return r, nil
@@ -112,7 +119,7 @@ type run struct {
 	lk       *tablelock.Lock
 	minHold  time.Duration
 	once     atomic.Bool
-	unlocked chan struct{} // closed by Unlock
+	unlocked chan struct{} // closed by Unlock, once the lock is released
 }
 
 // Unlock ends the run: the lock goes once it has been held for the minimum hold, and is no
@@ -121,7 +128,7 @@ func (r *run) Unlock(ctx context.Context) error {
 	if !r.once.CompareAndSwap(false, true) {
 		return errorf("%w: this run's lock of %q was unlocked already", pglock.ErrNotHeld, r.lk.Name())
 	}
-	close(r.unlocked)
+	defer close(r.unlocked)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 	defer cancel()
 	return r.lk.ReleaseAfter(ctx, r.minHold)

@@ -73,14 +73,14 @@ type txRun interface {
 	// call runs fn in the transaction.
 	call(ctx context.Context) error
 	// left says what fn left of the transaction, as far as the driver tells: open (or not
-	// known), aborted, or ended; and if ended, whether through Commit.
-	left() (state txState, committed bool)
+	// known), aborted, or ended, and how.
+	left() (txState, endedByFn)
 	// commit writes the outcome and commits, returning the outcome's time. Where left could not
 	// tell, it returns endedByFn or errAborted.
 	commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error)
 	// rollback rolls back, bounded: on a connection that stopped answering, a rollback would wait
-	// for TCP to give up.
-	rollback(ctx context.Context)
+	// for TCP to give up. Where left could not tell, it returns endedByFn.
+	rollback(ctx context.Context) error
 	// close gives the connection back.
 	close()
 }
@@ -93,9 +93,12 @@ const (
 	txEnded
 )
 
-// endedByFn is commit's error when fn ended the transaction itself, and says whether it
-// committed.
-type endedByFn struct{ committed bool }
+// endedByFn says how fn ended the transaction itself; it is commit's and rollback's error when
+// only they can tell.
+type endedByFn struct {
+	committed bool // through Commit (on database/sql: found committed)
+	recorded  bool // and the outcome with it (RunTxSQL writes it with the claim)
+}
 
 func (e endedByFn) Error() string { return "pglock: fn ended the transaction itself" }
 
@@ -125,32 +128,41 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 		d.recordOutcome(ctx, req, panicked)
 	})
 	ran(fnErr)
-	state, committed := run.left()
+	res.FinishedAt = time.Time{} // the outcome's time, once committed
+	state, ended := run.left()
 	var finishedAt time.Time
-	if state == txOpen && fnErr == nil {
-		// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
-		commitCtx, cancel := ctx, context.CancelFunc(func() {})
-		if d.cfg.TxIdleTimeout > 0 {
-			commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
+	if state == txOpen {
+		if fnErr == nil {
+			// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
+			commitCtx, cancel := ctx, context.CancelFunc(func() {})
+			if d.cfg.TxIdleTimeout > 0 {
+				commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
+			}
+			finishedAt, err = run.commit(commitCtx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
+			cancel()
+		} else {
+			err = run.rollback(ctx)
 		}
-		finishedAt, err = run.commit(commitCtx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
-		cancel()
-		var ended endedByFn // what database/sql tells only now
+		var found endedByFn // what database/sql tells only now
 		switch {
-		case errors.As(err, &ended):
-			state, committed = txEnded, ended.committed
+		case errors.As(err, &found):
+			state, ended = txEnded, found
 		case errors.Is(err, errAborted):
 			state = txAborted
 		}
 	}
 	switch state {
 	case txEnded:
+		if ended.recorded {
+			return res, 0, errors.Join(fnErr, errs.Errorf("%w: fn ended the transaction of %s itself; it committed, and the outcome written with the claim, succeeded, with it",
+				pglock.ErrInvalidArgument, req.label()))
+		}
 		// fn ended the transaction, and with it the claim, which only FinishJobTx writes. Its
 		// outcome is recorded now, after the fact (unless a redelivery claimed the key in
 		// between): what fn said if it committed through tx.Commit, else a failure, for its
 		// writes may be gone.
 		outcome := fnErr
-		if !committed && outcome == nil {
+		if !ended.committed && outcome == nil {
 			outcome = errs.Errorf("fn ended the transaction of %s itself, not with tx.Commit", req.label())
 		}
 		as := "succeeded"
@@ -170,7 +182,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 		return res, 0, errors.Join(fnErr, d.recordOutcome(ctx, req, fnErr))
 	}
 	switch {
-	case db.StateOf(err) != "":
+	case db.StateOf(err) != "" && !db.ConnectionEnded(err):
 		// The server refused the statement or the COMMIT (a deferred constraint, a
 		// serialization failure): nothing was committed.
 		run.rollback(ctx)
@@ -178,8 +190,8 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 		return res, 0, errors.Join(err, d.recordOutcome(ctx, req, err))
 	case err != nil:
 		run.rollback(ctx)
-		// The commit may have happened with the connection lost on the way back: the next
-		// delivery finds out.
+		// The commit may have happened with the connection lost (or ended by the server) on the
+		// way back: the next delivery finds out.
 		return res, 0, errs.Errorf("commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
 			req.label(), err)
 	}
@@ -220,14 +232,14 @@ func (r *pgxRun) call(ctx context.Context) error {
 	return r.fn(ctx, r.watched)
 }
 
-func (r *pgxRun) left() (txState, bool) {
+func (r *pgxRun) left() (txState, endedByFn) {
 	switch r.conn.Conn().PgConn().TxStatus() {
 	case 'I':
-		return txEnded, r.watched.committed
+		return txEnded, endedByFn{committed: r.watched.committed}
 	case 'E':
-		return txAborted, false
+		return txAborted, endedByFn{}
 	}
-	return txOpen, false
+	return txOpen, endedByFn{}
 }
 
 func (r *pgxRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error) {
@@ -236,13 +248,14 @@ func (r *pgxRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time,
 
 // rollback is bounded; pgx closes a connection whose rollback fails, and the server then rolls
 // back.
-func (r *pgxRun) rollback(ctx context.Context) {
+func (r *pgxRun) rollback(ctx context.Context) error {
 	if r.tx == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	r.tx.Rollback(ctx)
+	return nil
 }
 
 func (r *pgxRun) close() {
@@ -260,6 +273,7 @@ type sqlRun struct {
 	ours       func(ctx context.Context, token int64) (bool, error)
 	ctx        context.Context // the transaction's: database/sql rolls it back once it ends
 	tx         *sql.Tx
+	ended      bool // by commit or rollback
 	token      int64
 	finishedAt time.Time
 }
@@ -276,37 +290,38 @@ func (r *sqlRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobT
 	r.ctx, r.tx = ctx, tx
 	p.Finish = true
 	row, err := db.New(in).ClaimJobTx(ctx, p)
-	r.token, r.finishedAt = db.Deref(row.FencingToken), db.Deref(row.FinishedAt)
+	if err == nil && row.Outcome == "claimed" {
+		r.token, r.finishedAt = db.Deref(row.FencingToken), db.Deref(row.FinishedAt)
+	}
 	return row, err
 }
 
 func (r *sqlRun) call(ctx context.Context) error { return r.fn(ctx, r.tx) }
 
-// left cannot tell: database/sql says nothing of the transaction's state, so commit finds out.
-func (r *sqlRun) left() (txState, bool) { return txOpen, false }
+// left cannot tell: database/sql says nothing of the transaction's state until it is used, so
+// commit and rollback find out.
+func (r *sqlRun) left() (txState, endedByFn) { return txOpen, endedByFn{} }
 
 // commit commits the outcome written with the claim. When COMMIT fails, the key's record says
 // whether the transaction committed, so that the failure is told as RunTx tells it: fn ended the
 // transaction (committed or not), left it aborted, the server refused the COMMIT, or nobody
 // knows.
 func (r *sqlRun) commit(context.Context, db.FinishJobTxParams) (time.Time, error) {
+	r.ended = true
 	err := r.tx.Commit()
 	if err == nil {
 		return r.finishedAt, nil
 	}
-	if r.ctx.Err() != nil { // database/sql rolled back as the context ended
-		return time.Time{}, errs.Errorf("the transaction was rolled back, its context having ended: %w", context.Cause(r.ctx))
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
-	defer cancel()
-	ours, checkErr := r.ours(ctx, r.token)
+	ours, checkErr := r.committed()
 	switch {
 	case checkErr != nil:
 		return time.Time{}, errs.Errorf("%w (whether it committed could not be read: %v)", err, checkErr)
-	case errors.Is(err, sql.ErrTxDone):
-		return time.Time{}, endedByFn{committed: ours}
+	case errors.Is(err, sql.ErrTxDone) && r.ctx.Err() == nil:
+		return time.Time{}, endedByFn{committed: ours, recorded: ours}
 	case ours:
 		return r.finishedAt, nil // it committed, and the answer was lost on the way
+	case r.ctx.Err() != nil:
+		return time.Time{}, errs.Errorf("%w (its context ended as it committed)", err)
 	case db.StateOf(err) != "" || db.MadeByClient(err):
 		return time.Time{}, err
 	}
@@ -316,11 +331,28 @@ func (r *sqlRun) commit(context.Context, db.FinishJobTxParams) (time.Time, error
 }
 
 // rollback needs no bound of its own: database/sql's Rollback takes no context, and the
-// driver's wait is what it is.
-func (r *sqlRun) rollback(context.Context) {
-	if r.tx != nil {
-		r.tx.Rollback()
+// driver's wait is what it is. A transaction fn ended itself is told by the record.
+func (r *sqlRun) rollback(context.Context) error {
+	if r.tx == nil || r.ended {
+		return nil
 	}
+	r.ended = true
+	if err := r.tx.Rollback(); !errors.Is(err, sql.ErrTxDone) || r.ctx.Err() != nil || r.token == 0 {
+		return nil // rolled back (or by database/sql, as the context ended)
+	}
+	ours, err := r.committed()
+	if err != nil {
+		return nil // what fn did is not known; recordOutcome records a failure unless it committed
+	}
+	return endedByFn{committed: ours, recorded: ours}
+}
+
+// committed reads whether the attempt's outcome committed, bounded, whatever the transaction's
+// context.
+func (r *sqlRun) committed() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
+	defer cancel()
+	return r.ours(ctx, r.token)
 }
 
 func (r *sqlRun) close() {}

@@ -10,15 +10,20 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coa
 -- Releases p_lock_name as pglock_release does if p_holder_id has held it for p_held_ms since
 -- it took it; otherwise moves its lease's end to that moment (sooner or later than it was) and
 -- answers it: nobody can take the lock before, and the first acquirer after takes it (no
--- handoff). Returns (released, handed_off, expires_at): released is false when p_holder_id did
--- not hold the lock; expires_at is the new end of the lease when the release was put off, else
--- NULL. p_held_ms must be positive (22023, COLUMN p_held_ms).
+-- handoff). The row's holder becomes 'pglock.held:' and the md5 of p_holder_id, so that no
+-- renewal of p_holder_id's, one in flight included, moves the end again; a second call (a retry
+-- after a lost answer) answers the same. The caller's own place in the queue, if a poll of its
+-- own left one, goes, as pglock_release removes it. Returns (released, handed_off, expires_at):
+-- released is false when p_holder_id did not hold the lock; expires_at is the lease's new end
+-- when the release was put off, else NULL. p_held_ms must be positive (22023, COLUMN p_held_ms).
 CREATE FUNCTION pglock_release_after(p_lock_name varchar, p_holder_id varchar, p_held_ms bigint)
 RETURNS TABLE (released boolean, handed_off boolean, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_held varchar;
 BEGIN
     IF p_held_ms IS NULL OR p_held_ms <= 0 THEN
         RAISE EXCEPTION 'p_held_ms: must be positive, not %', coalesce(p_held_ms::text, 'NULL')
@@ -28,13 +33,20 @@ BEGIN
        OR length(p_holder_id) NOT BETWEEN 1 AND 255 THEN
         PERFORM pglock_check_name_and_holder(p_lock_name, p_holder_id);
     END IF;
+    v_held := 'pglock.held:' || md5(p_holder_id);
     UPDATE distributed_locks l
-       SET expires_at = l.acquired_at + p_held_ms * interval '1 millisecond'
+       SET expires_at = l.acquired_at + p_held_ms * interval '1 millisecond', holder_id = v_held
      WHERE l.lock_name = p_lock_name AND l.holder_id = p_holder_id
        AND l.expires_at > clock_timestamp()
        AND l.acquired_at + p_held_ms * interval '1 millisecond' > clock_timestamp()
     RETURNING true, false, l.expires_at INTO released, handed_off, expires_at;
+    IF NOT FOUND THEN
+        SELECT true, false, l.expires_at INTO released, handed_off, expires_at
+          FROM distributed_locks l
+         WHERE l.lock_name = p_lock_name AND l.holder_id = v_held AND l.expires_at > clock_timestamp();
+    END IF;
     IF FOUND THEN
+        DELETE FROM distributed_lock_waiters w WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id;
         RETURN NEXT;
         RETURN;
     END IF;

@@ -874,10 +874,19 @@ func TestContractReleaseAfterKeepsTheLockUntilHeldThatLong(t *testing.T) {
 	require.NotNil(t, put.ExpiresAt)
 	require.True(t, taken.AcquiredAt.Add(time.Minute).Equal(*put.ExpiresAt), "held a minute from its acquisition, past its 1 s lease")
 	require.False(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms('job', 'h2', 1000)"), "nobody takes it before")
+	var renewed *time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT extend_lock_ms('job', 'h1', 5000)").Scan(&renewed))
+	require.Nil(t, renewed, "a renewal of the holder's, as one in flight, no longer moves the end")
+	require.Equal(t, put, releaseAfter("h1", 60_000), "a second call answers the same")
+	still, _ := readLock(t, pool, "job")
+	require.True(t, still.ExpiresAt.Equal(*put.ExpiresAt))
 
-	_, err := pool.Exec(ctx, "UPDATE distributed_locks SET acquired_at = clock_timestamp() - interval '2 s' WHERE lock_name = 'job'")
+	_, err := pool.Exec(ctx, "UPDATE distributed_locks SET expires_at = clock_timestamp() WHERE lock_name = 'job'") // the hold ends
 	require.NoError(t, err)
-	require.Equal(t, answer{Released: true}, releaseAfter("h1", 1000), "held long enough: released at once")
+	require.True(t, callBool(t, pool, "SELECT acquired FROM acquire_lock_ms('job', 'h3', 1000)"), "taken once the hold ends")
+	_, err = pool.Exec(ctx, "UPDATE distributed_locks SET acquired_at = clock_timestamp() - interval '2 s' WHERE lock_name = 'job'")
+	require.NoError(t, err)
+	require.Equal(t, answer{Released: true}, releaseAfter("h3", 1000), "held long enough: released at once")
 	_, held := readLock(t, pool, "job")
 	require.False(t, held)
 

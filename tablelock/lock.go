@@ -103,9 +103,10 @@ func (lk *Lock) Release(ctx context.Context) error { return lk.release(ctx, 0) }
 
 // ReleaseAfter gives the lock up no earlier than held after it was acquired, by the database's
 // clock (ShedLock's lockAtLeastFor): as Release does if it has been held that long; otherwise,
-// in one round trip, its lease is made to end at that moment, and it is no longer renewed. Nobody
-// can take it before, even if this process dies meanwhile; the first acquirer after takes it (a
-// waiter polls at the lease's end: there is no handoff). The lock is released for its holder at
+// in one round trip, its lease is made to end at that moment, and it is no longer renewed (its
+// row's holder is then "pglock.held:" and a digest of the holder id, which no renewal in flight
+// matches). Nobody can take it before, even if this process dies meanwhile; the first acquirer
+// after takes it (a waiter polls at the lease's end: there is no handoff). The lock is released for its holder at
 // once: it is never lost after. Errors are Release's; one that leaves the lock to the background
 // retry leaves it until its lease runs out if the database is not reached within the TTL. held
 // must be positive, and is rounded up to whole milliseconds.

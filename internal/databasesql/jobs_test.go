@@ -116,6 +116,8 @@ func TestRunTxSQLWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *t
 		})
 		require.Error(t, err)
 		require.Zero(t, effects(t, d, "k"), "the killed attempt's writes are absent")
+		_, err = dd.Status(ctx, "k")
+		require.ErrorIs(t, err, pglock.ErrNotFound, "nor is there a record: the attempt does not count")
 
 		ran := false
 		res, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
@@ -193,7 +195,7 @@ func TestRunTxSQLWhoseFnEndsItsTransactionKeepsTheOutcomeWithTheEffect(t *testin
 			return tx.Commit()
 		})
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-		require.ErrorContains(t, err, "recorded after the fact, as succeeded")
+		require.ErrorContains(t, err, "it committed, and the outcome written with the claim, succeeded, with it")
 		rec, err := dd.Status(ctx, "committed")
 		require.NoError(t, err)
 		require.Equal(t, jobs.StatusSucceeded, rec.Status)
@@ -211,9 +213,53 @@ func TestRunTxSQLWhoseFnEndsItsTransactionKeepsTheOutcomeWithTheEffect(t *testin
 		rec, err = dd.Status(ctx, "rolled back")
 		require.NoError(t, err)
 		require.Equal(t, jobs.StatusFailed, rec.Status)
+		boom := errors.New("boom")
+		_, err = dd.RunTxSQL(ctx, sqlDB, "rolled back", nil, func(ctx context.Context, tx *sql.Tx) error {
+			require.NoError(t, tx.Rollback())
+			return boom
+		})
+		require.ErrorIs(t, err, boom)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument, "the misuse is reported when fn fails too")
 		res, err := dd.RunTxSQL(ctx, sqlDB, "rolled back", nil, insertEffect("rolled back"))
 		require.NoError(t, err)
 		require.Equal(t, jobs.OutcomeRan, res.Outcome)
+		require.Equal(t, 3, res.Attempts)
 		require.Equal(t, 1, effects(t, d, "rolled back"))
+	})
+}
+
+// A duplicate delivered while a RunTxSQL run is under way waits for its outcome (Options.Wait)
+// and gets it once the run commits, and fn runs once.
+func TestRunTxSQLDuplicateThatWaitsGetsTheOutcome(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
+		ctx := context.Background()
+		newEffects(t, d)
+		first, second := newDeduper(t, d), newDeduper(t, d)
+		running, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := first.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
+				close(running)
+				<-release
+				return insertEffect("k")(ctx, tx)
+			})
+			done <- err
+		}()
+		<-running
+		waited := make(chan jobs.Result, 1)
+		go func() {
+			res, err := second.RunTxSQL(ctx, sqlDB, "k", &jobs.Options{Wait: true}, func(context.Context, *sql.Tx) error {
+				t.Error("a duplicate ran")
+				return nil
+			})
+			assert.NoError(t, err)
+			waited <- res
+		}()
+		testdb.WaitFor(t, func() bool { return count(t, d, "SELECT count(*) FROM pglock_job_waiters") == 1 })
+		close(release)
+		require.NoError(t, testdb.Receive(t, done))
+		require.Equal(t, jobs.OutcomeAlreadyDone, testdb.Receive(t, waited).Outcome)
+		require.Equal(t, 1, effects(t, d, "k"))
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,14 @@ func readState(err error) (serverState, bool) {
 		return serverState{code: other.SQLState()}, true
 	}
 	return serverState{}, false
+}
+
+// ConnectionEnded says whether err is the server ending the connection (SQLSTATE class 08, or
+// 57P: shut down, terminated), after which what was in flight on it may or may not have been
+// done.
+func ConnectionEnded(err error) bool {
+	code := StateOf(err)
+	return pgerrcode.IsConnectionException(code) || strings.HasPrefix(code, "57P")
 }
 
 // StateOf returns the SQLSTATE of the server's error in err, or "" if err holds none.
