@@ -113,13 +113,14 @@ func TestElectorFenceSQLLetsOnlyTheLeaderWrite(t *testing.T) {
 		require.ErrorIs(t, err, pglock.ErrNotHeld, "not yet elected")
 
 		runCtx, stop := context.WithCancel(ctx)
-		elected, demoted := make(chan int64, 1), make(chan struct{})
+		// Deposed, it campaigns again: room for the terms to come.
+		elected, demoted := make(chan int64, 8), make(chan int64, 8)
 		ran := make(chan error, 1)
 		go func() {
 			ran <- e.Run(runCtx, leader.Callbacks{OnElected: func(ctx context.Context, term int64) {
 				elected <- term
 				<-ctx.Done()
-			}, OnDemoted: func(int64) { close(demoted) }})
+			}, OnDemoted: func(term int64) { demoted <- term }})
 		}()
 		term := testdb.Receive(t, elected)
 		require.NoError(t, inTx(ctx, sqlDB, func(tx *sql.Tx) error { return fencedWrite(ctx, tx, fence, term, 10) }))
@@ -129,7 +130,7 @@ func TestElectorFenceSQLLetsOnlyTheLeaderWrite(t *testing.T) {
 		require.NoError(t, err)
 		err = inTx(ctx, sqlDB, func(tx *sql.Tx) error { return fencedWrite(ctx, tx, fence, term, 20) })
 		require.ErrorIs(t, err, pglock.ErrLockLost, "a deposed leader is refused")
-		testdb.Receive(t, demoted)
+		require.Equal(t, term, testdb.Receive(t, demoted))
 		require.Equal(t, 10, balance(t, d))
 		stop()
 		require.NoError(t, testdb.Receive(t, ran))
