@@ -12,6 +12,7 @@ import (
 
 	"github.com/pglock/pglock/internal/benchkit"
 	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/migrations"
 	"github.com/pglock/pglock/tablelock"
 )
 
@@ -48,6 +49,33 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 			return lk.Release(ctx)
 		}},
 	)
+}
+
+// BenchmarkTokensAcrossPromotions: an uncontended TryAcquire+Release whose token carries the
+// timeline (migration 000006, pglock_next_token) against the same on a database migrated only to
+// 000005 (a plain nextval), interleaved in one run. Goal: ratio ≤ 1.03.
+func BenchmarkTokensAcrossPromotions(b *testing.B) {
+	ctx := context.Background()
+	beforeDB := testdb.New(b, nil)
+	if err := migrations.Down(ctx, beforeDB.Pool, int(migrations.Latest())-5); err != nil {
+		b.Fatal(err)
+	}
+	before, err := tablelock.New(beforeDB.Pool, &tablelock.Config{AppName: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { before.Close(context.Background()) })
+	after, _ := benchLocker(b)
+	cycle := func(l *tablelock.Locker) func() error {
+		return func() error {
+			lk, err := l.TryAcquire(ctx, "pglock", nil)
+			if err != nil {
+				return err
+			}
+			return lk.Release(ctx)
+		}
+	}
+	benchkit.Compare(b, benchkit.Case{Name: "nextval", Run: cycle(before)}, benchkit.Case{Name: "timeline-token", Run: cycle(after)})
 }
 
 // BenchmarkFailedTryAcquire: acquiring a name someone holds, against a primary-key read of the
