@@ -7,7 +7,7 @@ STATICCHECK := $(BIN)/staticcheck
 # Modules of their own under the root, so that what they bring never enters the library's graph.
 NESTED := internal/containerdb internal/demo internal/databasesql otelpglock gocronlock console/browsertest
 
-.PHONY: test lint generate check-generated bench bench-packages tools demo chaos setup screenshots
+.PHONY: test lint generate check-generated bench bench-packages tools demo chaos ha setup screenshots
 
 ## test: lint, check that generated code is current, run every test with the race detector, in
 ## the library and in the nested modules. Installs PostgreSQL first where none is found.
@@ -55,6 +55,18 @@ CHAOS_DURATION ?= 60s
 chaos:
 	$(GO) build -o bin/ ./internal/chaos
 	bin/chaos -duration $(CHAOS_DURATION)
+
+## ha: the chaos workers on two PostgreSQL nodes under Patroni with one etcd (Debian's patroni and
+## etcd-server), connected through a multi-host string; halfway, the primary's postmaster is
+## killed with SIGKILL, and every workload must resume on the promoted standby by itself. Once
+## with synchronous replication, once with asynchronous; one line each, and the checker's
+## verdict. HA_DURATION=30s is the short mode CI runs (about 1.5 minutes in all).
+HA_DURATION ?= 30s
+ha:
+	@tools/setup.sh ha
+	$(GO) build -o bin/ ./internal/chaos
+	bin/chaos -ha sync -duration $(HA_DURATION)
+	bin/chaos -ha async -duration $(HA_DURATION)
 
 ## bench: pglock against raw SQL, the seed design, cirello.io/pglock and bsm/redislock in one
 ## run (bench/, a module of its own so peers never enter the library's dependencies), within

@@ -7,10 +7,11 @@
 #                         DATABASE_URL or as its server programs (initdb, postgres: the tests
 #                         start clusters of their own), its client (psql, pg_dump), PgBouncer,
 #                         the de_DE and ja_JP locales (internal/db's tests read server
-#                         errors in German and Japanese), and Chromium (the console's browser
-#                         tests)
+#                         errors in German and Japanese), Chromium (the console's browser
+#                         tests), and Patroni and etcd (testdb's Patroni harness)
 #   tools/setup.sh demo   PostgreSQL as a URL or its server programs, unless a Docker engine
 #                         answers (the demo then starts a container)
+#   tools/setup.sh ha     Patroni and etcd (make ha; the test suite's Patroni harness too)
 set -euo pipefail
 for_what=${1:-test}
 
@@ -36,6 +37,17 @@ have_client() { command -v psql >/dev/null 2>&1 && command -v pg_dump >/dev/null
 have_pgbouncer() { command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; }
 docker_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
 
+if [ "$for_what" = ha ]; then
+  command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 && exit 0
+  if can_apt; then
+    echo "Installing Patroni and etcd with apt-get (patroni etcd-server)" >&2
+    apt_install patroni etcd-server
+    exit 0
+  fi
+  echo "Patroni and etcd not found. Install them (Debian, Ubuntu: sudo apt-get install -y patroni etcd-server)" >&2
+  exit 1
+fi
+
 if [ "$for_what" = demo ]; then
   have_server || docker_answers && exit 0
   if can_apt; then
@@ -52,6 +64,8 @@ have_server || missing+=(postgresql)
 have_client || missing+=(postgresql-client)
 have_pgbouncer || missing+=(pgbouncer)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the console's browser tests
+command -v patroni >/dev/null 2>&1 || missing+=(patroni)   # testdb's Patroni harness
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 need_locales=
 for locale in de_DE ja_JP; do
   [ -d "/usr/lib/locale/$locale.utf8" ] || need_locales=1
@@ -61,7 +75,7 @@ done
 [ ${#missing[@]} = 0 ] && [ -z "$need_locales" ] && exit 0
 if [ ${#missing[@]} != 0 ]; then
   if ! can_apt; then
-    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client, PgBouncer and Chromium (Debian: sudo apt-get install -y postgresql postgresql-client pgbouncer locales chromium), then run this again" >&2
+    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client, PgBouncer, Chromium, Patroni and etcd (Debian: sudo apt-get install -y postgresql postgresql-client pgbouncer locales chromium patroni etcd-server), then run this again" >&2
     exit 1
   fi
   echo "Installing what the tests need with apt-get: ${missing[*]}" >&2

@@ -11,6 +11,9 @@ import (
 
 // summary is what the checker found, and the run's figures.
 type summary struct {
+	name     string   // of the run: chaos, or ha
+	kinds    []string // the faults it injects, each at least once
+	extra    string   // what the run adds to the line
 	elapsed  time.Duration
 	workers  int
 	faults   map[string]int
@@ -115,7 +118,7 @@ func check(ctx context.Context, pool *pgxpool.Pool) (*summary, error) {
 // adds to the details what is wrong.
 func (s *summary) ok() bool {
 	s.details = append(s.details, s.failures...)
-	for _, kind := range faultKinds {
+	for _, kind := range s.kinds {
 		if s.faults[kind] == 0 {
 			s.details = append(s.details, "no "+kind+" fault was injected: run longer")
 			return false
@@ -131,14 +134,17 @@ func (s *summary) line() string {
 	}
 	var faults []string
 	total := 0
-	for _, kind := range faultKinds {
+	for _, kind := range s.kinds {
 		faults = append(faults, fmt.Sprintf("%s %d", kind, s.faults[kind]))
 		total += s.faults[kind]
 	}
 	ops := s.writes + s.ticks + s.effects + s.leaderWrites
-	line := fmt.Sprintf("chaos: %s, %d workers: operations %d (%d fenced writes in %d critical sections, %d cron ticks run (ticks: %s), %d job effects, %d leader writes; stale writes %d refused, %d accepted before a newer holder); faults %d (%s); violations %d",
-		s.elapsed.Round(time.Second), s.workers, ops, s.writes, s.sections, s.ticks, s.tickOutcomes, s.effects, s.leaderWrites,
+	line := fmt.Sprintf("%s: %s, %d workers: operations %d (%d fenced writes in %d critical sections, %d cron ticks run (ticks: %s), %d job effects, %d leader writes; stale writes %d refused, %d accepted before a newer holder); faults %d (%s); violations %d",
+		s.name, s.elapsed.Round(time.Second), s.workers, ops, s.writes, s.sections, s.ticks, s.tickOutcomes, s.effects, s.leaderWrites,
 		s.staleRefused, s.staleAccepted, total, strings.Join(faults, ", "), violations)
+	if s.extra != "" {
+		line += "; " + s.extra
+	}
 	if len(s.failures) > 0 {
 		line += fmt.Sprintf("; worker failures %d", len(s.failures))
 	}

@@ -60,7 +60,8 @@ type workerProc struct {
 
 // controller runs the workers and injects the faults.
 type controller struct {
-	cluster *testdb.Cluster
+	cluster *testdb.Cluster // chaos's; nil under Patroni
+	url     string          // under Patroni: the workers connect to it, through no proxy
 	logDir  string
 	rng     *rand.Rand
 
@@ -93,7 +94,7 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 		return fail(err)
 	}
 	c := &controller{cluster: cluster, logDir: logDir, rng: rand.New(rand.NewPCG(seed, seed)), faults: map[string]int{}, verbose: verbose, began: began}
-	admin, err := c.setUp(ctx)
+	admin, err := c.setUp(ctx, cluster.URL(), fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable", cluster.Port()))
 	if err != nil {
 		return fail(err)
 	}
@@ -136,6 +137,7 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 	if err != nil {
 		return fail(fmt.Errorf("checking the evidence: %w", err))
 	}
+	s.name, s.kinds = "chaos", faultKinds
 	s.elapsed, s.workers, s.faults, s.failures = time.Since(began), workers, c.faults, c.failures
 	passed := s.ok()
 	fmt.Println(s.line())
@@ -151,9 +153,10 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 	return 0
 }
 
-// setUp makes the chaos database, migrated, with the evidence tables.
-func (c *controller) setUp(ctx context.Context) (*pgxpool.Pool, error) {
-	root, err := pgxpool.New(ctx, c.cluster.URL())
+// setUp makes the chaos database through rootURL, migrated, with the evidence tables, and
+// returns a pool on it (at chaosURL).
+func (c *controller) setUp(ctx context.Context, rootURL, chaosURL string) (*pgxpool.Pool, error) {
+	root, err := pgxpool.New(ctx, rootURL)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +164,7 @@ func (c *controller) setUp(ctx context.Context) (*pgxpool.Pool, error) {
 	if _, err := root.Exec(ctx, "CREATE DATABASE chaos"); err != nil {
 		return nil, err
 	}
-	admin, err := pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable", c.cluster.Port()))
+	admin, err := pgxpool.New(ctx, chaosURL)
 	if err != nil {
 		return nil, err
 	}
@@ -188,11 +191,14 @@ func (c *controller) startWorker(id, incarnation int) error {
 	if id <= len(c.workers) {
 		w = c.workers[id-1]
 	} else {
-		proxy, err := testdb.NewProxy(c.cluster.Addr())
-		if err != nil {
-			return err
+		w = &workerProc{id: id}
+		if c.cluster != nil {
+			proxy, err := testdb.NewProxy(c.cluster.Addr())
+			if err != nil {
+				return err
+			}
+			w.proxy = proxy
 		}
-		w = &workerProc{id: id, proxy: proxy}
 		c.workers = append(c.workers, w)
 	}
 	name := fmt.Sprintf("w%d.%d", id, incarnation)
@@ -208,8 +214,11 @@ func (c *controller) startWorker(id, incarnation int) error {
 	cmd := exec.Command(self)
 	// connect_timeout, as any deployment should have: a connection opened while a partition
 	// drops packets would otherwise wait for its server's answer for ever.
-	cmd.Env = append(os.Environ(), workerEnv+"="+name, fmt.Sprintf(
-		"DATABASE_URL=postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable&application_name=chaos-w%d&connect_timeout=5", w.proxy.Port, id))
+	url := c.url + fmt.Sprintf("&application_name=chaos-w%d", id)
+	if w.proxy != nil {
+		url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable&application_name=chaos-w%d&connect_timeout=5", w.proxy.Port, id)
+	}
+	cmd.Env = append(os.Environ(), workerEnv+"="+name, "DATABASE_URL="+url)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A worker dies with the controller: none is left behind, frozen or retrying a cluster
 	// that is gone.
@@ -261,7 +270,9 @@ func (c *controller) stopWorkers() {
 		}
 	}
 	for _, w := range workers {
-		w.proxy.Close()
+		if w.proxy != nil {
+			w.proxy.Close()
+		}
 	}
 }
 

@@ -11,6 +11,8 @@
 //	chaos -duration 60s   # the short mode, run in CI
 //	chaos -duration 30m   # a long run
 //	chaos -unfenced       # critical sections without fencing: the checker must find violations
+//	chaos -ha sync        # make ha: the same workers on two nodes under Patroni, whose primary's
+//	chaos -ha async       # postmaster is killed once, halfway (ha.go)
 package main
 
 import (
@@ -40,9 +42,18 @@ func main() {
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "seeds the choice of faults (their timing still varies)")
 	verbose := flag.Bool("v", false, "log each fault as it is injected, and keep the workers' logs")
 	unfenced := flag.Bool("unfenced", false, "critical sections write without fencing: the checker should find violations")
+	ha := flag.String("ha", "", "sync or async: run on a Patroni cluster in that replication mode, whose primary is killed once, halfway, instead of injecting faults")
 	flag.Parse()
 	if *unfenced {
 		os.Setenv(unfencedEnv, "1") // the workers inherit it
+	}
+	switch *ha {
+	case "":
+	case "sync", "async":
+		os.Exit(controlHA(*duration, *workers, *ha == "sync", *verbose))
+	default:
+		fmt.Fprintf(os.Stderr, "chaos: -ha %q: want sync or async\n", *ha)
+		os.Exit(2)
 	}
 	os.Exit(control(*duration, *workers, *seed, *verbose))
 }

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// faultKillPrimary is make ha's one fault: the primary's postmaster killed with SIGKILL.
+const faultKillPrimary = "kill-primary"
+
+// controlHA is make ha: the chaos workers on two PostgreSQL nodes under Patroni (with one etcd),
+// connected as users behind Patroni are, with a multi-host connection string
+// (target_session_attrs=read-write). Halfway through, the primary's postmaster is killed with
+// SIGKILL; Patroni promotes the standby, and every workload must resume on it by itself, no
+// process restarted. Then the checker reads the evidence on the new primary, as chaos's does.
+func controlHA(duration time.Duration, workers int, synchronous, verbose bool) int {
+	began := time.Now()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "ha: %v\n", err)
+		return 1
+	}
+	mode := "asynchronous"
+	if synchronous {
+		mode = "synchronous"
+	}
+	p, err := testdb.StartPatroni(ctx, &testdb.PatroniOptions{Synchronous: synchronous})
+	if err != nil {
+		return fail(fmt.Errorf("a Patroni cluster of its own: %w", err))
+	}
+	defer p.Close()
+	logDir, err := os.MkdirTemp("", "pglock-ha-")
+	if err != nil {
+		return fail(err)
+	}
+	c := &controller{url: p.URL("chaos"), logDir: logDir, faults: map[string]int{}, verbose: verbose, began: began}
+	admin, err := c.setUp(ctx, p.URL("postgres"), p.URL("chaos"))
+	if err != nil {
+		return fail(err)
+	}
+	defer admin.Close()
+	defer c.stopWorkers()
+	for i := range workers {
+		if err := c.startWorker(i+1, 0); err != nil {
+			return fail(err)
+		}
+	}
+	fmt.Printf("ha: %d workers on two nodes under Patroni, %s replication; the primary killed after %s (logs in %s)\n",
+		workers, mode, duration/2, logDir)
+
+	if !sleep(ctx, duration/2) {
+		return fail(ctx.Err())
+	}
+	primary, err := p.Primary()
+	if err != nil {
+		return fail(err)
+	}
+	killed := time.Now()
+	if err := p.KillPostmaster(primary); err != nil {
+		return fail(fmt.Errorf("killing node %d's postmaster: %w", primary, err))
+	}
+	c.count(faultKillPrimary, fmt.Sprintf("node %d", primary))
+	if err := p.WaitPrimary(ctx, 1-primary); err != nil {
+		return fail(fmt.Errorf("%w\n%s", err, p.Log()))
+	}
+	promoted := time.Since(killed)
+	if err := retryMark(ctx, admin, "faults_ended"); err != nil {
+		return fail(err)
+	}
+	if !sleep(ctx, max(duration/2, quietSpell)) {
+		return fail(ctx.Err())
+	}
+	if err := retryMark(ctx, admin, "stopping"); err != nil {
+		return fail(err)
+	}
+	c.stopWorkers()
+
+	s, err := check(ctx, admin)
+	if err != nil {
+		return fail(fmt.Errorf("checking the evidence: %w", err))
+	}
+	var firstGrant time.Time
+	if err := admin.QueryRow(ctx, `SELECT coalesce(min(at), 'epoch') FROM chaos_grants WHERE at > $1`, killed).Scan(&firstGrant); err != nil {
+		return fail(err)
+	}
+	s.name, s.kinds = "ha ("+mode+")", []string{faultKillPrimary}
+	s.extra = fmt.Sprintf("failover: node %d's postmaster killed, node %d primary %.1fs later, its first grant %.1fs after the kill",
+		primary, 1-primary, promoted.Seconds(), firstGrant.Sub(killed).Seconds())
+	s.elapsed, s.workers, s.faults, s.failures = time.Since(began), workers, c.faults, c.failures
+	passed := s.ok()
+	if firstGrant.Before(killed) {
+		s.details = append(s.details, "no lock was granted on the new primary")
+		passed = false
+	}
+	fmt.Println(s.line())
+	for _, v := range s.details {
+		fmt.Println("  " + v)
+	}
+	if !passed {
+		return 1
+	}
+	if !verbose {
+		os.RemoveAll(logDir)
+	}
+	return 0
+}
+
+// retryMark marks the evidence once the pool reaches the primary again: it may be failing over.
+func retryMark(ctx context.Context, admin *pgxpool.Pool, what string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		err := mark(ctx, admin, what)
+		if err == nil || !sleep(ctx, 200*time.Millisecond) {
+			return err
+		}
+	}
+}
+
+// sleep waits for d, and reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
