@@ -219,6 +219,9 @@ func (c *controller) startWorker(id, incarnation int) error {
 		url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/chaos?sslmode=disable&application_name=chaos-w%d&connect_timeout=5", w.proxy.Port, id)
 	}
 	cmd.Env = append(os.Environ(), workerEnv+"="+name, "DATABASE_URL="+url)
+	if c.cluster == nil { // make ha: what the worker is told, to check against the new primary
+		cmd.Env = append(cmd.Env, ledgerEnv+"="+filepath.Join(c.logDir, name+".ledger"))
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A worker dies with the controller: none is left behind, frozen or retrying a cluster
 	// that is gone.

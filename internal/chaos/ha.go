@@ -88,13 +88,28 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 	if err != nil {
 		return fail(fmt.Errorf("checking the evidence: %w", err))
 	}
+	r, err := reckon(ctx, admin, logDir)
+	if err != nil {
+		return fail(fmt.Errorf("checking the workers' ledgers: %w", err))
+	}
+	if synchronous { // nothing acknowledged is lost, and no holder learns of its loss too late
+		for what, n := range map[string]int{
+			"acknowledged grants missing on the new primary": r.lostGrants, "acknowledged job outcomes missing": r.lostEffects,
+			"acknowledged cron runs missing": r.lostTicks, "losses told after the lock or leadership was granted again": r.regrantedFirst,
+		} {
+			if n > 0 {
+				s.violations[what] = n
+				s.details = append(s.details, fmt.Sprintf("violation: %s: %d", what, n))
+			}
+		}
+	}
 	var firstGrant time.Time
 	if err := admin.QueryRow(ctx, `SELECT coalesce(min(at), 'epoch') FROM chaos_grants WHERE at > $1`, killed).Scan(&firstGrant); err != nil {
 		return fail(err)
 	}
 	s.name, s.kinds = "ha ("+mode+")", []string{faultKillPrimary}
-	s.extra = fmt.Sprintf("failover: node %d's postmaster killed, node %d primary %.1fs later, its first grant %.1fs after the kill",
-		primary, 1-primary, promoted.Seconds(), firstGrant.Sub(killed).Seconds())
+	s.extra = fmt.Sprintf("failover: node %d's postmaster killed, node %d primary %.1fs later, its first grant %.1fs after the kill; %s",
+		primary, 1-primary, promoted.Seconds(), firstGrant.Sub(killed).Seconds(), r.line())
 	s.elapsed, s.workers, s.faults, s.failures = time.Since(began), workers, c.faults, c.failures
 	passed := s.ok()
 	if firstGrant.Before(killed) {

@@ -27,6 +27,7 @@ import (
 const (
 	workerEnv   = "PGLOCK_CHAOS_WORKER"
 	unfencedEnv = "PGLOCK_CHAOS_UNFENCED"
+	ledgerEnv   = "PGLOCK_CHAOS_LEDGER" // make ha's: the file a worker writes what it was told to (ledger.go)
 )
 
 func main() {

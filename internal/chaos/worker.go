@@ -49,6 +49,11 @@ func work(name string) error {
 		return err
 	}
 	defer pool.Close()
+	book, err := openLedger(os.Getenv(ledgerEnv))
+	if err != nil {
+		return err
+	}
+	defer book.close()
 	app := "chaos-" + name
 
 	locker, err := tablelock.New(pool, &tablelock.Config{AppName: app, Logger: quiet})
@@ -68,6 +73,9 @@ func work(name string) error {
 	err = sched.Add(schedule, "@every 1s", &cron.Options{CatchUp: cron.CatchUpAll, TTL: lockTTL, MaxRuns: 1<<31 - 1},
 		func(ctx context.Context, run cron.Run) error {
 			_, err := pool.Exec(ctx, `INSERT INTO chaos_ticks (tick, worker, token) VALUES ($1, $2, $3)`, run.ScheduledTime, name, run.Token)
+			if err == nil {
+				book.tick(run.ScheduledTime)
+			}
 			return err
 		})
 	if err != nil {
@@ -96,14 +104,21 @@ func work(name string) error {
 	})
 	unfenced := os.Getenv(unfencedEnv) != ""
 	for g := range sectionGoroutines {
-		wg.Go(func() { sections(ctx, pool, locker, name, fmt.Sprint("section-", g%sectionNames), unfenced) })
+		wg.Go(func() { sections(ctx, pool, locker, book, name, fmt.Sprint("section-", g%sectionNames), unfenced) })
 	}
 	for range deliverers {
-		wg.Go(func() { deliver(ctx, dedup, name) })
+		wg.Go(func() { deliver(ctx, dedup, book, name) })
 	}
 	wg.Go(func() {
 		for ctx.Err() == nil {
 			err := elector.Run(ctx, leader.Callbacks{OnElected: func(electedCtx context.Context, term int64) {
+				book.granted(leaderLock, term)
+				stop := context.AfterFunc(electedCtx, func() {
+					if ctx.Err() == nil {
+						book.lost(leaderLock, term)
+					}
+				})
+				defer stop()
 				lead(ctx, electedCtx, pool, elector, name, term)
 			}})
 			if err != nil && ctx.Err() == nil {
@@ -132,13 +147,22 @@ const insertWrite = `INSERT INTO chaos_writes (name, token, worker, kind) VALUES
 // order they committed. A lock lost along the way is used once more, as a holder that missed
 // its loss would: a write with its token, which must be refused. Unfenced, the writes skip the
 // fence (chaos -unfenced, to show the checker finding what fencing prevents).
-func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker, worker, name string, unfenced bool) {
+func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker, book *ledger, worker, name string, unfenced bool) {
 	for ctx.Err() == nil {
 		lk, err := locker.Acquire(ctx, name, &tablelock.AcquireOptions{TTL: lockTTL})
 		if err != nil {
 			pause(ctx, 100*time.Millisecond)
 			continue
 		}
+		book.granted(name, lk.Token())
+		released := make(chan struct{})
+		go func() {
+			select {
+			case <-lk.Lost():
+				book.lost(name, lk.Token())
+			case <-released:
+			}
+		}()
 		for _, kind := range []string{"enter", "write", "leave"} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				if !unfenced {
@@ -162,6 +186,7 @@ func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker,
 		default:
 			lk.Release(ctx)
 		}
+		close(released)
 	}
 }
 
@@ -193,13 +218,16 @@ func recordStale(ctx context.Context, pool *pgxpool.Pool, kind, worker string, t
 }
 
 // deliver delivers random keys through jobs.RunTx, each delivery's effect a row.
-func deliver(ctx context.Context, dedup *jobs.Deduper, worker string) {
+func deliver(ctx context.Context, dedup *jobs.Deduper, book *ledger, worker string) {
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("job-%d-%d", time.Now().UnixNano()/int64(jobKeyEvery), rand.IntN(jobKeys))
-		dedup.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
+		res, err := dedup.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO chaos_effects (key, worker) VALUES ($1, $2)`, key, worker)
 			return err
 		})
+		if err == nil && res.Outcome == jobs.OutcomeRan {
+			book.effect(key)
+		}
 		pause(ctx, 10*time.Millisecond)
 	}
 }
