@@ -19,8 +19,10 @@ const faultKillPrimary = "kill-primary"
 // controlHA is make ha: the chaos workers on two PostgreSQL nodes under Patroni (with one etcd),
 // connected as users behind Patroni are, with a multi-host connection string
 // (target_session_attrs=read-write). Halfway through, the primary's postmaster is killed with
-// SIGKILL; Patroni promotes the standby, and every workload must resume on it by itself, no
-// process restarted. Then the checker reads the evidence on the new primary, as chaos's does.
+// SIGKILL (asynchronous: after its WAL sender was frozen for a second, so that the standby misses
+// what the primary acknowledged meanwhile); Patroni promotes the standby, and every workload must
+// resume on it by itself, no process restarted. Then the checker reads the evidence on the new
+// primary, as chaos's does, and the workers' ledgers are checked against it.
 func controlHA(duration time.Duration, workers int, synchronous, verbose bool) int {
 	began := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -63,6 +65,18 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 	primary, err := p.Primary()
 	if err != nil {
 		return fail(err)
+	}
+	if !synchronous {
+		// What makes an asynchronous failover lose: commits the primary acknowledged and the
+		// standby never received. Its WAL sender is frozen for a second first, then killed.
+		sender, err := withholdWAL(ctx, admin)
+		if err != nil {
+			return fail(fmt.Errorf("freezing the primary's WAL sender: %w", err))
+		}
+		defer syscall.Kill(sender, syscall.SIGKILL) // stopped, it outlives its postmaster
+		if !sleep(ctx, time.Second) {
+			return fail(ctx.Err())
+		}
 	}
 	killed := time.Now()
 	if err := p.KillPostmaster(primary); err != nil {
@@ -127,6 +141,15 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 		os.RemoveAll(logDir)
 	}
 	return 0
+}
+
+// withholdWAL stops (SIGSTOP) the primary's WAL sender, and returns its process id.
+func withholdWAL(ctx context.Context, admin *pgxpool.Pool) (int, error) {
+	var pid int
+	if err := admin.QueryRow(ctx, `SELECT pid FROM pg_stat_replication LIMIT 1`).Scan(&pid); err != nil {
+		return 0, err
+	}
+	return pid, syscall.Kill(pid, syscall.SIGSTOP)
 }
 
 // retryMark marks the evidence once the pool reaches the primary again: it may be failing over.
