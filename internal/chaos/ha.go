@@ -118,7 +118,9 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 		}
 	}
 	var firstGrant time.Time
-	if err := admin.QueryRow(ctx, `SELECT coalesce(min(at), 'epoch') FROM chaos_grants WHERE at > $1`, killed).Scan(&firstGrant); err != nil {
+	// The new primary's grants are those whose token carries its timeline: one the old primary
+	// committed as it was killed does not count.
+	if err := admin.QueryRow(ctx, `SELECT coalesce(min(at), 'epoch') FROM chaos_grants WHERE token >> 40 = pglock_timeline()`).Scan(&firstGrant); err != nil {
 		return fail(err)
 	}
 	s.name, s.kinds = "ha ("+mode+")", []string{faultKillPrimary}
