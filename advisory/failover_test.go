@@ -19,9 +19,7 @@ import (
 func TestASessionIsLostInAFailoverAndTheLockTakenAgainOnTheNewPrimary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p, err := testdb.StartPatroni(ctx, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
+	p := testdb.NewPatroni(t, nil)
 	pool, err := pgxpool.New(ctx, p.URL("postgres"))
 	require.NoError(t, err)
 	defer pool.Close()

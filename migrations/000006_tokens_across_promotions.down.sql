@@ -476,6 +476,7 @@ END;
 $$;
 
 DROP FUNCTION pglock_next_token(regclass);
+DROP FUNCTION pglock_new_epoch(regclass, bigint);
 DROP FUNCTION pglock_timeline();
 
 COMMIT;

@@ -3,10 +3,10 @@
 -- had received, and handed out again the tokens its old primary had given since, so a resource
 -- that kept the last token it accepted took writes from two holders with the same token, unless
 -- an operator advanced the sequences by hand. Now each token is drawn by pglock_next_token, which
--- puts the server's timeline in the token's high bits: every promotion (and point-in-time
--- recovery) starts a new timeline, and the first token drawn on it moves the sequence past
--- timeline << 40, above anything an earlier timeline handed out. Tokens stay bigints that only
--- grow; those issued before this migration are all smaller than the first one after it.
+-- keeps an epoch in the token's high bits that follows the server's timeline: every promotion
+-- (and point-in-time recovery) starts a new timeline, and the first token drawn on it moves the
+-- sequence to a new epoch, above anything an earlier timeline handed out. Tokens stay bigints that
+-- only grow; those issued before this migration are all smaller than the first one after it.
 --
 -- The functions that draw tokens are redefined with pglock_next_token in place of nextval, their
 -- bodies otherwise as their latest migration left them (000001; pglock_job_claim, 000003).
@@ -29,29 +29,61 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_timeline() FROM PUBLIC;
 
+-- Moves p_seq to the first token of the next epoch that matches p_timeline (modulo 1024) unless
+-- it is there already, and draws from it. A session-level advisory lock, released at once,
+-- serializes the move (setval and nextval are not transactional: nothing needs it until
+-- commit), so two sessions never move the sequence back.
+CREATE FUNCTION pglock_new_epoch(p_seq regclass, p_timeline bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_key   bigint := pg_catalog.hashtextextended('pglock_next_token', p_seq::oid::bigint);
+    v_epoch bigint;
+    v_step  bigint;
+    v_token bigint;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_lock(v_key);
+    BEGIN
+        EXECUTE pg_catalog.format('SELECT last_value >> 40 FROM %s', p_seq) INTO v_epoch;
+        IF v_epoch = 0 OR v_epoch % 1024 <> p_timeline % 1024 THEN
+            v_step := ((p_timeline - v_epoch) % 1024 + 1024) % 1024;
+            IF v_step = 0 THEN
+                v_step := 1024;
+            END IF;
+            PERFORM pg_catalog.setval(p_seq, (v_epoch + v_step) << 40);
+        END IF;
+        v_token := pg_catalog.nextval(p_seq);
+    EXCEPTION WHEN OTHERS THEN
+        PERFORM pg_catalog.pg_advisory_unlock(v_key);
+        RAISE;
+    END;
+    PERFORM pg_catalog.pg_advisory_unlock(v_key);
+    RETURN v_token;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_new_epoch(regclass, bigint) FROM PUBLIC;
+
 -- The next fencing token from p_seq: larger than any drawn from it before, on this server or on
--- any it was promoted from. A token is at least the timeline << 40; the first one drawn on a new
--- timeline finds the sequence below that, and moves it there, once (an advisory lock serializes
--- the move, which only goes forward). A sequence already past it (after pg_upgrade or a
--- restore, which start again at timeline 1) goes on as it is. 2^40 tokens a timeline.
+-- any it was promoted from. A token's high bits, from bit 40, are its epoch, which matches the
+-- timeline modulo 1024: the first draw on a new timeline (a promotion, a point-in-time recovery,
+-- a pg_upgrade or restore, which start again at timeline 1) finds the sequence in an epoch that
+-- does not, and moves it to the next one that does (pglock_new_epoch), above every token any
+-- earlier timeline drew, received here or not. Tokens drawn before this migration are in epoch
+-- 0. 2^40 tokens an epoch.
 CREATE FUNCTION pglock_next_token(p_seq regclass)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_token bigint := pg_catalog.nextval(p_seq);
-    v_floor bigint := pglock_timeline() << 40;
-    v_last  bigint;
+    v_token    bigint := pg_catalog.nextval(p_seq);
+    v_timeline bigint := pglock_timeline();
 BEGIN
-    IF v_token > v_floor THEN
+    IF v_token >> 40 > 0 AND (v_token >> 40) % 1024 = v_timeline % 1024 THEN
         RETURN v_token;
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('pglock_next_token ' || p_seq::text, 0));
-    EXECUTE pg_catalog.format('SELECT last_value FROM %s', p_seq) INTO v_last;
-    IF v_last < v_floor THEN
-        PERFORM pg_catalog.setval(p_seq, v_floor);
-    END IF;
-    RETURN pg_catalog.nextval(p_seq);
+    RETURN pglock_new_epoch(p_seq, v_timeline);
 END;
 $$;
 

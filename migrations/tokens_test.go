@@ -38,10 +38,11 @@ func drawTokens(t *testing.T, q interface {
 	return tokens
 }
 
-// Every kind of token carries the server's timeline from bit 40 (1 on a server never promoted),
-// and is larger than every token drawn before the migration that made it so; a sequence already
-// past the timeline (as after pg_upgrade, which starts again at timeline 1) goes on from where it
-// is.
+// Every kind of token carries an epoch from bit 40 that follows the server's timeline (1 on a
+// server never promoted), and is larger than every token drawn before the migration that made it
+// so; a sequence in an epoch ahead of the timeline that does not match it (as after pg_upgrade,
+// which starts again at timeline 1) moves on to the next epoch that does, so that the next
+// promotion moves it again.
 func TestContractEveryTokenKindCarriesTheTimeline(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
@@ -52,14 +53,16 @@ func TestContractEveryTokenKindCarriesTheTimeline(t *testing.T) {
 	after := drawTokens(t, pool, "after")
 	for kind, token := range after {
 		require.Greater(t, token, before[kind], kind)
-		require.Equal(t, int64(1), token>>40, "%s: timeline 1 in its high bits", kind)
+		require.Equal(t, int64(1), token>>40, "%s: epoch 1, for timeline 1, in its high bits", kind)
 	}
 
 	_, err := pool.Exec(ctx, `SELECT setval('distributed_locks_fencing_token_seq', 5::bigint << 40 | 77)`)
 	require.NoError(t, err)
 	var token int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT fencing_token FROM acquire_lock_ms('ahead', 'h', 30000)`).Scan(&token))
-	require.Equal(t, int64(5<<40|78), token, "a sequence ahead of the timeline goes on")
+	require.Equal(t, int64(1025<<40|1), token, "epoch 5 does not match timeline 1: the next one that does, 1025")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT fencing_token FROM acquire_lock_ms('ahead again', 'h', 30000)`).Scan(&token))
+	require.Equal(t, int64(1025<<40|2), token, "and it goes on from there")
 }
 
 // A standby cut off from its primary misses tokens of every kind; once promoted, with nothing done
@@ -106,6 +109,6 @@ func TestContractTokensGrowAcrossAPromotionTheStandbyDidNotSee(t *testing.T) {
 	defer promoted.Close()
 	for kind, token := range drawTokens(t, promoted, "promoted") {
 		require.Greater(t, token, highest[kind], "%s: larger than any the old primary handed out", kind)
-		require.Equal(t, int64(2), token>>40, "%s: the new timeline in its high bits", kind)
+		require.Equal(t, int64(2), token>>40, "%s: epoch 2, for the new timeline, in its high bits", kind)
 	}
 }

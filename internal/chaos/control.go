@@ -270,6 +270,9 @@ func (c *controller) stopWorkers() {
 		case <-expired:
 			w.cmd.Process.Kill()
 			<-w.exited
+			if c.cluster == nil { // make ha: its ledger may miss what it was told last
+				c.fail(fmt.Sprintf("worker %d did not stop within 20 s", w.id))
+			}
 		}
 	}
 	for _, w := range workers {

@@ -106,6 +106,13 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 	if err != nil {
 		return fail(fmt.Errorf("checking the workers' ledgers: %w", err))
 	}
+	if r.grantedTwice > 0 { // in either mode
+		s.violations["tokens acknowledged to two holders"] = r.grantedTwice
+		s.details = append(s.details, fmt.Sprintf("violation: tokens acknowledged to two holders: %d", r.grantedTwice))
+	}
+	if r.grants == 0 || r.effects == 0 || r.ticks == 0 {
+		c.fail(fmt.Sprintf("the ledgers hold too little to check: %d grants, %d job outcomes, %d ticks", r.grants, r.effects, r.ticks))
+	}
 	if synchronous { // nothing acknowledged is lost, and no holder learns of its loss too late
 		for what, n := range map[string]int{
 			"acknowledged grants missing on the new primary": r.lostGrants, "acknowledged job outcomes missing": r.lostEffects,
@@ -118,9 +125,10 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 		}
 	}
 	var firstGrant time.Time
-	// The new primary's grants are those whose token carries its timeline: one the old primary
+	// The new primary's grants are those of the newest token epoch: one the old primary
 	// committed as it was killed does not count.
-	if err := admin.QueryRow(ctx, `SELECT coalesce(min(at), 'epoch') FROM chaos_grants WHERE token >> 40 = pglock_timeline()`).Scan(&firstGrant); err != nil {
+	if err := admin.QueryRow(ctx, `SELECT coalesce(min(at), 'epoch') FROM chaos_grants
+		WHERE token >> 40 = (SELECT max(token >> 40) FROM chaos_grants)`).Scan(&firstGrant); err != nil {
 		return fail(err)
 	}
 	s.name, s.kinds = "ha ("+mode+")", []string{faultKillPrimary}

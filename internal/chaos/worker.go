@@ -49,7 +49,7 @@ func work(name string) error {
 		return err
 	}
 	defer pool.Close()
-	book, err := openLedger(os.Getenv(ledgerEnv))
+	book, err := openLedger(os.Getenv(ledgerEnv), name)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func work(name string) error {
 		func(ctx context.Context, run cron.Run) error {
 			_, err := pool.Exec(ctx, `INSERT INTO chaos_ticks (tick, worker, token) VALUES ($1, $2, $3)`, run.ScheduledTime, name, run.Token)
 			if err == nil {
-				book.tick(run.ScheduledTime)
+				book.tick(run.ScheduledTime, run.Token)
 			}
 			return err
 		})
@@ -159,9 +159,12 @@ func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker,
 		go func() {
 			select {
 			case <-lk.Lost():
-				book.lost(name, lk.Token())
-			case <-released:
+			case <-released: // lost too, if the loss came as it ended
+				if lk.Err() == nil {
+					return
+				}
 			}
+			book.lost(name, lk.Token())
 		}()
 		for _, kind := range []string{"enter", "write", "leave"} {
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -42,8 +43,36 @@ type PatroniOptions struct {
 }
 
 // patroniStart bounds the cluster's start: etcd, the bootstrap of the primary, the standby's
-// base backup.
+// base backup. A standby up to 64 MB behind may still be promoted (maximum_lag_on_failover), so
+// that a failover after replication was held up (make ha) is not refused.
 const patroniStart = 90 * time.Second
+
+// NewPatroni is StartPatroni for a test, closed when it ends. Without Patroni or etcd installed
+// the test is skipped with one line, and fails under CI=true, as the PgBouncer tests do.
+func NewPatroni(t testing.TB, opts *PatroniOptions) *Patroni {
+	t.Helper()
+	if err := patroniInstalled(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	p, err := StartPatroni(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func patroniInstalled() error {
+	for _, program := range []string{"patroni", "etcd"} {
+		if _, err := exec.LookPath(program); err != nil {
+			return fmt.Errorf("testdb: %s is not installed (Debian: apt-get install patroni etcd-server): %w", program, err)
+		}
+	}
+	return nil
+}
 
 // StartPatroni starts the cluster and returns once node 0 is the primary and node 1 streams from
 // it (synchronously, with Synchronous). The processes run as the postgres user when this one is
@@ -52,10 +81,8 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 	if opts == nil {
 		opts = &PatroniOptions{}
 	}
-	for _, program := range []string{"patroni", "etcd"} {
-		if _, err := exec.LookPath(program); err != nil {
-			return nil, fmt.Errorf("testdb: %s is not installed (Debian: apt-get install patroni etcd-server): %w", program, err)
-		}
+	if err := patroniInstalled(); err != nil {
+		return nil, err
 	}
 	bin, err := findPostgresBin()
 	if err != nil {
@@ -151,6 +178,7 @@ bootstrap:
     loop_wait: 1
     retry_timeout: 3
     master_start_timeout: 0
+    maximum_lag_on_failover: 67108864
     synchronous_mode: %[5]t
     postgresql:
       use_pg_rewind: true
@@ -282,9 +310,11 @@ func (p *Patroni) Close() error {
 			<-n.exited
 		}
 		// Patroni starts its postmaster in a session of its own: it outlives a Patroni that
-		// did not stop it.
-		if pid, err := postmasterPID(n.data); err == nil {
-			syscall.Kill(pid, syscall.SIGQUIT)
+		// did not stop it, and must be gone before its directory is.
+		if pid, err := postmasterPID(n.data); err == nil && syscall.Kill(pid, syscall.SIGQUIT) == nil {
+			for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+			}
 		}
 	}
 	if p.etcd != nil {

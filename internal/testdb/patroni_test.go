@@ -17,9 +17,7 @@ import (
 func TestPatroniFailsOverWhenThePrimarysPostmasterIsKilled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	p, err := testdb.StartPatroni(ctx, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Close() })
+	p := testdb.NewPatroni(t, nil)
 	primary, err := p.Primary()
 	require.NoError(t, err)
 	require.Equal(t, 0, primary)
