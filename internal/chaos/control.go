@@ -138,8 +138,18 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 		return fail(fmt.Errorf("checking the evidence: %w", err))
 	}
 	s.name, s.kinds = "chaos", faultKinds
-	s.elapsed, s.workers, s.faults, s.failures = time.Since(began), workers, c.faults, c.failures
-	passed := s.ok()
+	c.fill(s, workers)
+	return c.report(s, s.ok())
+}
+
+// fill gives s the run's figures: what ok weighs, and line prints.
+func (c *controller) fill(s *summary, workers int) {
+	s.elapsed, s.workers, s.faults, s.failures = time.Since(c.began), workers, c.faults, c.failures
+}
+
+// report prints s's line and details, and returns the exit status: 1 unless passed; the
+// workers' logs are kept when it failed or when asked.
+func (c *controller) report(s *summary, passed bool) int {
 	fmt.Println(s.line())
 	for _, v := range s.details {
 		fmt.Println("  " + v)
@@ -147,8 +157,8 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 	if !passed {
 		return 1
 	}
-	if !verbose {
-		os.RemoveAll(logDir)
+	if !c.verbose {
+		os.RemoveAll(c.logDir)
 	}
 	return 0
 }

@@ -134,23 +134,13 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 	s.name, s.kinds = "ha ("+mode+")", []string{faultKillPrimary}
 	s.extra = fmt.Sprintf("failover: node %d's postmaster killed, node %d primary %.1fs later, its first grant %.1fs after the kill; %s",
 		primary, 1-primary, promoted.Seconds(), firstGrant.Sub(killed).Seconds(), r.line())
-	s.elapsed, s.workers, s.faults, s.failures = time.Since(began), workers, c.faults, c.failures
+	c.fill(s, workers)
 	passed := s.ok()
 	if firstGrant.Before(killed) {
 		s.details = append(s.details, "no lock was granted on the new primary")
 		passed = false
 	}
-	fmt.Println(s.line())
-	for _, v := range s.details {
-		fmt.Println("  " + v)
-	}
-	if !passed {
-		return 1
-	}
-	if !verbose {
-		os.RemoveAll(logDir)
-	}
-	return 0
+	return c.report(s, passed)
 }
 
 // withholdWAL stops (SIGSTOP) the primary's WAL sender, and returns its process id.
