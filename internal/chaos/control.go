@@ -100,10 +100,8 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 	}
 	defer admin.Close()
 	defer c.stopWorkers()
-	for i := range workers {
-		if err := c.startWorker(i+1, 0); err != nil {
-			return fail(err)
-		}
+	if err := c.startWorkers(workers); err != nil {
+		return fail(err)
 	}
 	fmt.Printf("chaos: %d workers on PostgreSQL at port %d, faults for %s (seed %d; logs in %s)\n", workers, cluster.Port(), duration, seed, logDir)
 
@@ -187,6 +185,16 @@ func (c *controller) setUp(ctx context.Context, rootURL, chaosURL string) (*pgxp
 		return nil, err
 	}
 	return admin, nil
+}
+
+// startWorkers starts the first incarnation of workers 1 to n.
+func (c *controller) startWorkers(n int) error {
+	for i := range n {
+		if err := c.startWorker(i+1, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startWorker starts incarnation n of worker id, through a proxy of its own (made on its first

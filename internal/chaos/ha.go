@@ -51,10 +51,8 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 	}
 	defer admin.Close()
 	defer c.stopWorkers()
-	for i := range workers {
-		if err := c.startWorker(i+1, 0); err != nil {
-			return fail(err)
-		}
+	if err := c.startWorkers(workers); err != nil {
+		return fail(err)
 	}
 	fmt.Printf("ha: %d workers on two nodes under Patroni, %s replication; the primary killed after %s (logs in %s)\n",
 		workers, mode, duration/2, logDir)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -85,10 +86,10 @@ type reckoning struct {
 	latestTold                         time.Duration
 }
 
-// reckon reads every worker's ledger in dir and checks it against the evidence.
+// reckon reads every worker's ledger in dir and checks it against the evidence, in a few
+// queries over the ledgers loaded into a temporary table.
 func reckon(ctx context.Context, admin *pgxpool.Pool, dir string) (*reckoning, error) {
-	var r reckoning
-	var entries []entry
+	var rows [][]any
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Ext(path) != ".ledger" {
 			return err
@@ -104,59 +105,45 @@ func reckon(ctx context.Context, admin *pgxpool.Pool, dir string) (*reckoning, e
 			if err := json.Unmarshal(scan.Bytes(), &e); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
-			entries = append(entries, e)
+			rows = append(rows, []any{e.Kind, e.Worker, e.Name, e.Token, e.Key, e.At})
 		}
 		return scan.Err()
 	})
 	if err != nil {
 		return nil, err
 	}
-	type grant struct {
-		name  string
-		token int64
+	conn, err := admin.Acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
-	seen := map[grant]bool{}
-	for _, e := range entries {
-		var found bool
-		switch e.Kind {
-		case "grant":
-			r.grants++
-			if seen[grant{e.Name, e.Token}] {
-				r.grantedTwice++
-			}
-			seen[grant{e.Name, e.Token}] = true
-			err = admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM chaos_grants WHERE name = $1 AND token = $2)`, e.Name, e.Token).Scan(&found)
-			if err == nil && !found {
-				r.lostGrants++
-			}
-		case "effect":
-			r.effects++
-			err = admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM chaos_effects WHERE key = $1 AND worker = $2)`, e.Key, e.Worker).Scan(&found)
-			if err == nil && !found {
-				r.lostEffects++
-			}
-		case "tick":
-			r.ticks++
-			err = admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM chaos_ticks WHERE tick = $1 AND worker = $2 AND token = $3)`, e.At, e.Worker, e.Token).Scan(&found)
-			if err == nil && !found {
-				r.lostTicks++
-			}
-		case "lost":
-			r.losses++
-			// The next grant of the name, by the database's clock: it must come after the holder
-			// was told.
-			var next *time.Time
-			err = admin.QueryRow(ctx, `SELECT min(at) FROM chaos_grants WHERE name = $1 AND token > $2`, e.Name, e.Token).Scan(&next)
-			if err == nil && next != nil && next.Before(e.At) {
-				r.regrantedFirst++
-				r.latestTold = max(r.latestTold, e.At.Sub(*next))
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `CREATE TEMPORARY TABLE ledger (kind text, worker text, name text, token bigint, key text, at timestamptz)`); err != nil {
+		return nil, err
 	}
-	return &r, nil
+	if _, err := conn.CopyFrom(ctx, pgx.Identifier{"ledger"}, []string{"kind", "worker", "name", "token", "key", "at"}, pgx.CopyFromRows(rows)); err != nil {
+		return nil, err
+	}
+	var r reckoning
+	var latest *time.Duration
+	err = conn.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE kind = 'grant'), count(*) FILTER (WHERE kind = 'effect'),
+			count(*) FILTER (WHERE kind = 'tick'), count(*) FILTER (WHERE kind = 'lost'),
+			count(*) FILTER (WHERE kind = 'grant' AND NOT EXISTS (SELECT FROM chaos_grants g WHERE g.name = l.name AND g.token = l.token)),
+			count(*) FILTER (WHERE kind = 'effect' AND NOT EXISTS (SELECT FROM chaos_effects e WHERE e.key = l.key AND e.worker = l.worker)),
+			count(*) FILTER (WHERE kind = 'tick' AND NOT EXISTS (SELECT FROM chaos_ticks t WHERE t.tick = l.at AND t.worker = l.worker AND t.token = l.token)),
+			(SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY name, token) g)
+		FROM ledger l`).Scan(&r.grants, &r.effects, &r.ticks, &r.losses, &r.lostGrants, &r.lostEffects, &r.lostTicks, &r.grantedTwice)
+	if err != nil {
+		return nil, err
+	}
+	// A loss must be told before the name's next grant, by the database's clock.
+	err = conn.QueryRow(ctx, `SELECT count(*), max(l.at - n.first) FROM ledger l
+		CROSS JOIN LATERAL (SELECT min(g.at) AS first FROM chaos_grants g WHERE g.name = l.name AND g.token > l.token) n
+		WHERE l.kind = 'lost' AND n.first < l.at`).Scan(&r.regrantedFirst, &latest)
+	if latest != nil {
+		r.latestTold = *latest
+	}
+	return &r, err
 }
 
 func (r *reckoning) line() string {
