@@ -14,6 +14,11 @@ var (
 	// force-released, or its connection died.
 	ErrLockLost = errors.New("pglock: lock lost")
 
+	// ErrNoFencingToken means a lock that has no fencing token was asked for one: a Redlock
+	// lock (package redislock), whose nodes cannot agree on a number that only grows. Its
+	// Token panics with an error matching it rather than return a number that fences nothing.
+	ErrNoFencingToken = errors.New("pglock: this lock has no fencing token")
+
 	// ErrInvalidName means a lock name that no lock may have; see ValidateName.
 	ErrInvalidName = errors.New("pglock: invalid lock name")
 

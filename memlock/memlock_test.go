@@ -27,6 +27,8 @@ func TestConformance(t *testing.T) {
 		return actual.(*memlock.Locker)
 	}
 	locktest.Run(t, locktest.Subject{
+		// In memory: its tokens start over with the process.
+		Capabilities: locktest.Capabilities{Fencing: true, Fairness: true, LossSignal: true},
 		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
 			l := locker(t) // one process: both instances share the Locker
 			return l, l

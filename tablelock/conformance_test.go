@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/locktest"
 	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/migrations"
 	"github.com/pglock/pglock/tablelock"
 )
 
@@ -25,6 +27,7 @@ func TestConformance(t *testing.T) {
 	}
 	opts := &tablelock.AcquireOptions{TTL: time.Second} // a force release is noticed within 333 ms
 	locktest.Run(t, locktest.Subject{
+		Capabilities: locktest.Capabilities{Fencing: true, DurableFencing: true, Fairness: true, LossSignal: true},
 		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
 			d := testdb.New(t, nil)
 			dbs.Store(t, d)
@@ -41,6 +44,20 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, db(t).Pool.QueryRow(context.Background(),
 				`SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = $1 AND expires_at > clock_timestamp()`, name).Scan(&n))
 			return n
+		},
+		NewRestartable: func(t *testing.T) (pglock.Locker, func()) {
+			ctx := context.Background()
+			cluster, err := testdb.StartCluster(ctx)
+			require.NoError(t, err, "durable fencing is tested on a cluster of the test's own (initdb, postgres)")
+			t.Cleanup(func() { cluster.Remove() })
+			pool, err := pgxpool.New(ctx, cluster.URL())
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			require.NoError(t, migrations.Up(ctx, pool))
+			return newLocker(t, pool, nil).AsLocker(opts), func() {
+				require.NoError(t, cluster.Crash())
+				require.NoError(t, cluster.Start(ctx))
+			}
 		},
 	})
 }
