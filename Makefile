@@ -5,7 +5,7 @@ SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 
 # Modules of their own under the root, so that what they bring never enters the library's graph.
-NESTED := internal/containerdb internal/demo internal/databasesql otelpglock gocronlock console/browsertest
+NESTED := internal/containerdb internal/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
 
 .PHONY: test lint generate check-generated bench bench-packages tools demo chaos ha setup screenshots
 

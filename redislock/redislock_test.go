@@ -1,0 +1,381 @@
+package redislock_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/locktest"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/internal/testredis"
+	"github.com/pglock/pglock/redislock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// client returns a client of addr, closed when t ends.
+func client(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// prefixes gives each New of a suite a fresh set of locks on shared servers.
+var prefixes atomic.Int64
+
+func freshPrefix() string {
+	return "t" + strings.Repeat("x", int(prefixes.Add(1)%3)) + time.Now().Format("150405.000000")
+}
+
+func newLocker(t *testing.T, c redis.UniversalClient, opts *redislock.Options) *redislock.Locker {
+	l, err := redislock.New(c, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	return l
+}
+
+func newRedlock(t *testing.T, clients []redis.UniversalClient, opts *redislock.Options) *redislock.Redlock {
+	r, err := redislock.NewRedlock(clients, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close(context.Background())) })
+	return r
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	var lockers sync.Map // each subtest's first Locker
+	locktest.Run(t, locktest.Subject{
+		Capabilities: locktest.Capabilities{Fencing: true, DurableFencing: true, Fairness: true, LossSignal: true},
+		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
+			opts := &redislock.Options{TTL: time.Second, Prefix: freshPrefix()}
+			a, b := newLocker(t, client(t, srv.Addr()), opts), newLocker(t, client(t, srv.Addr()), opts)
+			lockers.Store(t, a)
+			return a.AsLocker(), b.AsLocker()
+		},
+		ForceRelease: func(t *testing.T, name string) {
+			l, _ := lockers.Load(t)
+			held, err := l.(*redislock.Locker).ForceRelease(context.Background(), name)
+			require.NoError(t, err)
+			require.True(t, held)
+		},
+		Waiting: func(t *testing.T, name string) int {
+			l, _ := lockers.Load(t)
+			n, err := l.(*redislock.Locker).Waiting(context.Background(), name)
+			require.NoError(t, err)
+			return n
+		},
+		// Durable: appendonly yes, appendfsync always, as docs/redis.md requires of tokens.
+		NewRestartable: func(t *testing.T) (pglock.Locker, func()) {
+			durable := testredis.New(t, &testredis.Options{Durable: true})
+			l := newLocker(t, client(t, durable.Addr()), &redislock.Options{TTL: time.Second})
+			return l.AsLocker(), func() { require.NoError(t, durable.Restart(context.Background())) }
+		},
+	})
+}
+
+// nodes starts n Redis servers, each with nothing on disk (a restarted one is empty).
+func nodes(t *testing.T, n int) ([]*testredis.Server, []redis.UniversalClient) {
+	servers := make([]*testredis.Server, n)
+	var wg sync.WaitGroup
+	for i := range servers {
+		wg.Go(func() { servers[i] = testredis.New(t, nil) })
+	}
+	wg.Wait()
+	return servers, clients(t, servers)
+}
+
+func clients(t *testing.T, servers []*testredis.Server) []redis.UniversalClient {
+	cs := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		cs[i] = client(t, s.Addr())
+	}
+	return cs
+}
+
+func TestRedlockConformance(t *testing.T) {
+	t.Parallel()
+	servers, _ := nodes(t, 3)
+	var lockers sync.Map
+	locktest.Run(t, locktest.Subject{
+		// No fencing token and no order of service; a loss is signalled.
+		Capabilities: locktest.Capabilities{LossSignal: true},
+		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
+			opts := &redislock.Options{TTL: time.Second, Prefix: freshPrefix()}
+			a, b := newRedlock(t, clients(t, servers), opts), newRedlock(t, clients(t, servers), opts)
+			lockers.Store(t, a)
+			return a.AsLocker(), b.AsLocker()
+		},
+		ForceRelease: func(t *testing.T, name string) {
+			l, _ := lockers.Load(t)
+			held, err := l.(*redislock.Redlock).ForceRelease(context.Background(), name)
+			require.NoError(t, err)
+			require.True(t, held)
+		},
+	})
+}
+
+// Five nodes; four instances take one name in turns while one node is killed and restarted
+// empty: nobody is ever inside with another, and the holder of the moment keeps its lock (its
+// renewals set it again on the emptied node).
+func TestRedlockHoldsThroughANodeRestartedEmpty(t *testing.T) {
+	t.Parallel()
+	servers, _ := nodes(t, 5)
+	opts := &redislock.Options{TTL: time.Second, Prefix: "restart"}
+	instances := make([]*redislock.Redlock, 4)
+	for i := range instances {
+		instances[i] = newRedlock(t, clients(t, servers), opts)
+	}
+	ctx := context.Background()
+
+	// A long holder: the restart must not cost it the lock.
+	long, err := instances[0].Acquire(ctx, "long")
+	require.NoError(t, err)
+
+	var inside, entered atomic.Int32
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, r := range instances {
+		for range 3 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					err := r.WithLock(ctx, "shared", func(ctx context.Context) error {
+						if n := inside.Add(1); n != 1 {
+							t.Errorf("instance %d found %d holders inside", i, n)
+						}
+						entered.Add(1)
+						time.Sleep(2 * time.Millisecond)
+						inside.Add(-1)
+						return nil
+					})
+					assert.NoError(t, err)
+				}
+			})
+		}
+	}
+	testdb.WaitFor(t, func() bool { return entered.Load() >= 20 }, "the instances take turns")
+	require.NoError(t, servers[2].Restart(ctx))
+	before := entered.Load()
+	// Renewed (every third of a second) on the emptied node too: the long holder's key is back.
+	probe := client(t, servers[2].Addr())
+	testdb.WaitFor(t, func() bool {
+		return probe.Exists(ctx, "{restart:long}:lock").Val() == 1
+	}, "the emptied node holds the long lock again")
+	testdb.WaitFor(t, func() bool { return entered.Load() >= before+20 }, "turns go on after the restart")
+	close(stop)
+	wg.Wait()
+	require.NoError(t, long.Err(), "the restart cost the holder nothing")
+	_, err = instances[1].TryAcquire(ctx, "long")
+	require.ErrorIs(t, err, pglock.ErrLocked)
+	require.NoError(t, long.Release(ctx))
+}
+
+// With a majority of its nodes gone, a Redlock lock's renewals fail: its holder is told (Lost,
+// WithLock's ctx) before the lock's validity ends.
+func TestRedlockLossOfAMajorityIsSignalled(t *testing.T) {
+	t.Parallel()
+	servers, cs := nodes(t, 3)
+	r := newRedlock(t, cs, &redislock.Options{TTL: time.Second})
+	ctx := context.Background()
+	err := r.WithLock(ctx, "x", func(ctx context.Context) error {
+		require.NoError(t, servers[0].Kill())
+		require.NoError(t, servers[1].Kill())
+		testdb.Receive(t, ctx.Done())
+		require.ErrorIs(t, context.Cause(ctx), pglock.ErrLockLost)
+		require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(context.Cause(ctx)))
+		return nil
+	})
+	require.ErrorIs(t, err, pglock.ErrLockLost)
+}
+
+// One server: killed, the holder's renewals fail and it is told before the TTL ends.
+func TestLockerLossOfTheServerIsSignalled(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	l := newLocker(t, client(t, srv.Addr()), &redislock.Options{TTL: time.Second})
+	ctx := context.Background()
+	lk, err := l.Acquire(ctx, "x")
+	require.NoError(t, err)
+	require.NoError(t, srv.Kill())
+	testdb.Receive(t, lk.Lost())
+	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
+	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lk.Err()))
+	require.True(t, time.Now().Before(lk.Deadline().Add(time.Second)))
+	require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+}
+
+// Why tokens are documented as durable only with appendfsync always: a server that lost its
+// data starts the counter over, and a token repeats.
+func TestTokensStartOverOnAServerThatLostItsData(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	l := newLocker(t, client(t, srv.Addr()), &redislock.Options{TTL: time.Second})
+	ctx := context.Background()
+	var last int64
+	for range 3 {
+		lk, err := l.Acquire(ctx, "x")
+		require.NoError(t, err)
+		last = lk.Token()
+		require.NoError(t, lk.Release(ctx))
+	}
+	require.NoError(t, srv.Restart(ctx))
+	var lk *redislock.Lock
+	testdb.WaitFor(t, func() bool {
+		var err error
+		lk, err = l.TryAcquire(ctx, "x")
+		return err == nil
+	})
+	require.LessOrEqual(t, lk.Token(), last, "the token repeats")
+	require.NoError(t, lk.Release(ctx))
+}
+
+// A waiter that stops keeping its place (its process died) holds the queue up for no longer
+// than its place lasts: three MaxPollIntervals.
+func TestADeadWaiterLeavesTheQueue(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	opts := &redislock.Options{TTL: time.Second, MaxPollInterval: 100 * time.Millisecond}
+	holderLocker := newLocker(t, client(t, srv.Addr()), opts)
+	ctx := context.Background()
+	held, err := holderLocker.Acquire(ctx, "x")
+	require.NoError(t, err)
+
+	// The dead waiter: an Acquire in a Locker closed while it waits (its polls stop, as a
+	// killed process's do; Close does not take it out of the queue).
+	dying, err := redislock.New(client(t, srv.Addr()), opts)
+	require.NoError(t, err)
+	gone := make(chan error, 1)
+	go func() {
+		_, err := dying.Acquire(ctx, "x")
+		gone <- err
+	}()
+	testdb.WaitFor(t, func() bool { n, _ := holderLocker.Waiting(ctx, "x"); return n == 1 })
+	live := make(chan *redislock.Lock, 1)
+	go func() {
+		lk, err := holderLocker.Acquire(ctx, "x")
+		assert.NoError(t, err)
+		live <- lk
+	}()
+	testdb.WaitFor(t, func() bool { n, _ := holderLocker.Waiting(ctx, "x"); return n == 2 })
+	require.NoError(t, dying.Close(ctx))
+	require.ErrorIs(t, testdb.Receive(t, gone), pglock.ErrClosed)
+
+	require.NoError(t, held.Release(ctx)) // wakes the dead waiter, which never comes
+	lk := testdb.Receive(t, live)
+	require.Greater(t, lk.Token(), held.Token())
+	require.NoError(t, lk.Release(ctx))
+}
+
+func TestHolderShowsWhoHoldsALock(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	l := newLocker(t, client(t, srv.Addr()), &redislock.Options{AppName: "billing", Metadata: map[string]any{"job": "invoices"}})
+	ctx := context.Background()
+	_, err := l.Holder(ctx, "x")
+	require.ErrorIs(t, err, pglock.ErrNotFound)
+	lk, err := l.Acquire(ctx, "x")
+	require.NoError(t, err)
+	h, err := l.Holder(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, lk.Token(), h.Token)
+	require.True(t, strings.HasPrefix(h.Instance, "billing@"), h.Instance)
+	require.Equal(t, map[string]any{"job": "invoices"}, h.Metadata)
+	require.InDelta(t, redislock.DefaultTTL, h.ExpiresIn, float64(2*time.Second))
+	require.WithinDuration(t, time.Now(), h.AcquiredAt, 5*time.Second)
+	require.NoError(t, lk.Release(ctx))
+	_, err = l.Holder(ctx, "x")
+	require.ErrorIs(t, err, pglock.ErrNotFound)
+}
+
+func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	c := client(t, srv.Addr())
+	others := []redis.UniversalClient{client(t, testredis.New(t, nil).Addr()), client(t, testredis.New(t, nil).Addr())}
+	var typedNil *redis.Client
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		opts *redislock.Options
+		want error
+	}{
+		{"negative TTL", &redislock.Options{TTL: -time.Second}, pglock.ErrInvalidTTL},
+		{"TTL below the minimum", &redislock.Options{TTL: time.Millisecond}, pglock.ErrInvalidTTL},
+		{"negative margin", &redislock.Options{SafetyMargin: -1}, pglock.ErrInvalidArgument},
+		{"margin leaving no room", &redislock.Options{TTL: time.Second, SafetyMargin: time.Second}, pglock.ErrInvalidTTL},
+		{"braces in the prefix", &redislock.Options{Prefix: "a{b}"}, pglock.ErrInvalidArgument},
+		{"negative poll interval", &redislock.Options{MaxPollInterval: -1}, pglock.ErrInvalidArgument},
+		{"metadata that is not JSON", &redislock.Options{Metadata: map[string]any{"f": func() {}}}, pglock.ErrInvalidArgument},
+	} {
+		_, err := redislock.New(c, tt.opts)
+		require.ErrorIs(t, err, tt.want, tt.name)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument, tt.name)
+		_, err = redislock.NewRedlock(append([]redis.UniversalClient{c}, others...), tt.opts)
+		require.ErrorIs(t, err, tt.want, "Redlock: "+tt.name)
+	}
+	for _, cs := range [][]redis.UniversalClient{nil, {c}, {c, others[0]}, append([]redis.UniversalClient{c, c}, others...)} {
+		_, err := redislock.NewRedlock(cs, nil)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument, "%d nodes", len(cs))
+	}
+	_, err := redislock.NewRedlock([]redis.UniversalClient{c, client(t, srv.Addr()), others[0]}, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument, "two clients of one server are one node")
+	_, err = redislock.NewRedlock([]redis.UniversalClient{c, nil, others[0]}, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument, "a nil node")
+	_, err = redislock.NewRedlock([]redis.UniversalClient{c, typedNil, others[0]}, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument, "a nil *redis.Client node")
+	_, err = redislock.NewRedlock([]redis.UniversalClient{c, c, c}, &redislock.Options{TTL: time.Second, SafetyMargin: time.Millisecond})
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	_, err = redislock.New(nil, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	_, err = redislock.New(typedNil, nil)
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+
+	l := newLocker(t, c, nil)
+	r := newRedlock(t, append([]redis.UniversalClient{c}, others...), nil)
+	for _, name := range []string{"", strings.Repeat("n", pglock.MaxNameLen+1), "nul\x00", "\xff"} {
+		_, err := l.TryAcquire(ctx, name)
+		require.ErrorIs(t, err, pglock.ErrInvalidName)
+		_, err = l.Acquire(ctx, name)
+		require.ErrorIs(t, err, pglock.ErrInvalidName)
+		require.ErrorIs(t, l.WithLock(ctx, name, func(context.Context) error { return nil }), pglock.ErrInvalidName)
+		_, err = l.ForceRelease(ctx, name)
+		require.ErrorIs(t, err, pglock.ErrInvalidName)
+		_, err = r.TryAcquire(ctx, name)
+		require.ErrorIs(t, err, pglock.ErrInvalidName)
+		_, err = r.Acquire(ctx, name)
+		require.ErrorIs(t, err, pglock.ErrInvalidName)
+	}
+	for _, node := range append([]redis.UniversalClient{c}, others...) {
+		require.Zero(t, node.DBSize(ctx).Val(), "nothing written")
+	}
+}
+
+// A Redlock lock has no fencing token: its own type has no Token method at all, and through
+// pglock.Lock, Token panics with an error matching pglock.ErrNoFencingToken.
+func TestRedlockHasNoFencingToken(t *testing.T) {
+	t.Parallel()
+	_, cs := nodes(t, 3)
+	r := newRedlock(t, cs, nil)
+	ctx := context.Background()
+	lk, err := r.AsLocker().TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	require.PanicsWithError(t, "pglock: this lock has no fencing token: \"x\" is a Redlock lock; Redlock's nodes cannot agree on a number "+
+		"that only grows, so nothing it returned could fence a write (docs/redis.md)", func() { lk.Token() })
+	_, ok := any(&redislock.RedlockLock{}).(interface{ Token() int64 })
+	require.False(t, ok)
+	require.NoError(t, lk.Release(ctx))
+}
