@@ -38,6 +38,9 @@ type design struct {
 	// oneWaiterPerHandle: a handle waits for one name at a time (a pinned session), so the
 	// 1,000 waiters need one each.
 	oneWaiterPerHandle bool
+	// redisNodes: the Redis servers a design runs on (nil for PostgreSQL's); their counters are
+	// its requests and connections.
+	redisNodes func(e *env) []string
 	// peer: a design that is not pglock's (another project's, or raw SQL written by hand). Its
 	// failures are results, reported on the page; only pglock's own, and the harness's (setting
 	// up databases, pools and counters), stop the run.

@@ -1,10 +1,11 @@
 module github.com/pglock/pglock/bench
 
-go 1.25.11
+go 1.26.0
 
 replace (
 	github.com/pglock/pglock => ../
 	github.com/pglock/pglock/internal/containerdb => ../internal/containerdb
+	github.com/pglock/pglock/redislock => ../redislock
 )
 
 // cirello.io/pglock is not served by the module proxy: make bench unpacks its source here from
@@ -14,13 +15,17 @@ replace cirello.io/pglock => ./.peers/cirello-pglock
 require (
 	cirello.io/pglock v0.0.0-00010101000000-000000000000
 	github.com/bsm/redislock v0.9.4
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lib/pq v1.12.3
 	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
 	github.com/pglock/pglock/internal/containerdb v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.0.3
+	github.com/pglock/pglock/redislock v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 	gonum.org/v1/plot v0.17.0
 )
+
+require go.uber.org/atomic v1.12.0 // indirect
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -38,7 +43,6 @@ require (
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/platforms v0.2.1 // indirect
 	github.com/cpuguy83/dockercfg v0.3.2 // indirect
-	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-connections v0.7.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
@@ -86,7 +90,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

@@ -29,10 +29,11 @@ import (
 type env struct {
 	url        string        // the benchmark database's
 	admin      *pgxpool.Pool // a pool on it, for set-up and reading
-	redisAddr  string        // "" when no Redis could be had
-	redisOwned bool          // started by the benchmark
-	designs    []design      // in the report's order, raw SQL first
-	notes      []string      // what was left out, and why
+	redisAddr    string        // "" when no Redis could be had
+	redisOwned   bool          // started by the benchmark
+	redlockAddrs []string      // the Redlock designs' servers; none without redis-server
+	designs      []design      // in the report's order, raw SQL first
+	notes        []string      // what was left out, and why
 }
 
 // newPool opens a pool of its own, an instance, on url with at most maxConns connections.
@@ -74,7 +75,14 @@ func run(ctx context.Context, out, only string) error {
 	} else {
 		defer stopRedis()
 		e.redisAddr, e.redisOwned = addr, owned
-		e.designs = append(e.designs, redisDesign)
+		e.designs = append(e.designs, redisDesign, pglockRedisDesign)
+	}
+	if addrs, stopNodes, err := startRedlockNodes(ctx); err != nil {
+		e.notes = append(e.notes, fmt.Sprintf("The Redlock designs (pglock's and redsync) are left out: %v.", err))
+	} else {
+		defer stopNodes()
+		e.redlockAddrs = addrs
+		e.designs = append(e.designs, pglockRedlockDesign, redsyncDesign)
 	}
 
 	say("finding PostgreSQL (PGLOCK_TEST_DATABASE_URL or DATABASE_URL, local binaries, or Docker)")
@@ -159,6 +167,9 @@ func describeMachine(ctx context.Context, e *env) (machine, error) {
 	if e.redisAddr != "" {
 		m.redis = describeRedis(ctx, e.redisAddr, e.redisOwned)
 	}
+	if len(e.redlockAddrs) > 0 {
+		m.redis += "; Redlock: " + describeRedlockNodes(ctx, e.redlockAddrs)
+	}
 	m.commit = gitCommit()
 	return m, nil
 }
@@ -173,7 +184,8 @@ func libraryVersions() string {
 	var out []string
 	for _, dep := range info.Deps {
 		switch dep.Path {
-		case "github.com/jackc/pgx/v5", "github.com/bsm/redislock", "github.com/redis/go-redis/v9", "github.com/lib/pq":
+		case "github.com/jackc/pgx/v5", "github.com/bsm/redislock", "github.com/redis/go-redis/v9", "github.com/lib/pq",
+			"github.com/go-redsync/redsync/v4":
 			out = append(out, dep.Path+" "+dep.Version)
 		}
 	}

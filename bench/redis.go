@@ -30,7 +30,8 @@ var redisDesign = design{
 	open: func(ctx context.Context, e *env, _ *pgxpool.Pool) (locker, error) {
 		return newRedisLocker(e.redisAddr, 0), nil
 	},
-	peer: true,
+	redisNodes: func(e *env) []string { return []string{e.redisAddr} },
+	peer:       true,
 }
 
 // newRedisLocker is an instance's locker on logical database db of the Redis at addr.

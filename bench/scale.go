@@ -105,7 +105,9 @@ func siblingDatabase(ctx context.Context, dbURL string) (url string, drop func()
 func manyLocks(ctx context.Context, e *env, r *report, say func(string, ...any)) error {
 	var designs []design
 	for _, d := range e.designs {
-		if d.name != advisoryDesign.name { // advisory locks have no rows: nothing to grow
+		// Advisory locks have no rows: nothing to grow. Of the Redis designs, one stands for
+		// all: a key among many costs every Redis lock the same.
+		if d.name != advisoryDesign.name && (d.redisNodes == nil || d.name == redisDesign.name) {
 			designs = append(designs, d)
 		}
 	}
@@ -244,24 +246,36 @@ type counters func(ctx context.Context) (requests, connections int, err error)
 // or, for the Redis design, Redis's INFO through a client of its own (whose INFO commands the
 // caller discounts).
 func serverCounters(e *env, d design, stats *pgx.Conn, dbName string) (counters, func()) {
-	if d.name == redisDesign.name {
-		client := redis.NewClient(&redis.Options{Addr: e.redisAddr, PoolSize: 1})
+	if d.redisNodes != nil {
+		var clients []*redis.Client
+		for _, addr := range d.redisNodes(e) {
+			clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1}))
+		}
 		return func(ctx context.Context) (requests, connections int, err error) {
-			info, err := client.Info(ctx, "stats", "clients").Result()
-			if err != nil {
-				return 0, 0, err
-			}
-			for line := range strings.Lines(info) {
-				line = strings.TrimSpace(line)
-				if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
-					fmt.Sscan(v, &requests)
+			for _, client := range clients {
+				info, err := client.Info(ctx, "stats", "clients").Result()
+				if err != nil {
+					return 0, 0, err
 				}
-				if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
-					fmt.Sscan(v, &connections)
+				for line := range strings.Lines(info) {
+					var n int
+					line = strings.TrimSpace(line)
+					if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+						fmt.Sscan(v, &n)
+						requests += n
+					}
+					if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+						fmt.Sscan(v, &n)
+						connections += n
+					}
 				}
 			}
 			return requests, connections, nil
-		}, func() { client.Close() }
+		}, func() {
+			for _, client := range clients {
+				client.Close()
+			}
+		}
 	}
 	var mu sync.Mutex // stats is one connection, shared by the sampler and the caller
 	return func(ctx context.Context) (requests, connections int, err error) {
@@ -295,7 +309,7 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 		if _, connectionsBefore, err = read(ctx); err != nil {
 			return res, harness(err)
 		}
-		if d.name == redisDesign.name || connectionsBefore == 0 || time.Now().After(deadline) {
+		if d.redisNodes != nil || connectionsBefore == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -410,8 +424,8 @@ func waitersRun(ctx context.Context, e *env, d design, stats *pgx.Conn, r *repor
 		}
 	}
 	res.requests = requestsAfter - requestsBefore
-	if d.name == redisDesign.name {
-		res.requests -= int(samples.Load()-samplesBefore) + 1 // the sampler's INFO commands, and the last read's
+	if d.redisNodes != nil { // the sampler's INFO commands, and the last read's, on each node
+		res.requests -= (int(samples.Load()-samplesBefore) + 1) * len(d.redisNodes(e))
 	}
 	res.connections = int(peak.Load()) - connectionsBefore
 	return res, nil
