@@ -68,12 +68,13 @@ ha:
 	bin/chaos -ha sync -duration $(HA_DURATION)
 	bin/chaos -ha async -duration $(HA_DURATION)
 
-## bench: pglock against raw SQL, the seed design, cirello.io/pglock and bsm/redislock in one
+## bench: pglock against raw SQL, the seed design, cirello.io/pglock, bsm/redislock and redsync in one
 ## run (bench/, a module of its own so peers never enter the library's dependencies), within
 ## 5 minutes; it rewrites docs/benchmarks.md and its charts. cirello.io/pglock is built from
 ## its source at PGLOCK_CIRELLO_COMMIT, cloned from PGLOCK_CIRELLO_GIT (GitHub by default)
 ## into the ignored bench/.peers/; when that fails its column is left out,
-## with a note. Redis: one it starts if redis-server is on PATH, else 127.0.0.1:6379.
+## with a note. Redis: one it starts if redis-server is on PATH, else 127.0.0.1:6379; Redlock:
+## three it starts (redis-server).
 ## Point PGLOCK_CIRELLO_GIT at a local clone to build offline.
 PGLOCK_CIRELLO_GIT ?= https://github.com/cirello-io/pglock.git
 PGLOCK_CIRELLO_COMMIT ?= 38e8fcfb538beff91c4c8d9f4c26a26785083e72

@@ -1,5 +1,6 @@
 // Command bench is `make bench`: pglock measured side by side with raw SQL, the seed design it
-// grew from, cirello.io/pglock and bsm/redislock, in one run, interleaved round by round so the
+// grew from, cirello.io/pglock, bsm/redislock and go-redsync/redsync (beside pglock's own Redis
+// Lockers), in one run, interleaved round by round so the
 // noise of a shared machine falls on every column alike. It writes docs/benchmarks.md and its
 // charts. It is a module of its own so that peers never enter the library's dependency graph.
 package main
@@ -27,8 +28,8 @@ import (
 
 // env is what every scenario runs against.
 type env struct {
-	url        string        // the benchmark database's
-	admin      *pgxpool.Pool // a pool on it, for set-up and reading
+	url          string        // the benchmark database's
+	admin        *pgxpool.Pool // a pool on it, for set-up and reading
 	redisAddr    string        // "" when no Redis could be had
 	redisOwned   bool          // started by the benchmark
 	redlockAddrs []string      // the Redlock designs' servers; none without redis-server

@@ -252,30 +252,30 @@ func serverCounters(e *env, d design, stats *pgx.Conn, dbName string) (counters,
 			clients = append(clients, redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1}))
 		}
 		return func(ctx context.Context) (requests, connections int, err error) {
-			for _, client := range clients {
-				info, err := client.Info(ctx, "stats", "clients").Result()
-				if err != nil {
-					return 0, 0, err
+				for _, client := range clients {
+					info, err := client.Info(ctx, "stats", "clients").Result()
+					if err != nil {
+						return 0, 0, err
+					}
+					for line := range strings.Lines(info) {
+						var n int
+						line = strings.TrimSpace(line)
+						if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+							fmt.Sscan(v, &n)
+							requests += n
+						}
+						if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+							fmt.Sscan(v, &n)
+							connections += n
+						}
+					}
 				}
-				for line := range strings.Lines(info) {
-					var n int
-					line = strings.TrimSpace(line)
-					if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
-						fmt.Sscan(v, &n)
-						requests += n
-					}
-					if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
-						fmt.Sscan(v, &n)
-						connections += n
-					}
+				return requests, connections, nil
+			}, func() {
+				for _, client := range clients {
+					client.Close()
 				}
 			}
-			return requests, connections, nil
-		}, func() {
-			for _, client := range clients {
-				client.Close()
-			}
-		}
 	}
 	var mu sync.Mutex // stats is one connection, shared by the sampler and the caller
 	return func(ctx context.Context) (requests, connections int, err error) {
