@@ -68,7 +68,7 @@ var pglockRedisDesign = design{
 			closeClients(clients)
 			return nil, err
 		}
-		return pglockRedisLocker{
+		return &pglockRedisLocker{
 			take: func(ctx context.Context, name string, wait bool) (pglock.Lock, error) {
 				if wait {
 					return l.AsLocker().Acquire(ctx, name)
@@ -91,7 +91,7 @@ var pglockRedlockDesign = design{
 			closeClients(clients)
 			return nil, err
 		}
-		return pglockRedisLocker{
+		return &pglockRedisLocker{
 			take: func(ctx context.Context, name string, wait bool) (pglock.Lock, error) {
 				if wait {
 					return r.AsLocker().Acquire(ctx, name)
@@ -108,7 +108,7 @@ type pglockRedisLocker struct {
 	done func()
 }
 
-func (p pglockRedisLocker) lock(ctx context.Context, name string, wait bool) (func(context.Context) error, error) {
+func (p *pglockRedisLocker) lock(ctx context.Context, name string, wait bool) (func(context.Context) error, error) {
 	lk, err := p.take(ctx, name, wait)
 	if errors.Is(err, pglock.ErrLocked) {
 		return nil, errBusy
@@ -119,15 +119,15 @@ func (p pglockRedisLocker) lock(ctx context.Context, name string, wait bool) (fu
 	return lk.Release, nil
 }
 
-func (p pglockRedisLocker) try(ctx context.Context, name string) (func(context.Context) error, error) {
+func (p *pglockRedisLocker) try(ctx context.Context, name string) (func(context.Context) error, error) {
 	return p.lock(ctx, name, false)
 }
 
-func (p pglockRedisLocker) acquire(ctx context.Context, name string) (func(context.Context) error, error) {
+func (p *pglockRedisLocker) acquire(ctx context.Context, name string) (func(context.Context) error, error) {
 	return p.lock(ctx, name, true)
 }
 
-func (p pglockRedisLocker) close() { p.done() }
+func (p *pglockRedisLocker) close() { p.done() }
 
 var redsyncDesign = design{
 	name:       "go-redsync/redsync",

@@ -6,7 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/lease"
@@ -32,10 +35,13 @@ type core struct {
 	cfg   config
 	store store
 
-	ctx        context.Context // ends at Close: renewals, waits and listeners stop
+	ctx        context.Context // ends at Close: renewals, attempts, waits and listeners stop
 	stop       context.CancelFunc
+	cleanup    context.Context // the background's cleanups: they end when Close's ctx does
+	endCleanup context.CancelFunc
+	taking     lease.Group // acquisitions under way
 	leases     lease.Group // the keepers' timers
-	background lease.Group // listeners, and the cleanup of abandoned acquisitions
+	background lease.Group // listeners, and cleanups: abandoned acquisitions, failed releases
 
 	mu      sync.Mutex
 	closed  bool
@@ -46,6 +52,7 @@ type core struct {
 func newCore(cfg config, s store, nodes []*node) *core {
 	c := &core{cfg: cfg, store: s, waiters: map[string]chan struct{}{}, held: map[*held]struct{}{}}
 	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.cleanup, c.endCleanup = context.WithCancel(context.Background())
 	for _, n := range nodes {
 		c.goBackground(func() { n.listen(c.ctx, c.wake) })
 	}
@@ -57,9 +64,14 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 	if err := pglock.ValidateName(name); err != nil {
 		return nil, err
 	}
-	if c.isClosed() {
+	if !c.taking.Begin() {
 		return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
 	}
+	defer c.taking.End()
+	// Close ends the attempts under way too, and waits for them.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(c.ctx, func() { cancel(pglock.ErrClosed) })()
 	holder := ident.NewHolderID()
 	if !wait {
 		start := time.Now()
@@ -67,6 +79,9 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		switch {
 		case err != nil:
 			c.abandon(name, holder, "") // it may have been taken before the answer was lost
+			if errors.Is(context.Cause(ctx), pglock.ErrClosed) {
+				return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
+			}
 			return nil, err
 		case !a.held:
 			return nil, errs.Errorf("%w: %q", pglock.ErrLocked, name)
@@ -107,17 +122,16 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 			timer.Stop()
 			c.abandon(name, holder, waiter)
 			err := context.Cause(ctx)
-			if errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(err, pglock.ErrClosed):
+				return nil, errs.Errorf("acquire %q: %w", name, err)
+			case errors.Is(err, context.DeadlineExceeded):
 				err = errs.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 			}
 			if lastErr != nil {
 				return nil, errs.Errorf("acquire %q: %w (the last attempt: %w)", name, err, lastErr)
 			}
 			return nil, errs.Errorf("acquire %q: %w", name, err)
-		case <-c.ctx.Done():
-			timer.Stop()
-			c.abandon(name, holder, waiter)
-			return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
 		}
 		timer.Stop()
 	}
@@ -127,12 +141,27 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 // queue, and the lock is released if an attempt whose answer never came took it.
 func (c *core) abandon(name, holder, waiter string) {
 	c.goBackground(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timing.TTL)
+		ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.timing.TTL)
 		defer cancel()
 		if waiter != "" {
 			c.store.leave(ctx, name, waiter)
 		}
 		c.store.release(ctx, name, holder)
+	})
+}
+
+// releaseLater retries, in the background, a release that failed, until it is through or the
+// lock's TTL has passed (Redis has then let it go anyway); false once Close has begun to wait.
+func (c *core) releaseLater(name, holder string) bool {
+	return c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.timing.TTL)
+		defer cancel()
+		backoff := lease.RetryBackoff(c.cfg.timing.Heartbeat)
+		for n := 1; backoff.Sleep(ctx, clock.Real, n); n++ {
+			if _, err := c.store.release(ctx, name, holder); err == nil {
+				return
+			}
+		}
 	})
 }
 
@@ -159,15 +188,17 @@ func (c *core) hold(name, holder string, token int64, fenced bool, start time.Ti
 	return h, nil
 }
 
-// goBackground runs f in a goroutine Close waits for; not at all once Close has begun to wait.
-func (c *core) goBackground(f func()) {
+// goBackground runs f in a goroutine Close waits for; not at all once Close has begun to wait
+// (false then).
+func (c *core) goBackground(f func()) bool {
 	if !c.background.Begin() {
-		return
+		return false
 	}
 	go func() {
 		defer c.background.End()
 		f()
 	}()
+	return true
 }
 
 func (c *core) forget(h *held) {
@@ -189,12 +220,6 @@ func (c *core) wake(waiter string) {
 	}
 }
 
-func (c *core) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
 // withLock runs fn holding h, and releases it.
 func (c *core) withLock(ctx context.Context, h *held, err error, fn func(ctx context.Context) error) error {
 	if err != nil {
@@ -213,8 +238,9 @@ func (c *core) withLock(ctx context.Context, h *held, err error, fn func(ctx con
 	return errors.Join(fnErr, h.release(context.Background()))
 }
 
-// close ends every lock still held (declared lost: pglock.ErrClosed) and releases it, wakes the
-// waiters with pglock.ErrClosed, and waits for the background work to end.
+// close ends every lock still held (declared lost: pglock.ErrClosed) and releases it, ends the
+// acquisitions under way with pglock.ErrClosed (their waiters leave the queue), and waits for
+// the background work to end; the cleanups in it are cut short once ctx ends.
 func (c *core) close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -236,9 +262,12 @@ func (c *core) close(ctx context.Context) error {
 			}
 		}
 	}
+	defer context.AfterFunc(ctx, c.endCleanup)()
 	c.stop()
+	c.taking.Wait()
 	c.leases.Wait()
 	c.background.Wait()
+	c.endCleanup()
 	return errors.Join(failed...)
 }
 
@@ -268,8 +297,12 @@ func (h *held) release(ctx context.Context) error {
 	if lost := h.keeper.Err(); lost != nil {
 		return lost
 	}
-	if err != nil {
-		return err
+	var final redis.Error // an answer from Redis, not a failure on the way to it
+	switch {
+	case err != nil && !errors.As(err, &final) && h.c.releaseLater(h.name, h.holder):
+		return errs.Errorf("release %q (trying again in the background): %w", h.name, err)
+	case err != nil:
+		return errs.Errorf("release %q (it stays held until its TTL runs out): %w", h.name, err)
 	}
 	if !released {
 		lost := errs.Errorf("%w: %w: %q was no longer held at release (force-released, or expired)", pglock.ErrLockLost, pglock.ErrNotHeld, h.name)

@@ -37,12 +37,18 @@ var (
 // keys names a lock's keys. They share the hash tag {prefix:name}, so that Redis Cluster keeps
 // them on one node: whatever braces the name holds, every key of the name starts with the same
 // bytes, so the tag each key yields is the same.
-type keys struct{ lock, info, token, queue, alive string }
+// (The prefix holds no ':', so no other prefix and name make the same keys.)
+type keys struct{ lock, info, token, queue, alive, released string }
 
 func keysOf(prefix, name string) keys {
 	tag := "{" + prefix + ":" + name + "}:"
-	return keys{lock: tag + "lock", info: tag + "info", token: tag + "token", queue: tag + "queue", alive: tag + "alive"}
+	return keys{lock: tag + "lock", info: tag + "info", token: tag + "token", queue: tag + "queue", alive: tag + "alive",
+		released: tag + "released"}
 }
+
+// releaseMark is how long a release leaves its mark, for the same release sent again (go-redis
+// retries a command whose answer was lost) to find: longer than any client's retries take.
+const releaseMark = 10 * time.Second
 
 // node is one Redis server (or cluster) and the scripts run on it.
 type node struct {
@@ -99,7 +105,8 @@ func (n *node) retake(ctx context.Context, name, holder string, ttl time.Duratio
 // release frees name if holder holds it (any holder, for ""), and wakes its first waiter.
 func (n *node) release(ctx context.Context, name, holder string) (bool, error) {
 	k := keysOf(n.cfg.prefix, name)
-	released, err := releaseScript.Run(ctx, n.client, []string{k.lock, k.info, k.queue, k.alive}, holder, n.channel).Int64()
+	released, err := releaseScript.Run(ctx, n.client, []string{k.lock, k.info, k.queue, k.alive, k.released},
+		holder, n.channel, releaseMark.Milliseconds()).Int64()
 	if err != nil {
 		return false, errs.Errorf("release %q: %w", name, err)
 	}

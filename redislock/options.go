@@ -23,6 +23,8 @@ const (
 
 	MinTTL = lease.MinTTL
 	MaxTTL = lease.MaxTTL
+
+	MinPollInterval = 10 * time.Millisecond
 )
 
 // Options configure a Locker or a Redlock. A nil *Options, and every zero field, means the
@@ -41,8 +43,8 @@ type Options struct {
 	SafetyMargin time.Duration
 
 	// Prefix starts every key and the channel the Locker writes (keys {prefix:name}:lock and
-	// so on). Lockers share locks when they share a prefix. It may not hold '{' or '}'.
-	// Default: DefaultPrefix.
+	// so on). Lockers share locks when they share a prefix. At most 64 bytes, without '{', '}'
+	// or ':'. Default: DefaultPrefix.
 	Prefix string
 
 	// AppName names this process in the instance stored with each lock, app@host:pid.
@@ -56,7 +58,8 @@ type Options struct {
 	// MaxPollInterval caps the backoff between a waiter's attempts: a release wakes the first
 	// waiter at once (a message on the prefix's channel), and the polls are the safety net for
 	// a wake-up lost on its way, and what keeps a waiter's place. A waiter's place lapses after
-	// three of them without an attempt. Default: DefaultMaxPollInterval.
+	// three of them without an attempt. At least MinPollInterval. Default:
+	// DefaultMaxPollInterval.
 	MaxPollInterval time.Duration
 
 	// NodeTimeout bounds each Redlock node's answer, so that a node that does not answer costs
@@ -109,14 +112,14 @@ func newConfig(opts *Options, redlock bool) (config, error) {
 	if c.prefix == "" {
 		c.prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(c.prefix, "{}") || len(c.prefix) > 64 {
-		return config{}, invalid("Prefix", "(%.70q) holds '{' or '}', or is longer than 64 bytes", c.prefix)
+	if strings.ContainsAny(c.prefix, "{}:") || len(c.prefix) > 64 {
+		return config{}, invalid("Prefix", "(%.70q) holds '{', '}' or ':', or is longer than 64 bytes", c.prefix)
 	}
 	switch {
 	case c.maxPoll == 0:
 		c.maxPoll = DefaultMaxPollInterval
-	case c.maxPoll < 0:
-		return config{}, invalid("MaxPollInterval", "(%s) is negative", c.maxPoll)
+	case c.maxPoll < MinPollInterval:
+		return config{}, invalid("MaxPollInterval", "(%s) is shorter than %s", c.maxPoll, MinPollInterval)
 	}
 	c.place = 3 * c.maxPoll
 	switch {

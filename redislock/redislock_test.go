@@ -124,9 +124,9 @@ func TestRedlockConformance(t *testing.T) {
 	})
 }
 
-// Five nodes; four instances take one name in turns while one node is killed and restarted
-// empty: nobody is ever inside with another, and the holder of the moment keeps its lock (its
-// renewals set it again on the emptied node).
+// Five nodes; four instances take one name in turns while one node is killed and, a TTL later
+// (the Redlock author's delayed restart), started again empty: nobody is ever inside with
+// another, and a long holder keeps its lock (its renewals set it again on the emptied node).
 func TestRedlockHoldsThroughANodeRestartedEmpty(t *testing.T) {
 	t.Parallel()
 	servers, _ := nodes(t, 5)
@@ -168,7 +168,11 @@ func TestRedlockHoldsThroughANodeRestartedEmpty(t *testing.T) {
 		}
 	}
 	testdb.WaitFor(t, func() bool { return entered.Load() >= 20 }, "the instances take turns")
-	require.NoError(t, servers[2].Restart(ctx))
+	require.NoError(t, servers[2].Kill())
+	downAt := entered.Load()
+	testdb.WaitFor(t, func() bool { return entered.Load() >= downAt+20 }, "turns go on with a node down")
+	time.Sleep(opts.TTL) // what the node had expires before it comes back
+	require.NoError(t, servers[2].Start(ctx))
 	before := entered.Load()
 	// Renewed (every third of a second) on the emptied node too: the long holder's key is back.
 	probe := client(t, servers[2].Addr())
@@ -184,22 +188,24 @@ func TestRedlockHoldsThroughANodeRestartedEmpty(t *testing.T) {
 	require.NoError(t, long.Release(ctx))
 }
 
-// With a majority of its nodes gone, a Redlock lock's renewals fail: its holder is told (Lost,
-// WithLock's ctx) before the lock's validity ends.
+// With a majority of its nodes gone, a Redlock lock's renewals fail: its holder is told (Lost)
+// at its validity's end less the safety margin, counted from a renewal sent before the kill.
 func TestRedlockLossOfAMajorityIsSignalled(t *testing.T) {
 	t.Parallel()
 	servers, cs := nodes(t, 3)
 	r := newRedlock(t, cs, &redislock.Options{TTL: time.Second})
 	ctx := context.Background()
-	err := r.WithLock(ctx, "x", func(ctx context.Context) error {
-		require.NoError(t, servers[0].Kill())
-		require.NoError(t, servers[1].Kill())
-		testdb.Receive(t, ctx.Done())
-		require.ErrorIs(t, context.Cause(ctx), pglock.ErrLockLost)
-		require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(context.Cause(ctx)))
-		return nil
-	})
-	require.ErrorIs(t, err, pglock.ErrLockLost)
+	lk, err := r.Acquire(ctx, "x")
+	require.NoError(t, err)
+	killedAt := time.Now()
+	require.NoError(t, servers[0].Kill())
+	require.NoError(t, servers[1].Kill())
+	testdb.Receive(t, lk.Lost())
+	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
+	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lk.Err()))
+	require.False(t, lk.Deadline().After(killedAt.Add(900*time.Millisecond)), "deadline %s, killed %s", lk.Deadline(), killedAt)
+	require.False(t, time.Now().Before(lk.Deadline()), "not declared lost before its deadline")
+	require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
 }
 
 // One server: killed, the holder's renewals fail and it is told before the TTL ends.
@@ -210,11 +216,15 @@ func TestLockerLossOfTheServerIsSignalled(t *testing.T) {
 	ctx := context.Background()
 	lk, err := l.Acquire(ctx, "x")
 	require.NoError(t, err)
+	killedAt := time.Now()
 	require.NoError(t, srv.Kill())
 	testdb.Receive(t, lk.Lost())
 	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
 	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lk.Err()))
-	require.True(t, time.Now().Before(lk.Deadline().Add(time.Second)))
+	// The last renewal that got through was sent before the kill: the loss is declared at its
+	// start plus the TTL less the margin (a tenth), before Redis's expiry at its start plus the TTL.
+	require.False(t, lk.Deadline().After(killedAt.Add(900*time.Millisecond)), "deadline %s, killed %s", lk.Deadline(), killedAt)
+	require.False(t, time.Now().Before(lk.Deadline()), "not declared lost before its deadline")
 	require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
 }
 
@@ -319,6 +329,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"margin leaving no room", &redislock.Options{TTL: time.Second, SafetyMargin: time.Second}, pglock.ErrInvalidTTL},
 		{"braces in the prefix", &redislock.Options{Prefix: "a{b}"}, pglock.ErrInvalidArgument},
 		{"negative poll interval", &redislock.Options{MaxPollInterval: -1}, pglock.ErrInvalidArgument},
+		{"poll interval below the minimum", &redislock.Options{MaxPollInterval: time.Millisecond}, pglock.ErrInvalidArgument},
+		{"a colon in the prefix", &redislock.Options{Prefix: "app:tenant"}, pglock.ErrInvalidArgument},
 		{"metadata that is not JSON", &redislock.Options{Metadata: map[string]any{"f": func() {}}}, pglock.ErrInvalidArgument},
 	} {
 		_, err := redislock.New(c, tt.opts)
@@ -378,4 +390,31 @@ func TestRedlockHasNoFencingToken(t *testing.T) {
 	_, ok := any(&redislock.RedlockLock{}).(interface{ Token() int64 })
 	require.False(t, ok)
 	require.NoError(t, lk.Release(ctx))
+}
+
+// Close ends a wait under way with pglock.ErrClosed, and takes its place out of the queue before
+// it returns: a graceful shutdown holds nobody up.
+func TestCloseTakesItsWaitersOutOfTheQueue(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	l := newLocker(t, client(t, srv.Addr()), nil)
+	closing, err := redislock.New(client(t, srv.Addr()), nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, "x")
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := closing.Acquire(ctx, "x")
+		waited <- err
+	}()
+	testdb.WaitFor(t, func() bool { n, _ := l.Waiting(ctx, "x"); return n == 1 })
+	require.NoError(t, closing.Close(ctx))
+	require.ErrorIs(t, testdb.Receive(t, waited), pglock.ErrClosed)
+	n, err := l.Waiting(ctx, "x")
+	require.NoError(t, err)
+	require.Zero(t, n, "the closed Locker's waiter left the queue")
+	_, err = closing.TryAcquire(ctx, "y")
+	require.ErrorIs(t, err, pglock.ErrClosed)
+	require.NoError(t, held.Release(ctx))
 }

@@ -212,8 +212,10 @@ func (q *quorum) attempt(ctx context.Context, name, holder, waiter string) (atte
 }
 
 // renew extends holder's lock on every node. With a majority renewed, it is set again where it
-// was gone (a node restarted empty), which only widens a majority already held: never where
-// the renewal did not reach a majority, which could undo a force release.
+// was gone (a node restarted empty), which only widens a majority already held; never where
+// the renewal did not reach a majority, which would undo a force release (one racing the
+// renewal can still leave a key set again on a minority: it expires, and the next renewal
+// finds the majority gone).
 func (q *quorum) renew(ctx context.Context, name, holder string, ttl time.Duration) (time.Time, bool, error) {
 	start := time.Now()
 	results := q.each(ctx, func(ctx context.Context, n *node) (int64, error) { return n.extend(ctx, name, holder, ttl) })
@@ -249,26 +251,32 @@ func (q *quorum) renew(ctx context.Context, name, holder string, ttl time.Durati
 		name, renewed, len(q.nodes), q.majority(), errors.Join(failed...))
 }
 
+// release frees holder's lock on every node. It was held if some node released it and no
+// majority answered that it was gone or another's; a node that did not answer lets its copy
+// expire.
 func (q *quorum) release(ctx context.Context, name, holder string) (bool, error) {
 	results := q.each(ctx, func(ctx context.Context, n *node) (int64, error) {
 		released, err := n.release(ctx, name, holder)
 		return b2i(released), err
 	})
-	released, failed := 0, []error{}
+	released, gone, failed := 0, 0, []error{}
 	for i, res := range results {
-		if res.err != nil {
+		switch {
+		case res.err != nil:
 			failed = append(failed, fmt.Errorf("node %d: %w", i, res.err))
+		case res.state == 1:
+			released++
+		default:
+			gone++
 		}
-		released += int(res.state)
 	}
 	switch {
-	case released >= q.majority():
+	case gone >= q.majority():
+		return false, nil
+	case released > 0:
 		return true, nil
-	case released+len(failed) >= q.majority(): // whether it was still held cannot be told
-		return false, errs.Errorf("release %q: %d of %d nodes released it, a majority is %d: %w",
-			name, released, len(q.nodes), q.majority(), errors.Join(failed...))
 	}
-	return false, nil
+	return false, errs.Errorf("release %q: no node released it: %w", name, errors.Join(failed...))
 }
 
 func (q *quorum) leave(ctx context.Context, name, waiter string) {

@@ -12,9 +12,13 @@ drop_lapsed(KEYS[4], KEYS[5], now)
 local current = redis.call('GET', KEYS[1])
 if current == holder then
   -- Taken by this very attempt, sent again because its answer was lost.
+  local token = redis.call('HGET', KEYS[2], 'token')
+  if not token then
+    return redis.error_reply('pglock: the lock is held but its token is gone (evicted?)')
+  end
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
-  return {1, tonumber(redis.call('HGET', KEYS[2], 'token') or '0')}
+  return {1, tonumber(token)}
 end
 
 local turn = not current
