@@ -121,6 +121,9 @@ func run(ctx context.Context, out, only string) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
+	if r.figures != nil {
+		r.sideBySide()
+	}
 	r.notes = append(r.notes, r.peerNotes()...)
 	if pollFailures.n > 0 {
 		r.notes = append(r.notes, fmt.Sprintf("%d of the seed design's polls failed and were retried, the first with: %v.", pollFailures.n, pollFailures.first))

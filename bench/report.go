@@ -29,6 +29,8 @@ type report struct {
 	dedup    [][]dedupResult // per number of workers, in the ways' order
 	leases   []leaseResult   // for the chart: none held first, then each size by each way
 	elapsed  time.Duration
+	// figures[design][column]: each lock design's headline figures, for the side-by-side table
+	figures map[string]map[string]string
 
 	peersMu     sync.Mutex
 	peerFailing map[string]*failures // by scenario and design: "scenario: design"
@@ -105,6 +107,40 @@ func (r *report) add(title, intro, table string) {
 	r.sections = append(r.sections, "## "+title+"\n\n"+intro+"\n\n"+table)
 }
 
+// figure records one of a design's headline figures, for sideBySide.
+func (r *report) figure(design, column, value string) {
+	if r.figures == nil {
+		r.figures = map[string]map[string]string{}
+	}
+	if r.figures[design] == nil {
+		r.figures[design] = map[string]string{}
+	}
+	r.figures[design][column] = value
+}
+
+// The side-by-side table's columns, in order.
+var sideBySideColumns = []string{"uncontended acquire + release, p50", "failed try, p50", "4-way handoff, acquisitions/s",
+	"handed to the next waiter", "longest wait", "1,000 waiters: time to serve them"}
+
+// sideBySide is the lock designs' headline figures from this run's scenarios in one table: the
+// PostgreSQL designs and the Redis ones (docs/redis.md's decision table quotes it).
+func (r *report) sideBySide() {
+	var rows [][]string
+	for _, d := range r.designs {
+		f := r.figures[d.name]
+		if f == nil {
+			continue
+		}
+		row := []string{d.name}
+		for _, c := range sideBySideColumns {
+			row = append(row, orNone(f[c], "–"))
+		}
+		rows = append(rows, row)
+	}
+	r.sections = append([]string{"## Side by side\n\nEach lock design's figures from the scenarios below, measured in this run: PostgreSQL's designs and Redis's (bsm/redislock and pglock's `redislock.Locker` on one server; pglock's `redislock.Redlock` and go-redsync/redsync on three). [redis.md](redis.md) says what each of them guarantees.\n\n" +
+		mdTable(append([]string{"design"}, sideBySideColumns...), rows)}, r.sections...)
+}
+
 // index is where the design called name is in designs, or -1.
 func index(designs []design, name string) int {
 	return slices.IndexFunc(designs, func(d design) bool { return d.name == name })
@@ -112,13 +148,17 @@ func index(designs []design, name string) int {
 
 // latencyTable: p50, p99 and operations per second of each design, its median against raw
 // SQL's, and tablelock's median against its.
-func (r *report) latencyTable(title, intro string, designs []design, results []latency) {
+// column names the side-by-side table's column of its p50s ("" for none).
+func (r *report) latencyTable(title, intro, column string, designs []design, results []latency) {
 	raw, tl := results[index(designs, rawSQL.name)], results[index(designs, tablelockDesign.name)]
 	var rows [][]string
 	for i, d := range designs {
 		l := results[i]
 		rows = append(rows, []string{d.name, ms(l.p50), ms(l.p99), perSecond(l.perSecond),
 			ratio(float64(l.p50), float64(raw.p50)), ratio(float64(tl.p50), float64(l.p50))})
+		if column != "" {
+			r.figure(d.name, column, ms(l.p50))
+		}
 	}
 	n := len(results[0].samples)
 	r.add(title, intro+fmt.Sprintf(" %d rounds.", n), mdTable(
@@ -155,6 +195,9 @@ func (r *report) handoffSection(results []handoffResult) {
 		if h.unfinished > 0 {
 			longest = "≥ " + longest // a wait cut short by the slot's end may be the longest
 		}
+		r.figure(h.design, sideBySideColumns[2], perSecond(throughput(h)))
+		r.figure(h.design, sideBySideColumns[3], fmt.Sprintf("%.0f %%", 100*float64(h.handoffs)/float64(max(h.acquisitions-1, 1))))
+		r.figure(h.design, sideBySideColumns[4], longest)
 		rows = append(rows, []string{h.design, perSecond(throughput(h)), ms(l.p50), ms(l.p99), longest, fmt.Sprint(h.unfinished),
 			strings.Join(shares, " / "), fmt.Sprintf("%.0f %%", 100*float64(h.handoffs)/float64(max(h.acquisitions-1, 1))),
 			fmt.Sprint(h.overlaps), ratio(throughput(h), throughput(raw)), ratio(throughput(tl), throughput(h))})
@@ -168,6 +211,11 @@ func (r *report) handoffSection(results []handoffResult) {
 func (r *report) waitersTable(results []waitersResult) {
 	var rows [][]string
 	for _, w := range results {
+		served := ms(w.elapsed)
+		if w.served < waiters*waitersRounds {
+			served = fmt.Sprintf("%d of %d served in %s", w.served, waiters*waitersRounds, ms(w.elapsed))
+		}
+		r.figure(w.design, sideBySideColumns[5], served)
 		rows = append(rows, []string{w.design, fmt.Sprintf("%d of %d", w.served, waiters*waitersRounds), ms(w.elapsed),
 			perSecond(float64(w.served) / w.elapsed.Seconds()), fmt.Sprint(w.connections),
 			fmt.Sprintf("%.1f", float64(w.requests)/float64(max(w.served, 1)))})
@@ -219,8 +267,8 @@ func (r *report) write(dir string) error {
 
 <!-- Written by make bench (bench/): edit the program, not this page. -->
 
-pglock measured side by side with raw SQL, the seed design it grew from, cirello.io/pglock and
-bsm/redislock, in one run: every scenario interleaves the designs (round by round, or in slots
+pglock measured side by side with raw SQL, the seed design it grew from, cirello.io/pglock,
+bsm/redislock and go-redsync/redsync (beside pglock's own Redis Lockers), in one run: every scenario interleaves the designs (round by round, or in slots
 whose order rotates), so the noise of a shared machine falls on every column alike. Read the ratios; the absolute figures belong to
 this machine. Reproduce with:
 

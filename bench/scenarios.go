@@ -63,8 +63,8 @@ func uncontended(ctx context.Context, e *env, r *report, _ func(string, ...any))
 		return err
 	}
 	r.latencyTable("Uncontended acquire and release",
-		"One instance takes a free name with a try and releases it, again and again; every design in turn, round by round. Each is two round trips for every design but cirello.io/pglock, which reads a sequence first and starts a heartbeat per lock that its release cancels.",
-		e.designs, results)
+		"One instance takes a free name with a try and releases it, again and again; every design in turn, round by round. Each is two round trips for every design but cirello.io/pglock, which reads a sequence first and starts a heartbeat per lock that its release cancels; the Redlock designs send each to three servers at once.",
+		sideBySideColumns[0], e.designs, results)
 	return nil
 }
 
@@ -106,7 +106,7 @@ func failedTry(ctx context.Context, e *env, r *report, _ func(string, ...any)) e
 	}
 	r.latencyTable("A failed try on a held lock",
 		"Another instance holds the name; a try must answer \"held\" at once. Raw SQL is the same lease upsert, which updates nothing.",
-		e.designs, results)
+		sideBySideColumns[1], e.designs, results)
 	return nil
 }
 

@@ -7,17 +7,22 @@
 -- Returns {1, token} once held; {0, ms until the holder's lease ends} if not.
 local holder, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now, now_us = now_ms()
-drop_lapsed(KEYS[4], KEYS[5], now)
+if ARGV[5] == '1' or waiter ~= '' then
+  drop_lapsed(KEYS[4], KEYS[5], now)
+end
 
 local current = redis.call('GET', KEYS[1])
 if current == holder then
   -- Taken by this very attempt, sent again because its answer was lost.
-  local token = redis.call('HGET', KEYS[2], 'token')
-  if not token then
-    return redis.error_reply('pglock: the lock is held but its token is gone (evicted?)')
+  local token = 0
+  if ARGV[6] == '1' then
+    token = redis.call('HGET', KEYS[2], 'token')
+    if not token then
+      return redis.error_reply('pglock: the lock is held but its token is gone (evicted?)')
+    end
+    redis.call('PEXPIRE', KEYS[2], ttl)
   end
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
   return {1, tonumber(token)}
 end
 
@@ -29,10 +34,11 @@ end
 if turn and redis.call('SET', KEYS[1], holder, 'NX', 'PX', ttl) then
   local token = 0
   if ARGV[6] == '1' then
+    -- Who holds it, for Holder; a Redlock lock has no token and no Holder.
     token = redis.call('INCR', KEYS[3])
+    redis.call('HSET', KEYS[2], 'token', token, 'instance', ARGV[7], 'metadata', ARGV[8], 'acquired_ms', now)
+    redis.call('PEXPIRE', KEYS[2], ttl)
   end
-  redis.call('HSET', KEYS[2], 'token', token, 'instance', ARGV[7], 'metadata', ARGV[8], 'acquired_ms', now)
-  redis.call('PEXPIRE', KEYS[2], ttl)
   if waiter ~= '' then
     redis.call('ZREM', KEYS[4], waiter)
     redis.call('ZREM', KEYS[5], waiter)

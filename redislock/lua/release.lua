@@ -18,9 +18,11 @@ redis.call('DEL', KEYS[1], KEYS[2])
 if ARGV[1] ~= '' then
   redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[3])
 end
-drop_lapsed(KEYS[3], KEYS[4], now_ms())
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-if first then
-  redis.call('PUBLISH', ARGV[2], first)
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  drop_lapsed(KEYS[3], KEYS[4], now_ms())
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if first then
+    redis.call('PUBLISH', ARGV[2], first)
+  end
 end
 return 1
