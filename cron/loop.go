@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
-	"github.com/pglock/pglock/internal/retry"
 )
 
 // offsetEstimate is the database clock minus the host's, from the sample with the shortest
@@ -96,7 +96,7 @@ func (s *Scheduler) loop(stopping, ctx context.Context) {
 	}
 }
 
-var claimBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: 2 * time.Second}
+var claimBackoff = backoff.Capped{First: 50 * time.Millisecond, Max: 2 * time.Second}
 
 // housekeep registers schedules added since, and, when their time comes, records that this
 // instance still has its schedules, applies retention and measures the clock offset again.

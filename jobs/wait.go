@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/notify"
-	"github.com/pglock/pglock/internal/retry"
 )
 
 // pollBackoff spaces a watch's checks of a key run in a transaction elsewhere (RunTx, whose
@@ -17,7 +17,7 @@ import (
 // listener reconnecting, an outcome committed just as the watch registered). A key run outside
 // a transaction is checked when its lease could end, and a runner that vanished is taken over
 // then.
-var pollBackoff = retry.Backoff{First: 50 * time.Millisecond, Max: time.Second}
+var pollBackoff = backoff.Capped{First: 50 * time.Millisecond, Max: time.Second}
 
 // watch is what the deliveries of one key waiting in this process share: one registration in
 // pglock_job_waiters, and one check of the key, on a goroutine of its own, while any waits.

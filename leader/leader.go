@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
@@ -165,7 +166,7 @@ func newLocker(pool *pgxpool.Pool, c Config, election string, events *observe.Em
 
 // campaignBackoff spaces campaigns that fail (the database unreachable), and those after terms
 // OnElected ended at once of itself (one that returns straight away would otherwise spin).
-var campaignBackoff = retry.Backoff{First: 100 * time.Millisecond, Max: 5 * time.Second}
+var campaignBackoff = backoff.Capped{First: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // Run campaigns until ctx is done, calling cb as leadership comes and goes, and returns nil
 // then (leadership, if held, is handed on first). A database that cannot be reached is retried

@@ -9,11 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
 	"github.com/pglock/pglock/internal/lease"
-	"github.com/pglock/pglock/internal/retry"
 )
 
 // store is how a core takes, keeps and gives up locks: on one node (Locker), or by a quorum of
@@ -99,7 +99,7 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		delete(c.waiters, waiter)
 		c.mu.Unlock()
 	}()
-	backoff := retry.Backoff{First: 10 * time.Millisecond, Max: c.cfg.maxPoll}
+	backoff := backoff.Capped{First: 10 * time.Millisecond, Max: c.cfg.maxPoll}
 	var lastErr error
 	for polls := 1; ; polls++ {
 		start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/retry"
@@ -70,7 +71,7 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	defer stopKeepingPlace(w)
 	start := time.Now()
 	// Polls rewrite the queue place, which lives a TTL: never further apart than a third of it.
-	backoff := retry.Backoff{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
+	backoff := backoff.Capped{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
 		row, err := l.attemptSemaphore(ctx, name, permits, req, true)

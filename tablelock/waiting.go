@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
@@ -306,7 +307,7 @@ func lockedOrPlain(locked *LockedError) error {
 func (l *Locker) pollDelay(w *waiter, idlePolls int, untilExpiry time.Duration) time.Duration {
 	refresh := w.req.timing.TTL / 3
 	if !l.isHead(w) {
-		return retry.Jitter(refresh)
+		return backoff.Jitter(refresh)
 	}
 	delay := min(10*time.Millisecond<<min(idlePolls-1, 16), l.cfg.MaxPollInterval, refresh)
 	if untilExpiry > 0 && untilExpiry < delay {
@@ -320,7 +321,7 @@ func (l *Locker) pollDelay(w *waiter, idlePolls int, untilExpiry time.Duration) 
 		}
 		return spread
 	}
-	return retry.Jitter(delay)
+	return backoff.Jitter(delay)
 }
 
 func (l *Locker) register(req request) (*waiter, error) {

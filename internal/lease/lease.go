@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/errs"
-	"github.com/pglock/pglock/internal/retry"
 )
 
 // Timing is how a lease is kept.
@@ -559,11 +559,11 @@ func (k *Keeper) retry(t Timing, err error) {
 
 // RetryBackoff is how renewals (and releases) are retried: from 10 ms, doubling, up to the
 // heartbeat interval, or 1 s without one.
-func RetryBackoff(heartbeat time.Duration) retry.Backoff {
+func RetryBackoff(heartbeat time.Duration) backoff.Capped {
 	if heartbeat <= 0 {
 		heartbeat = time.Second
 	}
-	return retry.Backoff{First: 10 * time.Millisecond, Max: heartbeat}
+	return backoff.Capped{First: 10 * time.Millisecond, Max: heartbeat}
 }
 
 func (k *Keeper) begin() bool {

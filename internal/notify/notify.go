@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
-	"github.com/pglock/pglock/internal/retry"
 )
 
 // Handler receives one channel's notifications. Both functions run on the listener's
@@ -90,8 +90,8 @@ type listener struct {
 	interrupt context.CancelFunc
 }
 
-// backoff is how the listener waits between attempts to reconnect.
-var backoff = retry.Backoff{First: 10 * time.Millisecond, Max: 5 * time.Second}
+// reconnectBackoff is how the listener waits between attempts to reconnect.
+var reconnectBackoff = backoff.Capped{First: 10 * time.Millisecond, Max: 5 * time.Second}
 
 func start(k key, pool *pgxpool.Pool, direct *pgx.ConnConfig, logger *slog.Logger) *listener {
 	if logger == nil {
@@ -152,12 +152,12 @@ func (l *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if listened && time.Since(start) > backoff.Max {
+		if listened && time.Since(start) > reconnectBackoff.Max {
 			failures = 0 // it stayed up: a connection killed at once keeps backing off
 		}
 		failures++
 		l.logger.Warn("pglock: listener disconnected; reconnecting", "error", err)
-		if !backoff.Sleep(ctx, clock.Real, failures) {
+		if !reconnectBackoff.Sleep(ctx, clock.Real, failures) {
 			return
 		}
 	}

@@ -1,11 +1,10 @@
-// Package retry says which errors are worth trying again and how long to wait before each try:
-// one answer for every pglock package.
+// Package retry says which PostgreSQL errors are worth trying again, and records an outcome
+// through them: one answer for every pglock package (how long to wait is package backoff's).
 package retry
 
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
 )
 
@@ -35,45 +35,8 @@ func Transient(err error) bool {
 	return true
 }
 
-// Backoff is capped exponential backoff: the n-th wait is drawn from [d/2, d], where d is First
-// doubled n-1 times, at most Max.
-type Backoff struct {
-	First time.Duration
-	Max   time.Duration
-}
-
-// Delay is the wait before retry n (counting from 1).
-func (b Backoff) Delay(n int) time.Duration {
-	d := b.First
-	for i := 1; i < n && d < b.Max; i++ {
-		d *= 2 // stops at Max, long before it could overflow
-	}
-	return Jitter(min(d, b.Max))
-}
-
-// Sleep waits for retry n on c, and reports false if ctx ended first.
-func (b Backoff) Sleep(ctx context.Context, c clock.Clock, n int) bool {
-	done := make(chan struct{})
-	t := c.AfterFunc(b.Delay(n), func() { close(done) })
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// Jitter spreads d over [d/2, d], so that clients that failed together retry apart.
-func Jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
 // outcomeBackoff is how Record waits between tries.
-var outcomeBackoff = Backoff{First: 50 * time.Millisecond, Max: time.Second}
+var outcomeBackoff = backoff.Capped{First: 50 * time.Millisecond, Max: time.Second}
 
 // Record sends the statement that records an outcome (a job attempt's, a cron run's) for as
 // long as its lease lasts, ttl from now, whatever the caller's ctx: what a failing connection
