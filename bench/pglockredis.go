@@ -62,21 +62,9 @@ var pglockRedisDesign = design{
 	note:       "pglock's `redislock.Locker` on the same server as bsm/redislock (a pool of 20), TTL 30 s renewed every 10 s; `Acquire` waits in its fair queue, woken by the release over Pub/Sub",
 	redisNodes: func(e *env) []string { return []string{e.redisAddr} },
 	open: func(ctx context.Context, e *env, _ *pgxpool.Pool) (locker, error) {
-		clients := redisClients([]string{e.redisAddr})
-		l, err := redislock.New(clients[0], &redislock.Options{Prefix: "pglock-bench", AppName: "bench"})
-		if err != nil {
-			closeClients(clients)
-			return nil, err
-		}
-		return &pglockRedisLocker{
-			take: func(ctx context.Context, name string, wait bool) (pglock.Lock, error) {
-				if wait {
-					return l.AsLocker().Acquire(ctx, name)
-				}
-				return l.AsLocker().TryAcquire(ctx, name)
-			},
-			done: func() { l.Close(context.Background()); closeClients(clients) },
-		}, nil
+		return openPglockRedis([]string{e.redisAddr}, func(clients []redis.UniversalClient) (pglockRedis, error) {
+			return redislock.New(clients[0], &redislock.Options{Prefix: "pglock-bench", AppName: "bench"})
+		})
 	},
 }
 
@@ -85,31 +73,40 @@ var pglockRedlockDesign = design{
 	note:       fmt.Sprintf("pglock's `redislock.Redlock` on %d servers of its own (a pool of 20 each), TTL 30 s renewed every 10 s, 100 ms per node; `Acquire` woken by a release over Pub/Sub, in no order", redlockNodes),
 	redisNodes: func(e *env) []string { return e.redlockAddrs },
 	open: func(ctx context.Context, e *env, _ *pgxpool.Pool) (locker, error) {
-		clients := redisClients(e.redlockAddrs)
-		r, err := redislock.NewRedlock(clients, &redislock.Options{Prefix: "pglock-bench", AppName: "bench"})
-		if err != nil {
-			closeClients(clients)
-			return nil, err
-		}
-		return &pglockRedisLocker{
-			take: func(ctx context.Context, name string, wait bool) (pglock.Lock, error) {
-				if wait {
-					return r.AsLocker().Acquire(ctx, name)
-				}
-				return r.AsLocker().TryAcquire(ctx, name)
-			},
-			done: func() { r.Close(context.Background()); closeClients(clients) },
-		}, nil
+		return openPglockRedis(e.redlockAddrs, func(clients []redis.UniversalClient) (pglockRedis, error) {
+			return redislock.NewRedlock(clients, &redislock.Options{Prefix: "pglock-bench", AppName: "bench"})
+		})
 	},
 }
 
+// pglockRedis is what the benchmark uses of redislock.Locker and redislock.Redlock.
+type pglockRedis interface {
+	AsLocker() pglock.Locker
+	Close(ctx context.Context) error
+}
+
+// openPglockRedis opens an instance of one of pglock's Redis Lockers on clients of its own.
+func openPglockRedis(addrs []string, open func([]redis.UniversalClient) (pglockRedis, error)) (locker, error) {
+	clients := redisClients(addrs)
+	l, err := open(clients)
+	if err != nil {
+		closeClients(clients)
+		return nil, err
+	}
+	return &pglockRedisLocker{l.AsLocker(), func() { l.Close(context.Background()); closeClients(clients) }}, nil
+}
+
 type pglockRedisLocker struct {
-	take func(ctx context.Context, name string, wait bool) (pglock.Lock, error)
+	l    pglock.Locker
 	done func()
 }
 
 func (p *pglockRedisLocker) lock(ctx context.Context, name string, wait bool) (func(context.Context) error, error) {
-	lk, err := p.take(ctx, name, wait)
+	take := p.l.TryAcquire
+	if wait {
+		take = p.l.Acquire
+	}
+	lk, err := take(ctx, name)
 	if errors.Is(err, pglock.ErrLocked) {
 		return nil, errBusy
 	}
@@ -140,7 +137,7 @@ var redsyncDesign = design{
 		for i, c := range clients {
 			pools[i] = redsyncgoredis.NewPool(c)
 		}
-		return redsyncLocker{redsync.New(pools...), clients}, nil
+		return &redsyncLocker{redsync.New(pools...), clients}, nil
 	},
 }
 
@@ -149,7 +146,7 @@ type redsyncLocker struct {
 	clients []redis.UniversalClient
 }
 
-func (r redsyncLocker) lock(ctx context.Context, name string, tries int) (func(context.Context) error, error) {
+func (r *redsyncLocker) lock(ctx context.Context, name string, tries int) (func(context.Context) error, error) {
 	m := r.rs.NewMutex("pglock-bench-redsync:"+name, redsync.WithExpiry(redisTTL), redsync.WithTries(tries))
 	err := m.LockContext(ctx)
 	var taken *redsync.ErrTaken
@@ -168,15 +165,15 @@ func (r redsyncLocker) lock(ctx context.Context, name string, tries int) (func(c
 	}, nil
 }
 
-func (r redsyncLocker) try(ctx context.Context, name string) (func(context.Context) error, error) {
+func (r *redsyncLocker) try(ctx context.Context, name string) (func(context.Context) error, error) {
 	return r.lock(ctx, name, 1)
 }
 
-func (r redsyncLocker) acquire(ctx context.Context, name string) (func(context.Context) error, error) {
+func (r *redsyncLocker) acquire(ctx context.Context, name string) (func(context.Context) error, error) {
 	return r.lock(ctx, name, math.MaxInt32)
 }
 
-func (r redsyncLocker) close() { closeClients(r.clients) }
+func (r *redsyncLocker) close() { closeClients(r.clients) }
 
 // describeRedlockNodes says which servers the Redlock columns ran on.
 func describeRedlockNodes(ctx context.Context, addrs []string) string {

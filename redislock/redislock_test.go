@@ -217,44 +217,52 @@ func TestRedlockHoldsThroughANodeRestartedEmpty(t *testing.T) {
 	require.NoError(t, long.Release(ctx))
 }
 
-// With a majority of its nodes gone, a Redlock lock's renewals fail: its holder is told (Lost)
-// at its validity's end less the safety margin, counted from a renewal sent before the kill.
-func TestRedlockLossOfAMajorityIsSignalled(t *testing.T) {
-	t.Parallel()
-	servers, cs := nodes(t, 3)
-	r := newRedlock(t, cs, &redislock.Options{TTL: time.Second})
-	ctx := context.Background()
-	lk, err := r.Acquire(ctx, "x")
-	require.NoError(t, err)
-	killedAt := time.Now()
-	require.NoError(t, servers[0].Kill())
-	require.NoError(t, servers[1].Kill())
-	testdb.Receive(t, lk.Lost())
-	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
-	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lk.Err()))
-	require.False(t, lk.Deadline().After(killedAt.Add(900*time.Millisecond)), "deadline %s, killed %s", lk.Deadline(), killedAt)
-	require.False(t, time.Now().Before(lk.Deadline()), "not declared lost before its deadline")
-	require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+// held is what the loss tests read of a Lock or a RedlockLock.
+type held interface {
+	Lost() <-chan struct{}
+	Err() error
+	Deadline() time.Time
+	Release(ctx context.Context) error
 }
 
-// One server: killed, the holder's renewals fail and it is told before the TTL ends.
-func TestLockerLossOfTheServerIsSignalled(t *testing.T) {
+// With its server killed (a Locker), or a majority of its nodes (a Redlock), a lock's renewals
+// fail: its holder is told at the TTL (the validity) less the safety margin, counted from the
+// last renewal that got through, sent before the kill: before Redis could expire the key.
+func TestLossOfTheStoreIsSignalledAtTheDeadline(t *testing.T) {
 	t.Parallel()
-	srv := testredis.New(t, nil)
-	l := newLocker(t, client(t, srv.Addr()), &redislock.Options{TTL: time.Second})
-	ctx := context.Background()
-	lk, err := l.Acquire(ctx, "x")
-	require.NoError(t, err)
-	killedAt := time.Now()
-	require.NoError(t, srv.Kill())
-	testdb.Receive(t, lk.Lost())
-	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
-	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lk.Err()))
-	// The last renewal that got through was sent before the kill: the loss is declared at its
-	// start plus the TTL less the margin (a tenth), before Redis's expiry at its start plus the TTL.
-	require.False(t, lk.Deadline().After(killedAt.Add(900*time.Millisecond)), "deadline %s, killed %s", lk.Deadline(), killedAt)
-	require.False(t, time.Now().Before(lk.Deadline()), "not declared lost before its deadline")
-	require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+	for _, tt := range []struct {
+		name   string
+		nodes  int
+		killed int
+	}{
+		{"Locker", 1, 1},
+		{"Redlock", 3, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			servers, cs := nodes(t, tt.nodes)
+			opts := &redislock.Options{TTL: time.Second}
+			ctx := context.Background()
+			var lk held
+			var err error
+			if tt.nodes == 1 {
+				lk, err = newLocker(t, cs[0], opts).Acquire(ctx, "x")
+			} else {
+				lk, err = newRedlock(t, cs, opts).Acquire(ctx, "x")
+			}
+			require.NoError(t, err)
+			killedAt := time.Now()
+			for _, s := range servers[:tt.killed] {
+				require.NoError(t, s.Kill())
+			}
+			testdb.Receive(t, lk.Lost())
+			require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
+			require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lk.Err()))
+			require.False(t, lk.Deadline().After(killedAt.Add(900*time.Millisecond)), "deadline %s, killed %s", lk.Deadline(), killedAt)
+			require.False(t, time.Now().Before(lk.Deadline()), "not declared lost before its deadline")
+			require.ErrorIs(t, lk.Release(ctx), pglock.ErrLockLost)
+		})
+	}
 }
 
 // Why tokens are documented as durable only with appendfsync always: a server that lost its

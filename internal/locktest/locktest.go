@@ -102,10 +102,7 @@ func tokensIncreaseAcrossHolders(t *testing.T, s Subject) {
 	ctx := context.Background()
 	var last int64
 	for i := range 6 {
-		locker := a
-		if i%2 == 1 {
-			locker = b
-		}
+		locker := alternate(i, a, b)
 		lk, err := locker.Acquire(ctx, "x")
 		require.NoError(t, err)
 		require.Greater(t, lk.Token(), last)
@@ -122,10 +119,7 @@ func waitersAreServedInArrivalOrder(t *testing.T, s Subject) {
 	order := make(chan int, 4)
 	var wg sync.WaitGroup
 	for i := range 4 {
-		locker := a
-		if i%2 == 1 {
-			locker = b
-		}
+		locker := alternate(i, a, b)
 		wg.Go(func() {
 			lk, err := locker.Acquire(ctx, "x")
 			if !assert.NoError(t, err) {
@@ -219,10 +213,7 @@ func oneHolderAtATime(t *testing.T, s Subject) {
 	var inside, entered atomic.Int32
 	var wg sync.WaitGroup
 	for i := range 8 {
-		locker := a
-		if i%2 == 1 {
-			locker = b
-		}
+		locker := alternate(i, a, b)
 		wg.Go(func() {
 			for range 5 {
 				err := locker.WithLock(context.Background(), "x", func(context.Context) error {
@@ -278,4 +269,12 @@ func tokensIncreaseAcrossARestartOfTheStore(t *testing.T, s Subject) {
 	}, "the store answers again")
 	require.Greater(t, lk.Token(), last, "a token drawn after the restart")
 	require.NoError(t, lk.Release(ctx))
+}
+
+// alternate is a for even i, b for odd: the two instances take turns.
+func alternate(i int, a, b pglock.Locker) pglock.Locker {
+	if i%2 == 1 {
+		return b
+	}
+	return a
 }

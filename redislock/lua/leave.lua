@@ -6,10 +6,6 @@ local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if first == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
-  drop_lapsed(KEYS[2], KEYS[3], now_ms())
-  local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if next then
-    redis.call('PUBLISH', ARGV[2], next)
-  end
+  wake_first(KEYS[2], KEYS[3], ARGV[2])
 end
 return 1

@@ -19,10 +19,6 @@ if ARGV[1] ~= '' then
   redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[3])
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  drop_lapsed(KEYS[3], KEYS[4], now_ms())
-  local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if first then
-    redis.call('PUBLISH', ARGV[2], first)
-  end
+  wake_first(KEYS[3], KEYS[4], ARGV[2])
 end
 return 1
