@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/backoff"
 	"github.com/pglock/pglock/internal/clock"
@@ -23,8 +21,10 @@ type store interface {
 	attempt(ctx context.Context, name, holder, waiter string) (attempt, error)
 	// renew renews holder's lock for ttl: held false once it is no longer holder's.
 	renew(ctx context.Context, name, holder string, ttl time.Duration) (expiresAt time.Time, held bool, err error)
-	// release frees name if holder holds it (anyone, for ""), false if not.
-	release(ctx context.Context, name, holder string) (bool, error)
+	// release frees name if holder holds it (anyone, for ""), false if not; giveBack for what an
+	// acquisition that did not complete may have taken. An error with true: released, but not
+	// everywhere it may be (a node that did not answer).
+	release(ctx context.Context, name, holder string, giveBack bool) (bool, error)
 	// leave takes a waiter that gave up out of name's queue.
 	leave(ctx context.Context, name, waiter string)
 }
@@ -125,7 +125,7 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 			switch {
 			case errors.Is(err, pglock.ErrClosed):
 				return nil, errs.Errorf("acquire %q: %w", name, err)
-			case errors.Is(err, context.DeadlineExceeded):
+			case errors.Is(ctx.Err(), context.DeadlineExceeded): // whatever cause the caller gave
 				err = errs.Errorf("%w: %w", pglock.ErrLockTimeout, err)
 			}
 			if lastErr != nil {
@@ -146,7 +146,7 @@ func (c *core) abandon(name, holder, waiter string) {
 		if waiter != "" {
 			c.store.leave(ctx, name, waiter)
 		}
-		c.store.release(ctx, name, holder)
+		c.store.release(ctx, name, holder, true)
 	})
 }
 
@@ -158,7 +158,7 @@ func (c *core) releaseLater(name, holder string) bool {
 		defer cancel()
 		backoff := lease.RetryBackoff(c.cfg.timing.Heartbeat)
 		for n := 1; backoff.Sleep(ctx, clock.Real, n); n++ {
-			if _, err := c.store.release(ctx, name, holder); err == nil {
+			if _, err := c.store.release(ctx, name, holder, false); err == nil {
 				return
 			}
 		}
@@ -257,7 +257,7 @@ func (c *core) close(ctx context.Context) error {
 	for _, h := range held {
 		h.keeper.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %q was released by Close", pglock.ErrLockLost, pglock.ErrClosed, h.name))
 		if h.keeper.Stop() {
-			if _, err := c.store.release(ctx, h.name, h.holder); err != nil {
+			if _, err := c.store.release(ctx, h.name, h.holder, false); err != nil && !c.releaseLater(h.name, h.holder) {
 				failed = append(failed, err)
 			}
 		}
@@ -293,13 +293,15 @@ func (h *held) release(ctx context.Context) error {
 	h.c.forget(h)
 	// Released even when lost: a lock declared lost while renewals failed may still be ours
 	// there, and is freed sooner so.
-	released, err := h.c.store.release(ctx, h.name, h.holder)
+	released, err := h.c.store.release(ctx, h.name, h.holder, false)
+	retried := err != nil && h.c.releaseLater(h.name, h.holder) // owner-checked: harmless if it is gone
 	if lost := h.keeper.Err(); lost != nil {
 		return lost
 	}
-	var final redis.Error // an answer from Redis, not a failure on the way to it
 	switch {
-	case err != nil && !errors.As(err, &final) && h.c.releaseLater(h.name, h.holder):
+	case err != nil && released:
+		return nil // released; what a node that did not answer still has is released in the background
+	case err != nil && retried:
 		return errs.Errorf("release %q (trying again in the background): %w", h.name, err)
 	case err != nil:
 		return errs.Errorf("release %q (it stays held until its TTL runs out): %w", h.name, err)

@@ -107,7 +107,7 @@ func (l *Locker) ForceRelease(ctx context.Context, name string) (bool, error) {
 	if err := pglock.ValidateName(name); err != nil {
 		return false, err
 	}
-	return l.n.release(ctx, name, "")
+	return l.n.release(ctx, name, "", false)
 }
 
 // Close ends every lock still held, as tablelock.Locker.Close does: each is declared lost (its
@@ -141,8 +141,8 @@ func (s single) renew(ctx context.Context, name, holder string, ttl time.Duratio
 	return start.Add(ttl), state == 1, nil
 }
 
-func (s single) release(ctx context.Context, name, holder string) (bool, error) {
-	return s.n.release(ctx, name, holder)
+func (s single) release(ctx context.Context, name, holder string, giveBack bool) (bool, error) {
+	return s.n.release(ctx, name, holder, giveBack)
 }
 
 func (s single) leave(ctx context.Context, name, waiter string) { s.n.leave(ctx, name, waiter) }

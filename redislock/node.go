@@ -38,17 +38,20 @@ var (
 // them on one node: whatever braces the name holds, every key of the name starts with the same
 // bytes, so the tag each key yields is the same.
 // (The prefix holds no ':', so no other prefix and name make the same keys.)
-type keys struct{ lock, info, token, queue, alive, released string }
+type keys struct{ lock, info, token, queue, alive string }
 
 func keysOf(prefix, name string) keys {
 	tag := "{" + prefix + ":" + name + "}:"
-	return keys{lock: tag + "lock", info: tag + "info", token: tag + "token", queue: tag + "queue", alive: tag + "alive",
-		released: tag + "released"}
+	return keys{lock: tag + "lock", info: tag + "info", token: tag + "token", queue: tag + "queue", alive: tag + "alive"}
 }
 
-// releaseMark is how long a release leaves its mark, for the same release sent again (go-redis
-// retries a command whose answer was lost) to find: longer than any client's retries take.
-const releaseMark = 10 * time.Second
+// releasedBy is the mark holder's release leaves, under the name's tag.
+func (k keys) releasedBy(holder string) string { return k.lock + ":released:" + holder }
+
+// minReleaseMark is the least a release's mark lasts, for the same release sent again (go-redis
+// retries a command whose answer was lost, after its timeouts) to find; it lasts the TTL when
+// that is longer.
+const minReleaseMark = 10 * time.Second
 
 // node is one Redis server (or cluster) and the scripts run on it.
 type node struct {
@@ -102,11 +105,16 @@ func (n *node) retake(ctx context.Context, name, holder string, ttl time.Duratio
 	return taken, nil
 }
 
-// release frees name if holder holds it (any holder, for ""), and wakes its first waiter.
-func (n *node) release(ctx context.Context, name, holder string) (bool, error) {
+// release frees name if holder holds it (any holder, for ""), and wakes its first waiter. A
+// holder's release leaves a mark, unless it gives back what a failed attempt took (giveBack).
+func (n *node) release(ctx context.Context, name, holder string, giveBack bool) (bool, error) {
 	k := keysOf(n.cfg.prefix, name)
-	released, err := releaseScript.Run(ctx, n.client, []string{k.lock, k.info, k.queue, k.alive, k.released},
-		holder, n.channel, releaseMark.Milliseconds()).Int64()
+	mark := max(minReleaseMark, n.cfg.timing.TTL)
+	if giveBack || holder == "" {
+		mark = 0
+	}
+	released, err := releaseScript.Run(ctx, n.client, []string{k.lock, k.info, k.queue, k.alive, k.releasedBy(holder)},
+		holder, n.channel, mark.Milliseconds()).Int64()
 	if err != nil {
 		return false, errs.Errorf("release %q: %w", name, err)
 	}

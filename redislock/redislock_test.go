@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -23,12 +24,17 @@ import (
 )
 
 // TestMain starts the servers the examples use (REDIS_ADDR, REDLOCK_ADDRS), and fails a run
-// that leaked goroutines. Without redis-server it fails: nothing here means anything without.
+// that leaked goroutines. Without redis-server nothing here can run: it says so in one line and
+// passes, except under CI=true, where it fails (as the PgBouncer and Patroni tests do).
 func TestMain(m *testing.M) {
 	var servers []*testredis.Server
 	var addrs []string
 	for range 4 {
 		s, err := testredis.Start(context.Background(), nil)
+		if errors.Is(err, testredis.ErrNotInstalled) && os.Getenv("CI") != "true" {
+			fmt.Fprintf(os.Stderr, "redislock: skipped: %v\n", err)
+			os.Exit(0)
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

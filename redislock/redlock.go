@@ -83,7 +83,7 @@ func (r *Redlock) ForceRelease(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	results := r.c.store.(*quorum).each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		released, err := n.release(ctx, name, "")
+		released, err := n.release(ctx, name, "", false)
 		return b2i(released), err
 	})
 	held, failed := false, []error{}
@@ -200,7 +200,7 @@ func (q *quorum) attempt(ctx context.Context, name, holder, waiter string) (atte
 	if taken > 0 || len(failed) > 0 {
 		// Give back what may have been taken, so that the next attempt (anyone's) finds it free.
 		q.each(context.WithoutCancel(ctx), func(ctx context.Context, n *node) (int64, error) {
-			released, err := n.release(ctx, name, holder)
+			released, err := n.release(ctx, name, holder, true)
 			return b2i(released), err
 		})
 	}
@@ -252,11 +252,11 @@ func (q *quorum) renew(ctx context.Context, name, holder string, ttl time.Durati
 }
 
 // release frees holder's lock on every node. It was held if some node released it and no
-// majority answered that it was gone or another's; a node that did not answer lets its copy
-// expire.
-func (q *quorum) release(ctx context.Context, name, holder string) (bool, error) {
+// majority answered that it was gone or another's; with a node that did not answer, the error
+// says so (and the caller tries that again).
+func (q *quorum) release(ctx context.Context, name, holder string, giveBack bool) (bool, error) {
 	results := q.each(ctx, func(ctx context.Context, n *node) (int64, error) {
-		released, err := n.release(ctx, name, holder)
+		released, err := n.release(ctx, name, holder, giveBack)
 		return b2i(released), err
 	})
 	released, gone, failed := 0, 0, []error{}
@@ -270,13 +270,13 @@ func (q *quorum) release(ctx context.Context, name, holder string) (bool, error)
 			gone++
 		}
 	}
-	switch {
-	case gone >= q.majority():
+	if gone >= q.majority() {
 		return false, nil
-	case released > 0:
-		return true, nil
 	}
-	return false, errs.Errorf("release %q: no node released it: %w", name, errors.Join(failed...))
+	if len(failed) > 0 {
+		return released > 0, errs.Errorf("release %q: %d of %d nodes did not answer: %w", name, len(failed), len(q.nodes), errors.Join(failed...))
+	}
+	return released > 0, nil
 }
 
 func (q *quorum) leave(ctx context.Context, name, waiter string) {
