@@ -99,7 +99,7 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		delete(c.waiters, waiter)
 		c.mu.Unlock()
 	}()
-	backoff := backoff.Capped{First: 10 * time.Millisecond, Max: c.cfg.maxPoll}
+	polling := backoff.Capped{First: 10 * time.Millisecond, Max: c.cfg.maxPoll}
 	var lastErr error
 	for polls := 1; ; polls++ {
 		start := time.Now()
@@ -107,7 +107,7 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		if err == nil && a.held {
 			return c.hold(name, holder, a.token, fenced, start)
 		}
-		delay := backoff.Delay(polls)
+		delay := polling.Delay(polls)
 		if err != nil {
 			lastErr = err
 		} else if a.retryIn > 0 {
@@ -156,8 +156,8 @@ func (c *core) releaseLater(name, holder string) bool {
 	return c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.timing.TTL)
 		defer cancel()
-		backoff := lease.RetryBackoff(c.cfg.timing.Heartbeat)
-		for n := 1; backoff.Sleep(ctx, clock.Real, n); n++ {
+		retries := lease.RetryBackoff(c.cfg.timing.Heartbeat)
+		for n := 1; retries.Sleep(ctx, clock.Real, n); n++ {
 			if _, err := c.store.release(ctx, name, holder, false); err == nil {
 				return
 			}
