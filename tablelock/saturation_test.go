@@ -29,7 +29,9 @@ func TestASaturatedLockerKeepsWhatItHoldsAndRefusesNewLocks(t *testing.T) {
 		mu   sync.Mutex
 		lags []pglock.Event
 	)
-	l := newLocker(t, pool, &tablelock.Config{TTL: 3 * time.Second, Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
+	// A heartbeat of 1 s (saturated once renewals lag half of it) in a TTL of 6 s: room for the
+	// slowed renewals to lag well past that on a loaded machine without a lease running out.
+	l := newLocker(t, pool, &tablelock.Config{TTL: 6 * time.Second, HeartbeatInterval: time.Second, Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
 		if e.Kind == pglock.EventRenewalLag {
 			mu.Lock()
 			lags = append(lags, e)
