@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -460,4 +461,91 @@ func TestCloseTakesItsWaitersOutOfTheQueue(t *testing.T) {
 	_, err = closing.TryAcquire(ctx, "y")
 	require.ErrorIs(t, err, pglock.ErrClosed)
 	require.NoError(t, held.Release(ctx))
+}
+
+// dropper relays connections to a Redis server, and can drop the answer to the next request:
+// the request reaches the server, then the connection is cut before its answer comes back.
+type dropper struct {
+	listener net.Listener
+	armed    atomic.Bool
+	wg       sync.WaitGroup
+}
+
+func newDropper(t *testing.T, upstream string) *dropper {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	d := &dropper{listener: l}
+	d.wg.Go(func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", upstream)
+			if err != nil {
+				conn.Close()
+				continue
+			}
+			var cut atomic.Bool // the answers on this connection are dropped from now on
+			d.wg.Go(func() {
+				defer conn.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if err != nil || cut.Load() {
+						return
+					}
+					if _, err := conn.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			})
+			d.wg.Go(func() {
+				defer server.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := conn.Read(buf)
+					if err != nil {
+						return
+					}
+					dropping := d.armed.CompareAndSwap(true, false)
+					cut.Store(dropping)
+					if _, err := server.Write(buf[:n]); err != nil {
+						return
+					}
+					if dropping {
+						time.Sleep(100 * time.Millisecond) // the server has run it
+						conn.Close()
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { l.Close(); d.wg.Wait() })
+	return d
+}
+
+// A release whose answer was lost is sent again by go-redis; the second finds the mark the
+// first left, and the release is not taken for a loss.
+func TestAReleaseSentAgainAfterItsAnswerWasLostIsNoLoss(t *testing.T) {
+	t.Parallel()
+	srv := testredis.New(t, nil)
+	proxy := newDropper(t, srv.Addr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.listener.Addr().String()}) // go-redis's retries
+	t.Cleanup(func() { c.Close() })
+	l := newLocker(t, c, nil)
+	ctx := context.Background()
+	warm, err := l.Acquire(ctx, "warm") // the scripts are loaded: the dropped request runs one
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	lk, err := l.Acquire(ctx, "x")
+	require.NoError(t, err)
+	proxy.armed.Store(true)
+	require.NoError(t, lk.Release(ctx))
+	require.False(t, proxy.armed.Load(), "the release's answer was dropped")
+	require.NoError(t, lk.Err())
+	again, err := l.TryAcquire(ctx, "x")
+	require.NoError(t, err, "released")
+	require.NoError(t, again.Release(ctx))
 }
