@@ -18,7 +18,7 @@ import (
 type Cluster struct {
 	bin, dir, data string
 	port           int
-	owner          *ownerIDs
+	owner          *owner
 	settings       []string // name=value, given to every start
 
 	mu       sync.Mutex
@@ -44,9 +44,8 @@ func startCluster(ctx context.Context, bin string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"),
-		"-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
-	if out, err := c.run(initdb); err != nil {
+	initdb := c.command(ctx, "initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	if out, err := initdb.CombinedOutput(); err != nil {
 		c.Remove()
 		return nil, fmt.Errorf("testdb: initdb: %w: %s", err, out)
 	}
@@ -59,28 +58,25 @@ func startCluster(ctx context.Context, bin string) (*Cluster, error) {
 
 // newCluster makes the directory of a cluster not yet created, and picks its port.
 func newCluster(bin string, settings []string) (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "pglock-testdb-")
+	o, err := serverOwner()
+	if err != nil {
+		return nil, fmt.Errorf("testdb: cluster: %w", err)
+	}
+	dir, err := ownedDir("pglock-testdb-", o)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{bin: bin, dir: dir, data: filepath.Join(dir, "data"), settings: settings}
-	if c.owner, err = clusterOwner(); err == nil && c.owner != nil {
-		err = os.Chown(dir, int(c.owner.Uid), int(c.owner.Gid))
-	}
-	if err == nil {
-		c.port, err = FreePort()
-	}
+	port, err := FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("testdb: cluster: %w", err)
 	}
-	return c, nil
+	return &Cluster{bin: bin, dir: dir, data: filepath.Join(dir, "data"), port: port, owner: o, settings: settings}, nil
 }
 
-// run runs one of PostgreSQL's programs as the cluster's owner.
-func (c *Cluster) run(cmd *exec.Cmd) ([]byte, error) {
-	cmd.SysProcAttr = childProcAttr(c.owner)
-	return cmd.CombinedOutput()
+// command runs one of PostgreSQL's programs as the cluster's owner, in the cluster's directory.
+func (c *Cluster) command(ctx context.Context, program string, args ...string) *exec.Cmd {
+	return c.owner.command(ctx, c.dir, filepath.Join(c.bin, program), args...)
 }
 
 // URL is a superuser's URL to the cluster's postgres database.
@@ -117,8 +113,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	for _, s := range c.settings {
 		args = append(args, "-c", s)
 	}
-	postgres := exec.Command(filepath.Join(c.bin, "postgres"), args...)
-	postgres.SysProcAttr = childProcAttr(c.owner)
+	postgres := c.command(context.Background(), "postgres", args...)
 	postgres.Stdout, postgres.Stderr = logFile, logFile
 	exited, err := StartChild(postgres)
 	if err != nil {
@@ -126,9 +121,8 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	c.postgres, c.exited = postgres, exited
 	if err := waitForServer(ctx, c.URL(), exited); err != nil {
-		log, _ := os.ReadFile(logFile.Name())
 		c.stopLocked(syscall.SIGQUIT)
-		return fmt.Errorf("testdb: cluster on port %d: %w\n%s", c.port, err, log)
+		return fmt.Errorf("testdb: cluster on port %d: %w; its log:\n%s", c.port, err, logExcerpt(logFile.Name()))
 	}
 	return nil
 }
@@ -170,9 +164,9 @@ func (c *Cluster) Standby(ctx context.Context, port int, settings ...string) (*C
 	if err != nil {
 		return nil, err
 	}
-	backup := exec.CommandContext(ctx, filepath.Join(c.bin, "pg_basebackup"), "-h", "127.0.0.1",
+	backup := s.command(ctx, "pg_basebackup", "-h", "127.0.0.1",
 		"-p", strconv.Itoa(port), "-U", "postgres", "-D", s.data, "-R", "-X", "stream", "--checkpoint=fast")
-	if out, err := s.run(backup); err != nil {
+	if out, err := backup.CombinedOutput(); err != nil {
 		s.Remove()
 		return nil, fmt.Errorf("testdb: pg_basebackup: %w: %s", err, out)
 	}
@@ -185,8 +179,8 @@ func (c *Cluster) Standby(ctx context.Context, port int, settings ...string) (*C
 
 // Promote makes a standby a primary and waits until it accepts writes.
 func (c *Cluster) Promote(ctx context.Context) error {
-	promote := exec.CommandContext(ctx, filepath.Join(c.bin, "pg_ctl"), "promote", "-w", "-D", c.data)
-	if out, err := c.run(promote); err != nil {
+	promote := c.command(ctx, "pg_ctl", "promote", "-w", "-D", c.data)
+	if out, err := promote.CombinedOutput(); err != nil {
 		return fmt.Errorf("testdb: pg_ctl promote: %w: %s", err, out)
 	}
 	return nil

@@ -21,7 +21,7 @@ import (
 // dies (master_start_timeout 0), and leads with a 10 s lease in etcd (loop_wait 1 s).
 type Patroni struct {
 	dir, bin string
-	owner    *ownerIDs
+	owner    *owner
 	etcd     *exec.Cmd
 	etcdDone <-chan struct{}
 	nodes    [2]*patroniNode
@@ -88,8 +88,12 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 	if err != nil {
 		return nil, err
 	}
-	p = &Patroni{bin: bin}
-	if p.dir, err = os.MkdirTemp("", "pglock-patroni-"); err != nil {
+	o, err := serverOwner()
+	if err != nil {
+		return nil, fmt.Errorf("testdb: patroni: %w", err)
+	}
+	p = &Patroni{bin: bin, owner: o}
+	if p.dir, err = ownedDir("pglock-patroni-", o); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -98,9 +102,6 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 			p = nil
 		}
 	}()
-	if p.owner, err = clusterOwner(); err != nil {
-		return p, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, patroniStart)
 	defer cancel()
 	etcdPort, err := FreePort()
@@ -158,11 +159,11 @@ func (p *Patroni) startEtcd(ctx context.Context, port int) error {
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "e="+peerURL, "--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(p.dir))
-	p.etcd.Stdout, p.etcd.Stderr = log, log
+	p.etcd.Dir, p.etcd.Stdout, p.etcd.Stderr = p.dir, log, log
 	if p.etcdDone, err = StartChild(p.etcd); err != nil {
 		return err
 	}
-	return poll(ctx, func() bool { return status(client+"/health") == http.StatusOK }, "etcd answers", p.etcdDone)
+	return poll(ctx, func() bool { return status(client+"/health") == http.StatusOK }, "etcd answers", p.etcdDone, log.Name())
 }
 
 // nodeConfig is node n's patroni.yml: trust on loopback, its own pgpass, its own socket
@@ -207,7 +208,7 @@ func (p *Patroni) chownAll() error {
 		if err != nil {
 			return err
 		}
-		return os.Chown(path, int(p.owner.Uid), int(p.owner.Gid))
+		return os.Chown(path, int(p.owner.uid), int(p.owner.gid))
 	})
 }
 
@@ -217,10 +218,9 @@ func (p *Patroni) startNode(n *patroniNode) error {
 		return err
 	}
 	defer log.Close()
-	n.cmd = exec.Command("patroni", n.yml)
+	n.cmd = p.owner.command(context.Background(), p.dir, "patroni", n.yml)
 	n.cmd.Env = append(os.Environ(), "HOME="+p.dir)
 	n.cmd.Stdout, n.cmd.Stderr = log, log
-	n.cmd.SysProcAttr = childProcAttr(p.owner)
 	n.exited, err = StartChild(n.cmd)
 	return err
 }
@@ -230,7 +230,7 @@ func (p *Patroni) startNode(n *patroniNode) error {
 func (p *Patroni) waitFor(ctx context.Context, i int, role string) error {
 	n := p.nodes[i]
 	return poll(ctx, func() bool { return status(fmt.Sprintf("http://127.0.0.1:%d/%s", n.apiPort, role)) == http.StatusOK },
-		fmt.Sprintf("%s is %s (its log: %s)", n.name, role, n.log), n.exited)
+		fmt.Sprintf("%s is %s", n.name, role), n.exited, n.log)
 }
 
 // URL is the multi-host connection string of database on the cluster, as clients behind Patroni
@@ -275,18 +275,14 @@ func (p *Patroni) WaitPrimary(ctx context.Context, i int) error {
 	return p.waitFor(ctx, i, "primary")
 }
 
-// Log is the tail of every node's log, for a failure's report.
+// Log is the start and the end of every node's log, for a failure's report.
 func (p *Patroni) Log() string {
 	var b strings.Builder
 	for _, n := range p.nodes {
 		if n == nil {
 			continue
 		}
-		content, _ := os.ReadFile(n.log)
-		if len(content) > 3000 {
-			content = content[len(content)-3000:]
-		}
-		fmt.Fprintf(&b, "--- %s\n%s\n", n.name, content)
+		fmt.Fprintf(&b, "--- %s\n%s\n", n.name, logExcerpt(n.log))
 	}
 	return b.String()
 }
@@ -345,16 +341,19 @@ func status(url string) int {
 }
 
 // poll waits until cond holds, every 100 ms, or fails when ctx ends or the process behind it
-// exits.
-func poll(ctx context.Context, cond func() bool, what string, exited <-chan struct{}) error {
+// exits, with the end of the process's log.
+func poll(ctx context.Context, cond func() bool, what string, exited <-chan struct{}, log string) error {
 	for !cond() {
+		var err error
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testdb: waiting until %s: %w", what, ctx.Err())
+			err = ctx.Err()
 		case <-exited:
-			return fmt.Errorf("testdb: waiting until %s: its process exited", what)
+			err = errors.New("its process exited")
 		case <-time.After(100 * time.Millisecond):
+			continue
 		}
+		return fmt.Errorf("testdb: waiting until %s: %w; its log:\n%s", what, err, logExcerpt(log))
 	}
 	return nil
 }

@@ -13,9 +13,10 @@ import (
 
 // The harness is what users run: a multi-host connection string reaches the primary, and once
 // the primary's postmaster is killed the other node is promoted (on a new timeline) and the same
-// string reaches it.
+// string reaches it. It runs from a working directory the nodes' user cannot enter, as from a
+// checkout under mktemp -d.
 func TestPatroniFailsOverWhenThePrimarysPostmasterIsKilled(t *testing.T) {
-	t.Parallel()
+	chdirPrivate(t)
 	ctx := context.Background()
 	p := testdb.NewPatroni(t, nil)
 	primary, err := p.Primary()

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,20 +32,15 @@ func (d *DB) ThroughPgBouncer(t testing.TB, params string) string {
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	dir, err := os.MkdirTemp("", "pglock-pgbouncer-")
-	if err != nil {
-		t.Fatalf("testdb: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	owner, err := clusterOwner() // PgBouncer, too, refuses to run as root
+	o, err := serverOwner() // PgBouncer, too, refuses to run as root
 	if err != nil {
 		t.Fatalf("testdb: pgbouncer: %v", err)
 	}
-	if owner != nil {
-		if err := os.Chown(dir, int(owner.Uid), int(owner.Gid)); err != nil {
-			t.Fatalf("testdb: %v", err)
-		}
+	dir, err := ownedDir("pglock-pgbouncer-", o)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	port, err := FreePort()
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
@@ -75,8 +69,7 @@ logfile = %s
 	if err := os.WriteFile(ini, []byte(config), 0o644); err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	cmd := exec.Command(bin, ini)
-	cmd.SysProcAttr = childProcAttr(owner)
+	cmd := o.command(context.Background(), dir, bin, ini)
 	exited, err := StartChild(cmd)
 	if err != nil {
 		t.Fatalf("testdb: start pgbouncer: %v", err)
@@ -91,8 +84,7 @@ logfile = %s
 		through += "&" + strings.TrimPrefix(params, "&")
 	}
 	if err := waitForServer(context.Background(), through, exited); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-		t.Fatalf("testdb: pgbouncer on port %s: %v\n%s", strconv.Itoa(port), err, log)
+		t.Fatalf("testdb: pgbouncer on port %d: %v; its log:\n%s", port, err, logExcerpt(filepath.Join(dir, "pgbouncer.log")))
 	}
 	return through
 }

@@ -6,14 +6,6 @@ import (
 	"syscall"
 )
 
-func childProcAttr(owner *ownerIDs) *syscall.SysProcAttr {
-	attr := &syscall.SysProcAttr{}
-	if owner != nil {
-		attr.Credential = &syscall.Credential{Uid: owner.Uid, Gid: owner.Gid}
-	}
-	return attr
-}
-
 // StartChild starts cmd so that it receives SIGQUIT (PostgreSQL's immediate shutdown; a Go
 // program's exit) if this process dies first, and closes exited once it has exited and been
 // waited for (cmd.ProcessState says how). The kernel sends the signal when the thread that

@@ -7,14 +7,6 @@ import (
 	"syscall"
 )
 
-func childProcAttr(owner *ownerIDs) *syscall.SysProcAttr {
-	attr := &syscall.SysProcAttr{}
-	if owner != nil {
-		attr.Credential = &syscall.Credential{Uid: owner.Uid, Gid: owner.Gid}
-	}
-	return attr
-}
-
 // StartChild starts cmd. Outside Linux nothing stops the server if this process is killed
 // before Main stops it.
 func StartChild(cmd *exec.Cmd) (exited <-chan struct{}, err error) {

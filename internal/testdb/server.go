@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -127,29 +126,6 @@ func startLocalCluster(ctx context.Context, bin string) (*server, error) {
 	}
 	return &server{adminURL: c.URL(), origin: "local cluster from " + bin, stop: c.Remove}, nil
 }
-
-// clusterOwner returns the user to run PostgreSQL as: nil for the current user, or the postgres
-// user when running as root.
-func clusterOwner() (*ownerIDs, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root needs a postgres user to run the server as: %w", err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, err
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, err
-	}
-	return &ownerIDs{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-type ownerIDs struct{ Uid, Gid uint32 }
 
 // FreePort returns a loopback port free when it was asked, for a server to be started on.
 func FreePort() (int, error) {
