@@ -102,14 +102,23 @@ func TestWaitReservesTheNextSlot(t *testing.T) {
 	wg.Wait()
 	require.GreaterOrEqual(t, time.Since(start), 390*time.Millisecond, "3 events, one every 200 ms, the first at once")
 
-	// A slot past the deadline is refused at once, and not reserved.
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// A slot past the deadline is refused at once, and not reserved: a second caller is told
+	// the same wait, not one an hour longer. The deadline is seconds away and the slot an hour,
+	// so that a slow round trip on a busy machine cannot reach the deadline first.
+	hourly := ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 1}
+	require.NoError(t, l.Wait(ctx, "hourly", hourly))
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = l.Wait(short, "k", limit)
-	require.ErrorIs(t, err, pglock.ErrRateLimited)
-	var limited *ratelimit.LimitedError
-	require.ErrorAs(t, err, &limited)
-	require.Greater(t, limited.RetryAfter, 50*time.Millisecond)
+	var retryAfter [2]time.Duration
+	for i := range retryAfter {
+		err = l.Wait(short, "hourly", hourly)
+		require.ErrorIs(t, err, pglock.ErrRateLimited)
+		var limited *ratelimit.LimitedError
+		require.ErrorAs(t, err, &limited)
+		require.Greater(t, limited.RetryAfter, 59*time.Minute)
+		retryAfter[i] = limited.RetryAfter
+	}
+	require.LessOrEqual(t, retryAfter[1], retryAfter[0], "the refused slot was not reserved")
 }
 
 func TestKeysExpireOnTheirOwn(t *testing.T) {

@@ -53,16 +53,19 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	ctx := context.Background()
 	var failed testdb.FailureCounter
 	asRole := grantedRole(t, d, leastPrivilege, &failed)
-	first := newLocker(t, d.NewPool(t, asRole), nil)
-	second := newLocker(t, d.NewPool(t, asRole), nil)
+	// Renewed every 100 ms, but lost only after seconds without one: a busy machine delays the
+	// heartbeats this test counts, it does not take the lock away.
+	cfg := &tablelock.Config{HeartbeatInterval: 100 * time.Millisecond}
+	first := newLocker(t, d.NewPool(t, asRole), cfg)
+	second := newLocker(t, d.NewPool(t, asRole), cfg)
 
-	opts := &tablelock.AcquireOptions{TTL: 300 * time.Millisecond}
+	opts := &tablelock.AcquireOptions{TTL: 6 * time.Second}
 	held, err := first.TryAcquire(ctx, "app", opts)
 	require.NoError(t, err)
-	time.Sleep(time.Second) // renewed several times
+	waitForRenewals(t, d.Pool, "distributed_locks", "app", 3)
 	require.NoError(t, held.Err())
 	acquired := acquireQueued(t, second, d.Pool, "app", opts)
-	time.Sleep(500 * time.Millisecond) // the waiter's place kept several times
+	waitForRenewals(t, d.Pool, "distributed_lock_waiters", "app", 3) // the waiter's place kept
 	require.NoError(t, held.Release(ctx))
 	next := <-acquired
 	require.NoError(t, pgx.BeginFunc(ctx, d.NewPool(t, asRole), func(tx pgx.Tx) error { return next.Fence(ctx, tx) }))
@@ -72,4 +75,20 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	require.NoError(t, minHeld.ReleaseAfter(ctx, time.Minute))
 	refused, why := failed.Count()
 	require.Zero(t, refused, "no statement was refused: %s", why)
+}
+
+// waitForRenewals waits until the expiry of name's row in table (distributed_locks, or
+// distributed_lock_waiters for a waiter's place) has moved forward times times.
+func waitForRenewals(t *testing.T, pool *pgxpool.Pool, table, name string, times int) {
+	t.Helper()
+	var last time.Time
+	moved := -1 // the first reading is the row as written
+	testdb.WaitFor(t, func() bool {
+		var expiresAt time.Time
+		err := pool.QueryRow(context.Background(), "SELECT expires_at FROM "+table+" WHERE lock_name = $1", name).Scan(&expiresAt)
+		if err == nil && expiresAt.After(last) {
+			last, moved = expiresAt, moved+1
+		}
+		return moved >= times
+	}, "%s's row in %s renewed %d times", name, table, times)
 }

@@ -8,8 +8,9 @@
 #                         start clusters of their own), its client (psql, pg_dump), PgBouncer,
 #                         the de_DE and ja_JP locales (internal/db's tests read server
 #                         errors in German and Japanese), Chromium (the console's browser
-#                         tests), Patroni and etcd (testdb's Patroni harness), and
-#                         redis-server (redislock's tests start servers of their own)
+#                         tests), Patroni and etcd (testdb's Patroni harness),
+#                         redis-server (redislock's tests start servers of their own), and
+#                         stress-ng (make test-loaded's CPU burners)
 #   tools/setup.sh demo   PostgreSQL as a URL or its server programs, unless a Docker engine
 #                         answers (the demo then starts a container)
 #   tools/setup.sh ha     Patroni and etcd (make ha; the test suite's Patroni harness too)
@@ -68,6 +69,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the console's brows
 command -v patroni >/dev/null 2>&1 || missing+=(patroni)   # testdb's Patroni harness
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server) # redislock's tests, make bench
+command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng) # make test-loaded
 need_locales=
 for locale in de_DE ja_JP; do
   [ -d "/usr/lib/locale/$locale.utf8" ] || need_locales=1
@@ -77,7 +79,7 @@ done
 [ ${#missing[@]} = 0 ] && [ -z "$need_locales" ] && exit 0
 if [ ${#missing[@]} != 0 ]; then
   if ! can_apt; then
-    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client, PgBouncer, Chromium, Patroni, etcd and Redis (Debian: sudo apt-get install -y postgresql postgresql-client pgbouncer locales chromium patroni etcd-server redis-server), then run this again" >&2
+    echo "Missing: ${missing[*]}. Install PostgreSQL's server and client, PgBouncer, Chromium, Patroni, etcd, Redis and stress-ng (Debian: sudo apt-get install -y postgresql postgresql-client pgbouncer locales chromium patroni etcd-server redis-server stress-ng), then run this again" >&2
     exit 1
   fi
   echo "Installing what the tests need with apt-get: ${missing[*]}" >&2

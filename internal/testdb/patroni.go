@@ -21,6 +21,7 @@ import (
 // dies (master_start_timeout 0), and leads with a 10 s lease in etcd (loop_wait 1 s).
 type Patroni struct {
 	dir, bin string
+	turn     *os.File // held from start to Close: one Patroni cluster at a time on a machine
 	owner    *owner
 	etcd     *exec.Cmd
 	etcdDone <-chan struct{}
@@ -93,7 +94,7 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 		return nil, fmt.Errorf("testdb: patroni: %w", err)
 	}
 	p = &Patroni{bin: bin, owner: o}
-	if p.dir, err = ownedDir("pglock-patroni-", o); err != nil {
+	if p.turn, err = waitTurn(ctx); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -102,6 +103,9 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 			p = nil
 		}
 	}()
+	if p.dir, err = ownedDir("pglock-patroni-", o); err != nil {
+		return p, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, patroniStart)
 	defer cancel()
 	etcdPort, err := FreePort()
@@ -317,7 +321,36 @@ func (p *Patroni) Close() error {
 		p.etcd.Process.Kill()
 		<-p.etcdDone
 	}
-	return os.RemoveAll(p.dir)
+	err := os.RemoveAll(p.dir)
+	p.turn.Close() // releases the turn
+	return err
+}
+
+// waitTurn waits until no other Patroni cluster runs on this machine, and holds the turn
+// (an exclusive flock, released when the file is closed or the process dies) for the caller.
+// go test ./... runs packages in parallel processes, and two clusters at once (two etcd, four
+// postmasters, four Patroni daemons on a 2-core machine) starve each other's 1 s loops.
+func waitTurn(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "pglock-patroni.turn"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("testdb: patroni: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("testdb: patroni: flock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("testdb: patroni: waiting for the other cluster on this machine: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func postmasterPID(data string) (int, error) {
