@@ -110,10 +110,10 @@ func TestEveryTickRunsExactlyOnceAcrossInstances(t *testing.T) {
 		pool := d.NewPool(t, nil)
 		s, err := cron.New(pool, &cron.Config{AppName: "cron-test"})
 		require.NoError(t, err)
-		// A lease shorter than the interval: a vanished instance's last run, its outcome
-		// unrecorded, is abandoned before the next tick (Skip would skip a tick that comes
-		// while it looks alive).
-		require.NoError(t, s.Add("every-second", "@every 1s", &cron.Options{TTL: 300 * time.Millisecond}, l.fn))
+		// Ticks run beside a vanished instance's last run, its outcome unrecorded, until that
+		// run is abandoned at its lease's end (Skip would skip the ticks that come while it
+		// looks alive). The lease has seconds of room: a busy machine does not lose runs.
+		require.NoError(t, s.Add("every-second", "@every 1s", &cron.Options{TTL: 3 * time.Second, Overlap: cron.OverlapAllow}, l.fn))
 		require.NoError(t, s.Start(context.Background()))
 		schedulers, pools = append(schedulers, s), append(pools, pool)
 	}
@@ -197,8 +197,9 @@ func TestSkewedHostClocksFireOnDatabaseTime(t *testing.T) {
 				}
 				prev = st.run.ScheduledTime
 				// The lag its event reports is the database's too, not off by the skew.
+				// (How late a run starts is the machine's; off by the skew, it would be minutes.)
 				lag := testdb.Receive(t, lags)
-				require.True(t, lag >= 0 && lag < time.Second, "lag %s", lag)
+				require.True(t, lag >= 0 && lag < 30*time.Second, "lag %s", lag)
 			}
 		})
 	}
@@ -653,11 +654,13 @@ func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 	}, "the partitioned run recorded abandoned")
 	var expired time.Time
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT finished_at FROM pglock_cron_runs WHERE fencing_token = $1`, got.run.Token).Scan(&expired))
-	// The documented bound: the TTL (to expired) plus a heartbeat of the instance that has the
-	// schedule, with room for a loaded machine.
-	require.False(t, recordedAt.After(expired.Add(ttl/3+time.Second)), "recorded abandoned at %s, lease expired at %s", recordedAt, expired)
+	// Recorded after the lease's end, by the instance that has the schedule, within a heartbeat
+	// on an idle machine; the bound here is one that only "never" (or the next hourly sweep)
+	// breaks, not a latency figure, which a busy machine would make a flaky assertion.
+	require.False(t, recordedAt.Before(expired), "recorded abandoned at %s, before its lease expired at %s", recordedAt, expired)
+	require.False(t, recordedAt.After(expired.Add(ttl/3+10*time.Second)), "recorded abandoned at %s, lease expired at %s", recordedAt, expired)
 	next := l.next(t, "leased")
-	bound := expired.Add(ttl/3 + 2*time.Second) // a heartbeat, a poll, and the next whole second
+	bound := expired.Add(ttl/3 + 10*time.Second)
 	require.False(t, next.ScheduledTime.After(bound), "the next tick ran at %s, after %s", next.ScheduledTime, bound)
 	for _, r := range l.of("leased") {
 		require.NotEqual(t, got.run.ScheduledTime, r.ScheduledTime, "the abandoned tick did not run again elsewhere")

@@ -47,10 +47,11 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 	}
 	l := newLedger()
 	start(t, as(app), nil, func(s *cron.Scheduler) {
-		require.NoError(t, s.Add("hourly", "0 * * * *", &cron.Options{TTL: 300 * time.Millisecond}, func(ctx context.Context, run cron.Run) error {
-			time.Sleep(400 * time.Millisecond) // past the lease: renewed, or lost
-			if err := context.Cause(ctx); err != nil {
-				return err // lost: recorded failed, and the wait for two runs that ran fails
+		require.NoError(t, s.Add("hourly", "0 * * * *", &cron.Options{TTL: 3 * time.Second}, func(ctx context.Context, run cron.Run) error {
+			// Until the role has renewed the run's lease once (a third of the TTL in): an error
+			// is recorded as a failed run, and the wait for two runs that ran fails.
+			if err := testdb.Moved(ctx, d.Pool, `SELECT lease_expires_at FROM pglock_cron_runs WHERE fencing_token = $1`, run.Token); err != nil {
+				return err
 			}
 			return l.fn(ctx, run)
 		}))

@@ -61,11 +61,11 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	finish := make(chan struct{})
 	ran := make(chan error, 1)
 	go func() {
-		_, err := dd.Run(ctx, "run", &jobs.Options{TTL: 300 * time.Millisecond}, func(ctx context.Context) error {
+		_, err := dd.Run(ctx, "run", &jobs.Options{TTL: 3 * time.Second}, func(ctx context.Context) error {
 			close(running)
 			<-finish
-			time.Sleep(400 * time.Millisecond) // long enough for renewals
-			return context.Cause(ctx)
+			// Until the role has renewed the lease (a third of the TTL in), or it was lost.
+			return testdb.Moved(ctx, d.Pool, `SELECT lease_expires_at FROM pglock_jobs WHERE job_key = 'run'`)
 		})
 		ran <- err
 	}()

@@ -142,8 +142,7 @@ func TestRunTxReturnsWhenItsConnectionFreezes(t *testing.T) {
 	d := testdb.New(t, nil)
 	pool, partition := d.PartitionablePool(t, nil)
 	dd := newDeduper(t, pool, &jobs.Config{TxIdleTimeout: time.Second})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+	ctx := testdb.Context(t) // not what makes RunTx return: its rollback has a bound of its own
 	returned := make(chan error, 1)
 	var heal func()
 	go func() {

@@ -65,7 +65,15 @@ func TestDuplicatesWaitingInOneProcessShareOneRegistrationAndOneCheck(t *testing
 				})
 			}
 			waitForWaiter(t, d.Pool, "k")
-			time.Sleep(500 * time.Millisecond) // every duplicate's first claims are over
+			// Every duplicate's first claims are over once the process has sent nothing for
+			// half a second (a sleep of fixed length would not say so on a busy machine).
+			last, since := statements.Count(), time.Now()
+			testdb.WaitFor(t, func() bool {
+				if c := statements.Count(); c != last {
+					last, since = c, time.Now()
+				}
+				return time.Since(since) > 500*time.Millisecond
+			}, "the duplicates' first claims are over")
 			var registrations int
 			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pglock_job_waiters WHERE job_key = 'k'`).Scan(&registrations))
 			require.Equal(t, 1, registrations, "one registration for the process")

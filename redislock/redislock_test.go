@@ -86,6 +86,11 @@ func newRedlock(t *testing.T, clients []redis.UniversalClient, opts *redislock.O
 	return r
 }
 
+// Leases of the tests that hold locks a while: renewed every third of a second (a force
+// release is noticed as soon), with seconds of room, so that a busy machine slows renewals
+// without losing locks.
+const roomyTTL, heartbeat = 5 * time.Second, 333 * time.Millisecond
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	srv := testredis.New(t, nil)
@@ -93,7 +98,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Subject{
 		Capabilities: locktest.Capabilities{Fencing: true, DurableFencing: true, Fairness: true, LossSignal: true},
 		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
-			opts := &redislock.Options{TTL: time.Second, Prefix: freshPrefix()}
+			opts := &redislock.Options{TTL: roomyTTL, HeartbeatInterval: heartbeat, Prefix: freshPrefix()}
 			a, b := newLocker(t, client(t, srv.Addr()), opts), newLocker(t, client(t, srv.Addr()), opts)
 			lockers.Store(t, a)
 			return a.AsLocker(), b.AsLocker()
@@ -146,7 +151,7 @@ func TestRedlockConformance(t *testing.T) {
 		// No fencing token and no order of service; a loss is signalled.
 		Capabilities: locktest.Capabilities{LossSignal: true},
 		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
-			opts := &redislock.Options{TTL: time.Second, Prefix: freshPrefix()}
+			opts := &redislock.Options{TTL: roomyTTL, HeartbeatInterval: heartbeat, Prefix: freshPrefix()}
 			a, b := newRedlock(t, clients(t, servers), opts), newRedlock(t, clients(t, servers), opts)
 			lockers.Store(t, a)
 			return a.AsLocker(), b.AsLocker()
@@ -166,7 +171,9 @@ func TestRedlockConformance(t *testing.T) {
 func TestRedlockHoldsThroughANodeRestartedEmpty(t *testing.T) {
 	t.Parallel()
 	servers, _ := nodes(t, 5)
-	opts := &redislock.Options{TTL: time.Second, Prefix: "restart"}
+	// Renewed every third of a second, with seconds of room: a busy machine slows the rounds
+	// of five nodes, it does not cost the long holder its lock.
+	opts := &redislock.Options{TTL: roomyTTL, HeartbeatInterval: heartbeat, Prefix: "restart"}
 	instances := make([]*redislock.Redlock, 4)
 	for i := range instances {
 		instances[i] = newRedlock(t, clients(t, servers), opts)
@@ -302,7 +309,7 @@ func TestTokensStartOverOnAServerThatLostItsData(t *testing.T) {
 func TestADeadWaiterLeavesTheQueue(t *testing.T) {
 	t.Parallel()
 	srv := testredis.New(t, nil)
-	opts := &redislock.Options{TTL: time.Second, MaxPollInterval: 100 * time.Millisecond}
+	opts := &redislock.Options{TTL: roomyTTL, HeartbeatInterval: heartbeat, MaxPollInterval: 100 * time.Millisecond}
 	holderLocker := newLocker(t, client(t, srv.Addr()), opts)
 	ctx := context.Background()
 	held, err := holderLocker.Acquire(ctx, "x")

@@ -23,7 +23,10 @@ func TestConformance(t *testing.T) {
 		require.True(t, ok, "New first")
 		return d.(*testdb.DB)
 	}
-	opts := &tablelock.AcquireOptions{TTL: time.Second} // a force release is noticed within 333 ms
+	// A force release is noticed within a heartbeat (333 ms); a lease has seconds of room, so
+	// that a busy machine slows turns and places down without losing them.
+	opts := &tablelock.AcquireOptions{TTL: 5 * time.Second}
+	cfg := &tablelock.Config{HeartbeatInterval: 333 * time.Millisecond}
 	locktest.Run(t, locktest.Subject{
 		// Durable fencing is not declared here: a cluster of its own per run (initdb) would take
 		// the CPU from this package's sub-second lease tests. Tokens across a crash and restart
@@ -33,8 +36,8 @@ func TestConformance(t *testing.T) {
 		New: func(t *testing.T) (pglock.Locker, pglock.Locker) {
 			d := testdb.New(t, nil)
 			dbs.Store(t, d)
-			a := newLocker(t, d.NewPool(t, nil), nil)
-			b := newLocker(t, d.NewPool(t, nil), nil)
+			a := newLocker(t, d.NewPool(t, nil), cfg)
+			b := newLocker(t, d.NewPool(t, nil), cfg)
 			return a.AsLocker(opts), b.AsLocker(opts)
 		},
 		ForceRelease: func(t *testing.T, name string) {

@@ -341,9 +341,11 @@ func TestExtendToAShorterTTLKeepsRenewing(t *testing.T) {
 	l := newLocker(t, d.Pool, nil)
 	lk, err := l.TryAcquire(ctx, "r3", &tablelock.AcquireOptions{TTL: 30 * time.Second})
 	require.NoError(t, err)
-	require.NoError(t, lk.Extend(ctx, time.Second))
-	time.Sleep(2 * time.Second)
-	require.NoError(t, lk.Err(), "lost although it should have been renewed every 333ms")
+	// Renewed a second later than this (every second), or lost at once on the old heartbeat's
+	// schedule (every ten).
+	require.NoError(t, lk.Extend(ctx, 3*time.Second))
+	renewedPast(t, lk, lk.ExpiresAt().Add(time.Second))
+	require.NoError(t, lk.Err(), "lost although it should have been renewed every second")
 }
 
 // An Extend to a shorter TTL that fails on the client may still commit on the server: the
@@ -423,10 +425,12 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 		cfg      *tablelock.Config
 		placeAge time.Duration // at the handoff
 	}{
-		// 1.35 s of lease by the place's count, 750 ms of it left.
-		{"default margin", 1500 * time.Millisecond, nil, 600 * time.Millisecond},
-		// 1.2 s of lease by the place's count, 100 ms of it left.
-		{"wide margin", 3 * time.Second, &tablelock.Config{SafetyMargin: 1800 * time.Millisecond, HeartbeatInterval: 300 * time.Millisecond}, 1100 * time.Millisecond},
+		// 2.7 s of lease by the place's count, 1.8 s of it left: a heartbeat (1 s) in time.
+		{"default margin", 3 * time.Second, nil, 900 * time.Millisecond},
+		// 3 s of lease by the place's count, 1.3 s of it left: less than a heartbeat (2.5 s),
+		// so a keeper that waits for its heartbeat loses it. The place stays younger than a
+		// third of the TTL (2 s), past which a poll would write it anew.
+		{"wide margin", 6 * time.Second, &tablelock.Config{SafetyMargin: 3 * time.Second, HeartbeatInterval: 2500 * time.Millisecond}, 1700 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -455,7 +459,7 @@ func TestHandoffOntoAnOldPlaceIsRenewedInTime(t *testing.T) {
 				_, err = d.Pool.Exec(ctx, "SELECT pglock_release($1, 'A')", name)
 				require.NoError(t, err)
 				lk := testdb.Receive(t, got)
-				time.Sleep(tc.ttl / 2)
+				renewedPast(t, lk, lk.ExpiresAt()) // its first renewal, or its loss
 				row, _ := readLock(t, d.Pool, name)
 				if lk.Err() != nil && row.Live {
 					t.Fatalf("attempt %d: lock declared lost (%v) while the database still holds it for us", attempt, lk.Err())
@@ -550,7 +554,7 @@ func TestWithLockReleasesWhenTheFunctionPanics(t *testing.T) {
 	l := newLocker(t, d.Pool, nil)
 	other := newLocker(t, d.Pool, nil)
 	require.PanicsWithValue(t, "boom", func() {
-		l.WithLock(ctx, "r8", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond}, func(context.Context) error { panic("boom") })
+		l.WithLock(ctx, "r8", nil, func(context.Context) error { panic("boom") })
 	})
 	lk, err := other.TryAcquire(ctx, "r8", nil)
 	require.NoError(t, err, "still held (Stats.Held=%d) after fn panicked", l.Stats().Held)
@@ -582,7 +586,9 @@ func TestLockKeptForAWaiterIsReportedAsHeld(t *testing.T) {
 	}
 	_, err = l.TryAcquire(ctx, "kept", nil)
 	requireKept(err)
-	_, err = l.Acquire(ctx, "kept", &tablelock.AcquireOptions{WaitTimeout: 200 * time.Millisecond})
+	// Long enough for a first poll on a busy machine (the error names the holder once one has
+	// seen it); the place is kept for another for a minute.
+	_, err = l.Acquire(ctx, "kept", &tablelock.AcquireOptions{WaitTimeout: 2 * time.Second})
 	requireKept(err)
 }
 

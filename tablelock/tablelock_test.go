@@ -30,6 +30,8 @@ func newLocker(t *testing.T, pool *pgxpool.Pool, cfg *tablelock.Config) *tablelo
 	if cfg == nil {
 		cfg = &tablelock.Config{}
 	}
+	c := *cfg // callers share one Config among Lockers, and tests run in parallel
+	cfg = &c
 	if cfg.AppName == "" {
 		cfg.AppName = "tablelock-test"
 	}
@@ -290,19 +292,28 @@ func TestUnmigratedDatabaseSaysToMigrate(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrNotMigrated, "Acquire does not retry what cannot succeed")
 }
 
+// renewedPast waits until lk's lease has been renewed to end after t, or lk is lost.
+func renewedPast(t *testing.T, lk *tablelock.Lock, after time.Time) {
+	t.Helper()
+	testdb.WaitFor(t, func() bool { return lk.Err() != nil || lk.ExpiresAt().After(after) }, "the lease renewed past %s", after)
+}
+
 // The heartbeat keeps a lock held for many TTLs, whatever became of the acquiring context.
 func TestHeartbeatKeepsTheLockBeyondItsTTL(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
-	l := newLocker(t, pool, nil)
+	// Renewed every 100 ms, lost only after seconds without a renewal: a busy machine slows
+	// the heartbeat, it does not take the lock.
+	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: 100 * time.Millisecond})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	lk, err := l.Acquire(ctx, "long-job", &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+	const ttl = 3 * time.Second
+	lk, err := l.Acquire(ctx, "long-job", &tablelock.AcquireOptions{TTL: ttl})
 	require.NoError(t, err)
 	cancel() // cirello-io/pglock#175: the lock must not die with this context
 
 	first := lk.ExpiresAt()
-	time.Sleep(1500 * time.Millisecond) // five TTLs
+	renewedPast(t, lk, first.Add(ttl)) // held past the end of a second TTL
 	require.NoError(t, lk.Err())
 	row, found := readLock(t, pool, "long-job")
 	require.True(t, found)
@@ -327,7 +338,9 @@ func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 			}
 		}),
 	})
-	lk, err := l.TryAcquire(ctx, "recovers", &tablelock.AcquireOptions{TTL: time.Second})
+	// Seconds of room for the retry's new connection on a busy machine; renewals every 200 ms.
+	const ttl = 5 * time.Second
+	lk, err := l.TryAcquire(ctx, "recovers", &tablelock.AcquireOptions{TTL: ttl})
 	require.NoError(t, err)
 	testdb.WaitFor(t, func() bool {
 		time.Sleep(45 * time.Millisecond) // the pace of the terminations, as before the shared helper
@@ -335,7 +348,7 @@ func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 		return failed.Load() > 0
 	}, "a renewal failed")
 
-	time.Sleep(3 * time.Second) // three TTLs, which only renewals on schedule survive
+	renewedPast(t, lk, lk.ExpiresAt().Add(ttl)) // a whole TTL more, which only renewals survive
 	require.NoError(t, lk.Err())
 	require.NoError(t, lk.Release(ctx))
 }

@@ -94,7 +94,7 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 		return nil, fmt.Errorf("testdb: patroni: %w", err)
 	}
 	p = &Patroni{bin: bin, owner: o}
-	if p.turn, err = waitTurn(ctx); err != nil {
+	if p.dir, err = ownedDir("pglock-patroni-", o); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -103,7 +103,7 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 			p = nil
 		}
 	}()
-	if p.dir, err = ownedDir("pglock-patroni-", o); err != nil {
+	if p.turn, err = waitTurn(ctx); err != nil {
 		return p, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, patroniStart)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // patience is how long Receive and WaitFor wait before failing the test: long enough never to
@@ -51,4 +53,32 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Moved waits until the time that query (with args) reads on pool is later than its first
+// reading: a lease's expiry renewed, say. It is for a function that runs off the test's
+// goroutine (a job's, a run's), where WaitFor may not be called: it returns ctx's cause when ctx
+// ends first (the lease was lost), and an error after the same 30 s as WaitFor.
+func Moved(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) error {
+	var first time.Time
+	if err := pool.QueryRow(ctx, query, args...).Scan(&first); err != nil {
+		return err
+	}
+	giveUp := time.After(patience)
+	for {
+		var now time.Time
+		if err := pool.QueryRow(ctx, query, args...).Scan(&now); err != nil {
+			return err
+		}
+		if now.After(first) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-giveUp:
+			return fmt.Errorf("testdb: not within 30 s: %s moved past %s", query, first)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
