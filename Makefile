@@ -23,7 +23,7 @@ test: setup lint check-generated $(GOTESTSUM)
 ## test-loaded: the packages whose tests wait on leases, heartbeats, deadlines and rate limits,
 ## run again while two CPU burners (stress-ng) take both cores of a 2-core machine: a test that
 ## fails only because the machine is busy is a defect. .ci/run runs it after make test.
-LOADED := ./tablelock/... ./advisory/... ./jobs/... ./cron/... ./leader/... ./ratelimit/... ./memlock/... ./internal/lease/... ./internal/notify/...
+LOADED := ./tablelock/... ./advisory/... ./jobs/... ./cron/... ./leader/... ./ratelimit/...
 test-loaded: setup $(GOTESTSUM)
 	@command -v stress-ng >/dev/null || { echo "stress-ng is missing (tools/setup.sh test installs it)"; exit 1; }
 	stress-ng --cpu 2 --quiet --timeout 30m & burners=$$!; trap 'kill $$burners' EXIT; \

@@ -170,7 +170,7 @@ func TestALockLostThroughAPartitionIsCountedByItsCause(t *testing.T) {
 	d := testdb.New(t, nil)
 	in := newInstance(t, nil)
 	pool, partition := d.PartitionablePool(t, nil)
-	l := newLocker(t, pool, &tablelock.Config{Observer: in.obs, TTL: time.Second})
+	l := newLocker(t, pool, &tablelock.Config{Observer: in.obs, TTL: 3 * time.Second})
 	lk, err := l.Acquire(testdb.Context(t), "partitioned", nil)
 	require.NoError(t, err)
 	in.waitValue(t, 1, "pglock.lock.held", lockAttr)

@@ -370,9 +370,13 @@ func TestAmbiguousShorterExtendMovesTheDeadlineIn(t *testing.T) {
 	cancel()
 	require.Error(t, err, "the extend timed out on the client")
 	require.NoError(t, tx.Commit(ctx)) // ... and may now run, and commit, on the server
-	time.Sleep(1500 * time.Millisecond)
 	// Whether or not the server committed the 1 s lease (and gave the lock away since), the
-	// holder must count with it: it has been declared lost.
+	// holder must count with it: it is declared lost at that lease's end, not the 30 s one's.
+	select {
+	case <-lk.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not declared lost: the deadline is still the 30 s lease's")
+	}
 	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
 	if lk2, err := other.TryAcquire(ctx, "r4", nil); err == nil {
 		require.NoError(t, lk2.Release(ctx))
@@ -389,7 +393,9 @@ func TestHandoffRacingAPollIsNeverCountedFromLater(t *testing.T) {
 	const ttl = 3 * time.Second
 	_, err := d.Pool.Exec(ctx, "SELECT pglock_acquire('r5', 'A', 600000)")
 	require.NoError(t, err)
-	w := newLocker(t, d.NewPool(t, nil), &tablelock.Config{MaxPollInterval: 20 * time.Millisecond, HeartbeatInterval: -1})
+	// w's margin (1 s) is the time a busy machine may take to run its loss's timer; shorter
+	// than the 1.6 s by which a lease counted from the poll would end late.
+	w := newLocker(t, d.NewPool(t, nil), &tablelock.Config{MaxPollInterval: 20 * time.Millisecond, HeartbeatInterval: -1, SafetyMargin: time.Second})
 	x := newLocker(t, d.NewPool(t, nil), &tablelock.Config{MaxPollInterval: 20 * time.Millisecond})
 	opts := &tablelock.AcquireOptions{TTL: ttl}
 

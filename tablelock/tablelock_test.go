@@ -401,8 +401,9 @@ func TestExtend(t *testing.T) {
 func TestLockWithoutHeartbeatIsLostBeforeItExpires(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
-	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: -1, SafetyMargin: 200 * time.Millisecond})
-	lk, err := l.TryAcquire(context.Background(), "short", &tablelock.AcquireOptions{TTL: time.Second})
+	// A margin of a second: the time a busy machine may take to run the loss's timer.
+	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: -1, SafetyMargin: time.Second})
+	lk, err := l.TryAcquire(context.Background(), "short", &tablelock.AcquireOptions{TTL: 3 * time.Second})
 	require.NoError(t, err)
 
 	requireHeldAt(t, pool, "short", <-lostAt(lk), "Lost fired after the database's lease ended")
