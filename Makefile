@@ -5,9 +5,12 @@ SQLC     := $(BIN)/sqlc
 STATICCHECK := $(BIN)/staticcheck
 GOTESTSUM := $(BIN)/gotestsum
 
-# go test through gotestsum: a line per package as it ends and, last, every failed test with
-# what it printed, so that the end of a failed run names the test and says why.
-GOTEST = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --
+# go test through gotestsum: a line per package as it ends, a failed test's output as it fails.
+# Its events go to bin/test.json; when tests fail, internal/testreport prints from them, last,
+# every failed test by package with what it said (without the logs of the code under test), so
+# that the end of a failed run names each test and says why.
+GOTEST = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --hide-summary=skipped,failed --jsonfile $(BIN)/test.json --
+TESTREPORT = { $(GO) -C $(CURDIR) run ./internal/testreport $(BIN)/test.json; exit 1; }
 
 # Modules of their own under the root, so that what they bring never enters the library's graph.
 NESTED := internal/containerdb internal/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
@@ -17,8 +20,8 @@ NESTED := internal/containerdb internal/demo internal/databasesql otelpglock goc
 ## test: lint, check that generated code is current, run every test with the race detector, in
 ## the library and in the nested modules. Installs PostgreSQL first where none is found.
 test: setup lint check-generated $(GOTESTSUM)
-	$(GOTEST) -race -count=1 -timeout 10m ./...
-	for m in $(NESTED) bench; do (cd $$m && $(GOTEST) -race -count=1 -timeout 10m ./...) || exit 1; done
+	$(GOTEST) -race -count=1 -timeout 10m ./... || $(TESTREPORT)
+	for m in $(NESTED) bench; do (cd $$m && $(GOTEST) -race -count=1 -timeout 10m ./...) || $(TESTREPORT); done
 
 ## test-loaded: the packages whose tests wait on leases, heartbeats, deadlines and rate limits,
 ## run again while two CPU burners (stress-ng) take both cores of a 2-core machine: a test that
@@ -26,8 +29,8 @@ test: setup lint check-generated $(GOTESTSUM)
 LOADED := ./tablelock/... ./advisory/... ./jobs/... ./cron/... ./leader/... ./ratelimit/...
 test-loaded: setup $(GOTESTSUM)
 	@command -v stress-ng >/dev/null || { echo "stress-ng is missing (tools/setup.sh test installs it)"; exit 1; }
-	stress-ng --cpu 2 --quiet --timeout 30m & burners=$$!; trap 'kill $$burners' EXIT; \
-	$(GOTEST) -race -count=1 -timeout 15m $(LOADED)
+	stress-ng --cpu 2 --quiet --timeout 30m & burners=$$!; trap 'kill $$burners' EXIT; trap 'exit 130' INT TERM HUP; \
+	$(GOTEST) -race -count=1 -timeout 15m $(LOADED) || $(TESTREPORT)
 
 ## setup: what the tests need (PostgreSQL's server and client, PgBouncer, two locales), installed
 ## with apt-get (as root or through sudo) where missing, or the command that would.

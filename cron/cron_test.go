@@ -99,7 +99,8 @@ func statuses(records []cron.RunRecord) map[cron.Status]int {
 }
 
 // Five instances with no leader run every tick of an @every 1s schedule exactly once, and miss
-// none, also after two of them vanish (their pools closed, no Stop) mid-way.
+// none, also after two of them vanish (their pools closed, no Stop) mid-way. (OverlapAllow: with
+// the default Skip, ticks that come while a vanished run's lease lasts are skipped, by design.)
 func TestEveryTickRunsExactlyOnceAcrossInstances(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -606,8 +607,8 @@ func TestTimeoutBoundsARun(t *testing.T) {
 }
 
 // An instance partitioned mid-run has its fn's ctx canceled before the lease expires on the
-// database; the run is recorded abandoned, is not run twice, and later ticks run elsewhere
-// within the lease's TTL plus a heartbeat (and a poll).
+// database; the run is recorded abandoned after the lease's end, is not run twice, and later
+// ticks run elsewhere (within the lease's TTL plus a heartbeat and a poll on an idle machine).
 func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)

@@ -245,7 +245,7 @@ func TestBadInputIsRefused(t *testing.T) {
 }
 
 // With the Elector, only the leader's instance runs the job; once the leader is cut off from the
-// database, another instance takes over within the TTL, and the old leader runs nothing after.
+// database, another instance takes over once its lease ends, and the old leader runs nothing after.
 func TestOnlyTheLeaderRunsAndAnotherTakesOverWhenItIsCutOff(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -298,7 +298,7 @@ func TestOnlyTheLeaderRunsAndAnotherTakesOverWhenItIsCutOff(t *testing.T) {
 	require.True(t, lastOld.Before(firstNew), "the old leader ran nothing once another was elected")
 	// Within the TTL, a poll and a tick on an idle machine; the bound only catches a handover
 	// that waited for more than that (another lease), with room for a busy machine.
-	require.Less(t, firstNew.Sub(cut), 2*ttl, "handed over within the TTL (plus a poll and a tick)")
+	require.Less(t, firstNew.Sub(cut), 2*ttl, "handed over after the lease, not a lease later")
 	t.Logf("cut off at %s; the old leader's last run %s after, the new leader's first %s after",
 		cut.Format(time.TimeOnly), lastOld.Sub(cut), firstNew.Sub(cut))
 }

@@ -15,8 +15,8 @@ import (
 
 // A RunTx worker that stops talking mid-transaction (a frozen VM, a silent partition) keeps its
 // key in progress until PostgreSQL ends its idle session: Config.TxIdleTimeout after its last
-// statement, not the hours TCP would take. A waiting duplicate then runs the key within that
-// bound plus one poll, and the frozen transaction's writes never commit.
+// statement, not the hours TCP would take. A waiting duplicate then runs the key (within that
+// bound plus one poll on an idle machine), and the frozen transaction's writes never commit.
 func TestFrozenRunTxWorkerHoldsItsKeyNoLongerThanTxIdleTimeout(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -56,7 +56,7 @@ func TestFrozenRunTxWorkerHoldsItsKeyNoLongerThanTxIdleTimeout(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('by the next delivery')`)
 		return err
 	})
-	require.NoError(t, err, "the duplicate proceeds within the bound")
+	require.NoError(t, err, "the duplicate proceeds once the frozen session is ended")
 	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	t.Logf("the duplicate ran %s after it began waiting (TxIdleTimeout %s)", time.Since(start).Round(time.Millisecond), idle)
 

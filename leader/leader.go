@@ -68,8 +68,8 @@ type Callbacks struct {
 	// OnDemoted runs after OnElected has returned, once leadership has ended. Optional.
 	OnDemoted func(term int64)
 	// OnNewLeader is told of each new leader the Elector sees, itself included: at once when a
-	// candidate is handed leadership, and by the old lease's expiry when a leader crashed.
-	// Optional.
+	// candidate is handed leadership, and by the old lease's expiry when a leader crashed. It
+	// reads the leader when woken, so a term that ends before that read is not told. Optional.
 	OnNewLeader func(Leader)
 }
 

@@ -278,8 +278,9 @@ func TestResignHandsLeadershipOnAndRunCampaignsAgain(t *testing.T) {
 	require.Zero(t, electors["a"].Term())
 
 	waitForCandidates(t, d.Pool, "x", 1)
-	// OnNewLeader tells of the leaders its watcher reads: b leads until its own has read it, or
-	// on a busy machine the read could come after a's next term and see that one only.
+	// OnNewLeader tells of the leaders its watcher reads (a term that ends before the read is
+	// not told): b leads until its watcher has read it, or on a busy machine the read could come
+	// after a's next term and see that one only.
 	seen := func(n int) func() bool {
 		return func() bool {
 			mu.Lock()

@@ -38,6 +38,6 @@ func TestPollingCandidatesCostAtMostOneQueryEachPerMaxPollInterval(t *testing.T)
 	sent, window := queries.Count()-before, time.Since(from) // as long as the sleep really lasted
 	perSecond := float64(sent) / window.Seconds()
 	t.Logf("%d polling candidates of one election: %d queries in %s, %.1f per second", candidates, sent, window.Round(time.Millisecond), perSecond)
-	bound := int64(candidates*window/tablelock.DefaultMaxPollInterval) + 1
+	bound := int64(candidates*window/tablelock.DefaultMaxPollInterval) + 1 // the window's fraction of a poll, rounded up
 	require.LessOrEqual(t, sent, bound, fmt.Sprintf("at most one query per candidate per %s", tablelock.DefaultMaxPollInterval))
 }

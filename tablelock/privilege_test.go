@@ -62,10 +62,10 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	opts := &tablelock.AcquireOptions{TTL: 6 * time.Second}
 	held, err := first.TryAcquire(ctx, "app", opts)
 	require.NoError(t, err)
-	waitForRenewals(t, d.Pool, "distributed_locks", "app", 3)
+	renewed(t, d.Pool, "distributed_locks", "app", 3)
 	require.NoError(t, held.Err())
 	acquired := acquireQueued(t, second, d.Pool, "app", opts)
-	waitForRenewals(t, d.Pool, "distributed_lock_waiters", "app", 3) // the waiter's place kept
+	renewed(t, d.Pool, "distributed_lock_waiters", "app", 3) // the waiter's place kept
 	require.NoError(t, held.Release(ctx))
 	next := <-acquired
 	require.NoError(t, pgx.BeginFunc(ctx, d.NewPool(t, asRole), func(tx pgx.Tx) error { return next.Fence(ctx, tx) }))
@@ -77,18 +77,11 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	require.Zero(t, refused, "no statement was refused: %s", why)
 }
 
-// waitForRenewals waits until the expiry of name's row in table (distributed_locks, or
+// renewed waits until the expiry of name's row in table (distributed_locks, or
 // distributed_lock_waiters for a waiter's place) has moved forward times times.
-func waitForRenewals(t *testing.T, pool *pgxpool.Pool, table, name string, times int) {
+func renewed(t *testing.T, pool *pgxpool.Pool, table, name string, times int) {
 	t.Helper()
-	var last time.Time
-	moved := -1 // the first reading is the row as written
-	testdb.WaitFor(t, func() bool {
-		var expiresAt time.Time
-		err := pool.QueryRow(context.Background(), "SELECT expires_at FROM "+table+" WHERE lock_name = $1", name).Scan(&expiresAt)
-		if err == nil && expiresAt.After(last) {
-			last, moved = expiresAt, moved+1
-		}
-		return moved >= times
-	}, "%s's row in %s renewed %d times", name, table, times)
+	for range times {
+		require.NoError(t, testdb.Moved(testdb.Context(t), pool, "SELECT expires_at FROM "+table+" WHERE lock_name = $1", name))
+	}
 }

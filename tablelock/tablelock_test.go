@@ -298,7 +298,7 @@ func renewedPast(t *testing.T, lk *tablelock.Lock, after time.Time) {
 	testdb.WaitFor(t, func() bool { return lk.Err() != nil || lk.ExpiresAt().After(after) }, "the lease renewed past %s", after)
 }
 
-// The heartbeat keeps a lock held for many TTLs, whatever became of the acquiring context.
+// The heartbeat keeps a lock held past its TTL, whatever became of the acquiring context.
 func TestHeartbeatKeepsTheLockBeyondItsTTL(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
@@ -323,7 +323,7 @@ func TestHeartbeatKeepsTheLockBeyondItsTTL(t *testing.T) {
 }
 
 // A renewal that fails is retried, and once a retry succeeds the heartbeat is back on its
-// schedule: the lock outlives many TTLs after its connections were killed under it.
+// schedule: the lock outlives its TTL after its connections were killed under it.
 func TestHeartbeatRecoversAfterFailedRenewals(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)

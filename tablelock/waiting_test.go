@@ -562,10 +562,11 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 	d := testdb.New(t, nil)
 	ctx := testdb.Context(t)
 	var holding, waiting testdb.QueryCounter
-	// A heartbeat every 300 ms, on leases with seconds of room: 400 leases in one process on a
-	// busy machine are kept late, not lost.
-	const heartbeat = 300 * time.Millisecond
-	cfg := &tablelock.Config{TTL: 9 * time.Second, HeartbeatInterval: heartbeat}
+	// A heartbeat a second, on leases of 30 s: on a busy machine, renewals of 400 leases in one
+	// process run late by less than half a heartbeat (past which the Locker refuses new locks
+	// as saturated), and are never lost.
+	const heartbeat = time.Second
+	cfg := &tablelock.Config{TTL: 30 * time.Second, HeartbeatInterval: heartbeat}
 	holder := newLocker(t, d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &holding }), cfg)
 	waiter := newLocker(t, d.NewPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = &waiting }), cfg)
 
@@ -592,10 +593,10 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 	time.Sleep(time.Second) // the first polls are over
 
 	holdingBefore, waitingBefore, from := holding.Count(), waiting.Count(), time.Now()
-	time.Sleep(10 * heartbeat)
+	time.Sleep(5 * heartbeat)
 	heldStatements, waitStatements := holding.Count()-holdingBefore, waiting.Count()-waitingBefore
-	// A statement per lock (or per waiter) per heartbeat would be 2,000 each over ten
-	// heartbeats; ten ticks a heartbeat at the most is 100, for as many heartbeats as the
+	// A statement per lock (or per waiter) per heartbeat would be 1,000 each over five
+	// heartbeats; ten ticks a heartbeat at the most is 50, for as many heartbeats as the
 	// window really lasted (a busy machine oversleeps).
 	heartbeats := int64(time.Since(from) / heartbeat)
 	require.LessOrEqual(t, heldStatements, 10*heartbeats+10, "renewing %d locks for %d heartbeats", n, heartbeats)

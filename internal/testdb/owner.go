@@ -62,12 +62,23 @@ func ownedDir(prefix string, o *owner) (string, error) {
 	return dir, nil
 }
 
-// canEnter fails when o may not search dir or one of the directories above it.
+// canEnter fails when o may not search dir or one of the directories above it, on the path as
+// written and, through symbolic links, on the path they lead to.
 func (o *owner) canEnter(dir string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
+	if err := o.canEnterPath(dir); err != nil {
+		return err
+	}
+	if target, err := filepath.EvalSymlinks(dir); err == nil && target != dir {
+		return o.canEnterPath(target)
+	}
+	return nil
+}
+
+func (o *owner) canEnterPath(dir string) error {
 	for {
 		info, err := os.Stat(dir)
 		if err != nil {

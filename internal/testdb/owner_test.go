@@ -2,7 +2,9 @@ package testdb_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -21,13 +23,6 @@ func chdirPrivate(t *testing.T) {
 	t.Chdir(dir)
 }
 
-// privateDir is a directory only this user may enter.
-func privateDir(t *testing.T) string {
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o700))
-	return dir
-}
-
 // requireRoot: the harness runs servers as another user only when this process is root.
 func requireRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
@@ -40,7 +35,8 @@ func requireRoot(t *testing.T) {
 }
 
 // Every program of the cluster harness (initdb, postgres, pg_basebackup, pg_ctl) works from a
-// working directory its user cannot enter.
+// working directory its user cannot enter. (They passed before the harness gave them a directory
+// of their own, as they change to theirs; Patroni's test is the one that failed.)
 func TestAClusterStartsFromACheckoutItsUserCannotEnter(t *testing.T) {
 	requireRoot(t)
 	chdirPrivate(t)
@@ -66,14 +62,18 @@ func TestAClusterStartsFromACheckoutItsUserCannotEnter(t *testing.T) {
 // until a timeout.
 func TestAServerDirectoryItsUserCannotReachFailsAtOnce(t *testing.T) {
 	requireRoot(t)
-	tmp := privateDir(t)
+	tmp := t.TempDir() // under a 0700 directory of the test's: only this user may enter it
 	t.Setenv("TMPDIR", tmp)
 	ctx := context.Background()
 
 	_, err := testdb.StartCluster(ctx)
-	require.ErrorContains(t, err, "cannot enter "+tmp)
+	require.ErrorContains(t, err, "cannot enter "+filepath.Dir(tmp))
 	_, err = testdb.StartPatroni(ctx, nil)
-	require.ErrorContains(t, err, "cannot enter "+tmp)
+	if errors.Is(err, exec.ErrNotFound) && os.Getenv("CI") != "true" {
+		t.Log("testdb: Patroni is not installed: its part of this test did not run")
+	} else {
+		require.ErrorContains(t, err, "cannot enter "+filepath.Dir(tmp))
+	}
 	entries, err := os.ReadDir(tmp)
 	require.NoError(t, err)
 	require.Empty(t, entries, "a failed start leaves nothing behind")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -159,14 +160,16 @@ func (p *Patroni) startEtcd(ctx context.Context, port int) error {
 		return err
 	}
 	defer log.Close()
-	p.etcd = exec.Command("etcd", "--name", "e", "--data-dir", filepath.Join(p.dir, "etcd"),
+	etcd := exec.Command("etcd", "--name", "e", "--data-dir", filepath.Join(p.dir, "etcd"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "e="+peerURL, "--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(p.dir))
-	p.etcd.Dir, p.etcd.Stdout, p.etcd.Stderr = p.dir, log, log
-	if p.etcdDone, err = StartChild(p.etcd); err != nil {
+	etcd.Dir, etcd.Stdout, etcd.Stderr = p.dir, log, log
+	done, err := StartChild(etcd)
+	if err != nil {
 		return err
 	}
+	p.etcd, p.etcdDone = etcd, done // only once started: Close waits for what it finds here
 	return poll(ctx, func() bool { return status(client+"/health") == http.StatusOK }, "etcd answers", p.etcdDone, log.Name())
 }
 
@@ -222,11 +225,15 @@ func (p *Patroni) startNode(n *patroniNode) error {
 		return err
 	}
 	defer log.Close()
-	n.cmd = p.owner.command(context.Background(), p.dir, "patroni", n.yml)
-	n.cmd.Env = append(os.Environ(), "HOME="+p.dir)
-	n.cmd.Stdout, n.cmd.Stderr = log, log
-	n.exited, err = StartChild(n.cmd)
-	return err
+	cmd := p.owner.command(context.Background(), p.dir, "patroni", n.yml)
+	cmd.Env = append(os.Environ(), "HOME="+p.dir)
+	cmd.Stdout, cmd.Stderr = log, log
+	exited, err := StartChild(cmd)
+	if err != nil {
+		return err
+	}
+	n.cmd, n.exited = cmd, exited // only once started: Close waits for what it finds here
+	return nil
 }
 
 // waitFor waits until node i answers 200 on its REST API's endpoint for role: "primary",
@@ -326,13 +333,32 @@ func (p *Patroni) Close() error {
 	return err
 }
 
+// turnFile is where the Patroni clusters of every process and user on this machine take turns:
+// a fixed path, whatever TMPDIR each has.
+const turnFile = "/tmp/pglock-patroni.turn"
+
+// turnWait bounds the wait for another cluster: make ha's longest run, with room.
+const turnWait = 5 * time.Minute
+
 // waitTurn waits until no other Patroni cluster runs on this machine, and holds the turn
 // (an exclusive flock, released when the file is closed or the process dies) for the caller.
 // go test ./... runs packages in parallel processes, and two clusters at once (two etcd, four
 // postmasters, four Patroni daemons on a 2-core machine) starve each other's 1 s loops.
 func waitTurn(ctx context.Context) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "pglock-patroni.turn"), os.O_CREATE|os.O_RDWR, 0o666)
+	ctx, cancel := context.WithTimeout(ctx, turnWait)
+	defer cancel()
+	// Read-only is enough for flock, and opens a file another user made (O_CREAT would not, in
+	// a sticky /tmp with protected_regular); whoever makes it lets every user open it.
+	f, err := os.Open(turnFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		if f, err = os.OpenFile(turnFile, os.O_CREATE|os.O_RDONLY, 0o666); err == nil {
+			err = f.Chmod(0o666)
+		}
+	}
 	if err != nil {
+		if f != nil {
+			f.Close()
+		}
 		return nil, fmt.Errorf("testdb: patroni: %w", err)
 	}
 	for {

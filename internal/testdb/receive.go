@@ -60,14 +60,20 @@ func Context(t testing.TB) context.Context {
 // goroutine (a job's, a run's), where WaitFor may not be called: it returns ctx's cause when ctx
 // ends first (the lease was lost), and an error after the same 30 s as WaitFor.
 func Moved(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) error {
-	var first time.Time
-	if err := pool.QueryRow(ctx, query, args...).Scan(&first); err != nil {
+	read := func() (t time.Time, err error) {
+		if err = pool.QueryRow(ctx, query, args...).Scan(&t); err != nil && ctx.Err() != nil {
+			err = context.Cause(ctx) // ended mid-query: why it ended is the news
+		}
+		return t, err
+	}
+	first, err := read()
+	if err != nil {
 		return err
 	}
 	giveUp := time.After(patience)
 	for {
-		var now time.Time
-		if err := pool.QueryRow(ctx, query, args...).Scan(&now); err != nil {
+		now, err := read()
+		if err != nil {
 			return err
 		}
 		if now.After(first) {
@@ -77,7 +83,7 @@ func Moved(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) e
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-giveUp:
-			return fmt.Errorf("testdb: not within 30 s: %s moved past %s", query, first)
+			return fmt.Errorf("testdb: not within %s: %s moved past %s", patience, query, first)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
