@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,11 +81,21 @@ func newLocker(t *testing.T, c redis.UniversalClient, opts *redislock.Options) *
 }
 
 func newRedlock(t *testing.T, clients []redis.UniversalClient, opts *redislock.Options) *redislock.Redlock {
-	r, err := redislock.NewRedlock(clients, opts)
+	// A test's first command to a node dials it: under -race on a busy machine that can take
+	// longer than DefaultNodeTimeout, which bounds an answer on a connection already open.
+	withTimeout := redislock.Options{NodeTimeout: testNodeTimeout}
+	if opts != nil {
+		withTimeout = *opts
+		withTimeout.NodeTimeout = cmp.Or(opts.NodeTimeout, testNodeTimeout)
+	}
+	r, err := redislock.NewRedlock(clients, &withTimeout)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Close(context.Background())) })
 	return r
 }
+
+// testNodeTimeout is the tests' Redlock NodeTimeout.
+const testNodeTimeout = 500 * time.Millisecond
 
 // Leases of the tests that hold locks a while: renewed every third of a second (a force
 // release is noticed as soon), with seconds of room, so that a busy machine slows renewals
