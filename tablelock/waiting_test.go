@@ -2,6 +2,7 @@ package tablelock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -573,9 +574,17 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 	const n = 200
 	held := make([]*tablelock.Lock, n)
 	for i := range held {
-		var err error
-		held[i], err = holder.TryAcquire(ctx, fmt.Sprintf("busy-%d", i), nil)
-		require.NoError(t, err)
+		// A busy machine can put the renewals of the locks held so far more than half a
+		// heartbeat behind: the Locker then refuses new locks (ErrSaturated) until they catch up.
+		testdb.WaitFor(t, func() bool {
+			var err error
+			held[i], err = holder.TryAcquire(ctx, fmt.Sprintf("busy-%d", i), nil)
+			if errors.Is(err, pglock.ErrSaturated) {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		}, "busy-%d acquired", i)
 	}
 	acquired := make(chan *tablelock.Lock, n)
 	for i := range n {
