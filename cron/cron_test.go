@@ -613,7 +613,9 @@ func TestPartitionedRunIsCanceledAbandonedAndNotRunTwice(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := context.Background()
-	const ttl = 2 * time.Second
+	// A margin (a tenth of the TTL) of a second: the time a busy machine may take to run the
+	// loss's timer, which must fire before the database could give the lease away.
+	const ttl = 10 * time.Second
 	opts := &cron.Options{TTL: ttl}
 	type loss struct {
 		run        cron.Run

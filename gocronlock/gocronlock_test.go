@@ -251,9 +251,9 @@ func TestOnlyTheLeaderRunsAndAnotherTakesOverWhenItIsCutOff(t *testing.T) {
 	d := testdb.New(t, nil)
 	newRuns(t, d)
 	ctx := context.Background()
-	// The old leader stops at its lease's end less the margin (a tenth): half a second before
-	// anyone else may lead, room for a busy machine's late timer.
-	const ttl = 5 * time.Second
+	// The old leader stops at its lease's end less the margin (a tenth): a second before anyone
+	// else may lead, room for a busy machine's late timer.
+	const ttl = 10 * time.Second
 	partitions := make([]func() (heal func()), 3)
 	start := time.Now().Add(500 * time.Millisecond)
 	for i := range partitions {

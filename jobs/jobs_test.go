@@ -246,8 +246,10 @@ func TestPartitionedRunnerIsCanceledBeforeItsLeaseExpiresAndItsOutcomeIsRefused(
 	pool, partition := d.PartitionablePool(t, nil)
 	stale := newDeduper(t, pool, nil)
 	other := newDeduper(t, d.Pool, nil)
+	// A margin (a tenth of the TTL) of a second: the time a busy machine may take to run the
+	// loss's timer, which must fire before the database could give the lease away.
 	ctx := context.Background()
-	opts := &jobs.Options{TTL: 3 * time.Second}
+	opts := &jobs.Options{TTL: 10 * time.Second}
 
 	type canceled struct {
 		cause     error
@@ -272,7 +274,7 @@ func TestPartitionedRunnerIsCanceledBeforeItsLeaseExpiresAndItsOutcomeIsRefused(
 	require.True(t, c.leaseLive, "the runner is told before its lease could expire on the database")
 
 	// Another delivery waits for the stale claim to expire, and takes it over.
-	res, err := other.Run(ctx, "k", &jobs.Options{TTL: 3 * time.Second, Wait: true}, func(context.Context) error { return nil })
+	res, err := other.Run(ctx, "k", &jobs.Options{Wait: true}, func(context.Context) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, jobs.OutcomeRan, res.Outcome)
 	require.Equal(t, 2, res.Attempts)

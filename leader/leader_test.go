@@ -121,7 +121,9 @@ func TestPartitionedLeaderIsDemotedBeforeItsLeaseExpiresAndItsFenceFails(t *test
 	d := testdb.New(t, nil)
 	newLog(t, d.Pool)
 	pool, partition := d.PartitionablePool(t, nil)
-	old := newElector(t, pool, "reconciler", &leader.Config{TTL: 3 * time.Second})
+	// A margin (a tenth of the TTL) of a second: the time a busy machine may take to run the
+	// loss's timer, which must fire before the database could give the lease away.
+	old := newElector(t, pool, "reconciler", &leader.Config{TTL: 10 * time.Second})
 	type demotion struct {
 		cause     error
 		leaseLive bool
