@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,7 +59,9 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 	running, finish := make(chan struct{}), make(chan struct{})
 	firstDone := make(chan error, 1)
 	go func() {
-		_, err := dedupers[0].Run(ctx, "waited", nil, func(context.Context) error { close(running); <-finish; return nil })
+		// A lease far longer than Receive waits: a duplicate that waited for it to end, as it
+		// may when the run's end is announced, would never hear of the outcome in time.
+		_, err := dedupers[0].Run(ctx, "waited", &jobs.Options{TTL: 2 * time.Minute}, func(context.Context) error { close(running); <-finish; return nil })
 		firstDone <- err
 	}()
 	<-running
@@ -72,8 +75,9 @@ func TestThroughPgBouncerInTransactionPooling(t *testing.T) {
 		assert.NoError(t, err)
 		waited <- res
 	}()
-	// Not registered (notifications are off): it waits by polling, a claim after the first.
-	testdb.WaitFor(t, func() bool { return waiterQueries.Count()-before >= 2 }, "the duplicate polls")
+	// Not registered (notifications are off): it claims, claims again before it waits, checks
+	// the key, and keeps checking (nothing announces the run's end).
+	testdb.WaitFor(t, func() bool { return waiterQueries.Count()-before >= 3 }, "the duplicate checks the key")
 	close(finish)
 	require.NoError(t, testdb.Receive(t, firstDone))
 	require.Equal(t, jobs.OutcomeAlreadyDone, testdb.Receive(t, waited).Outcome)

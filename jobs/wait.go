@@ -16,7 +16,8 @@ import (
 // claim holds the key's lock until it ends) when no announcement comes: one may be missed (the
 // listener reconnecting, an outcome committed just as the watch registered). A key run outside
 // a transaction is checked when its lease could end, and a runner that vanished is taken over
-// then.
+// then; without notifications (Config.DisableNotifications), when nothing announces its end,
+// it is checked as a transaction's key is.
 var pollBackoff = backoff.Capped{First: 50 * time.Millisecond, Max: time.Second}
 
 // watch is what the deliveries of one key waiting in this process share: one registration in
@@ -150,11 +151,13 @@ func (w *watch) run(ctx context.Context) {
 		case !row.Running:
 			w.wake()
 			delay, checks = pollBackoff.Delay(0), 0
-		case row.LeaseLeftMs > 0:
-			// Run outside a transaction: it runs at least until its lease could end.
+		case row.LeaseLeftMs > 0 && !d.cfg.DisableNotifications:
+			// Run outside a transaction: its end is announced; failing that, it runs at least
+			// until its lease could end.
 			delay, checks = time.Duration(row.LeaseLeftMs+1)*time.Millisecond, 0
 		default:
-			delay = pollBackoff.Delay(checks) // in a transaction elsewhere: until it ends
+			// In a transaction elsewhere, or unannounced (notifications off): until it ends.
+			delay = pollBackoff.Delay(checks)
 		}
 	}
 }

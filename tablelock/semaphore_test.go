@@ -177,19 +177,30 @@ func TestSemaphoreAdmitsNobodyWhileAnExpiredHolderIsFenced(t *testing.T) {
 	d := testdb.New(t, nil)
 	l := newLocker(t, d.Pool, nil)
 	ctx := context.Background()
-	old, err := l.TryAcquireSemaphore(ctx, "s", 1, &tablelock.AcquireOptions{TTL: 300 * time.Millisecond})
+	// No heartbeat: the lease runs out while the fenced transaction works, a second in (a
+	// lease of seconds would do too; this one keeps the test short without racing anything).
+	noHeartbeat := newLocker(t, d.Pool, &tablelock.Config{HeartbeatInterval: -1})
+	old, err := noHeartbeat.TryAcquireSemaphore(ctx, "s", 1, &tablelock.AcquireOptions{TTL: time.Second})
 	require.NoError(t, err)
 	tx, err := d.Pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { tx.Rollback(context.Background()) }) // before the Locker closes
 	require.NoError(t, old.Fence(ctx, tx))
-	work := func(n int) { // statements shorter than the fence's bounds keep the transaction alive
-		for range n {
+	// Statements shorter than the fence's bounds keep the transaction alive, until what is
+	// awaited (read on another connection) holds.
+	workUntil := func(what string, cond func() bool) {
+		for deadline := time.Now().Add(30 * time.Second); !cond(); {
 			_, err := tx.Exec(ctx, `SELECT pg_sleep(0.05)`)
 			require.NoError(t, err)
+			require.True(t, time.Now().Before(deadline), "not within 30 s: %s", what)
 		}
 	}
-	work(8) // 400 ms: the lease has expired
+	workUntil("the lease has expired", func() bool {
+		var expired bool
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT bool_and(expires_at < clock_timestamp()) FROM distributed_locks
+			WHERE lock_name LIKE 'pglock.semaphore/s/%'`).Scan(&expired))
+		return expired
+	})
 	admitted := make(chan error, 1)
 	go func() {
 		lk, err := l.TryAcquireSemaphore(ctx, "s", 1, nil)
@@ -198,7 +209,12 @@ func TestSemaphoreAdmitsNobodyWhileAnExpiredHolderIsFenced(t *testing.T) {
 		}
 		admitted <- err
 	}()
-	work(4)
+	workUntil("the newcomer waits for the fenced holder's place", func() bool {
+		var waiting bool
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: AttemptSemaphore %')`).Scan(&waiting))
+		return waiting
+	})
 	select {
 	case err := <-admitted:
 		t.Fatalf("a newcomer got past a fenced holder: %v", err)
