@@ -32,12 +32,13 @@ func Example() {
 		if res.Allowed {
 			fmt.Printf("call %d: allowed, %d more now\n", call, res.Remaining)
 		} else {
-			fmt.Printf("call %d: wait about %s\n", call, res.RetryAfter.Round(100*time.Millisecond))
+			// The next slot opens 1/Rate after the first call, less the time the calls took.
+			fmt.Printf("call %d: refused; a slot opens within 500ms: %t\n", call, res.RetryAfter > 0 && res.RetryAfter <= 500*time.Millisecond)
 		}
 	}
 	// Output:
 	// call 1: allowed, 2 more now
 	// call 2: allowed, 1 more now
 	// call 3: allowed, 0 more now
-	// call 4: wait about 500ms
+	// call 4: refused; a slot opens within 500ms: true
 }
