@@ -163,7 +163,8 @@ func TestALockLostWhileItsJobRunsIsSignalled(t *testing.T) {
 		err   error
 	}
 	lost := make(chan loss, 1)
-	locker, err := gocronlock.NewLocker(l, time.Second, &gocronlock.Options{TTL: time.Second,
+	// A lease of seconds: lost only by the operator's release, not by a busy machine's renewals.
+	locker, err := gocronlock.NewLocker(l, time.Second, &gocronlock.Options{TTL: 5 * time.Second,
 		OnLost: func(job string, cause pglock.Cause, err error) { lost <- loss{job, cause, err} }})
 	require.NoError(t, err)
 

@@ -119,13 +119,13 @@ func TestFencedStatementThatWouldOutliveTheLeaseFails(t *testing.T) {
 	d := testdb.New(t, nil)
 	ctx := context.Background()
 	l := newLocker(t, d.Pool, &tablelock.Config{HeartbeatInterval: -1})
-	lk, err := l.TryAcquire(ctx, "slow", &tablelock.AcquireOptions{TTL: time.Second})
+	lk, err := l.TryAcquire(ctx, "slow", &tablelock.AcquireOptions{TTL: 2 * time.Second})
 	require.NoError(t, err)
 	err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		if err := lk.Fence(ctx, tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "SELECT pg_sleep(3)") // the lease has 1 s left, the margin 100 ms
+		_, err := tx.Exec(ctx, "SELECT pg_sleep(5)") // the lease has 2 s left at most, the margin 200 ms
 		return err
 	})
 	var pgErr *pgconn.PgError

@@ -30,14 +30,16 @@ func TestAStuckOrPanickingObserverDelaysNoRenewalOrHandoff(t *testing.T) {
 			ctx := testdb.Context(t)
 			unblock := make(chan struct{})
 			defer close(unblock) // before the Lockers close: nothing of theirs waits for it
-			cfg := &tablelock.Config{TTL: 600 * time.Millisecond, Observer: observe(unblock)}
+			// Renewed every 200 ms, with seconds of room: a busy machine slows renewals down, and
+			// only an Observer that held them up would lose the lock.
+			cfg := &tablelock.Config{TTL: 3 * time.Second, HeartbeatInterval: 200 * time.Millisecond, Observer: observe(unblock)}
 			a, b := newLocker(t, d.Pool, cfg), newLocker(t, d.NewPool(t, nil), cfg)
 
 			held, err := a.TryAcquire(ctx, "observed", nil)
 			require.NoError(t, err)
 			first := held.ExpiresAt()
 			// Renewed again and again, every 200 ms, though every event blocks or panics.
-			testdb.WaitFor(t, func() bool { return held.ExpiresAt().After(first.Add(time.Second)) }, "renewed")
+			renewedPast(t, held, first.Add(time.Second))
 			require.NoError(t, held.Err())
 
 			waiting := make(chan *tablelock.Lock, 1)

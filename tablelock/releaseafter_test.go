@@ -24,19 +24,19 @@ func TestReleaseAfterKeepsTheLockUntilHeldThatLong(t *testing.T) {
 	require.NoError(t, err)
 	other := newLocker(t, d.NewPool(t, nil), nil)
 
-	lk, err := holder.TryAcquire(ctx, "report", &tablelock.AcquireOptions{TTL: time.Second})
+	lk, err := holder.TryAcquire(ctx, "report", &tablelock.AcquireOptions{TTL: 3 * time.Second})
 	require.NoError(t, err)
 	for _, held := range []time.Duration{0, -time.Second} {
 		require.ErrorIs(t, lk.ReleaseAfter(ctx, held), pglock.ErrInvalidArgument)
 	}
 	require.NoError(t, lk.Err(), "a refused ReleaseAfter leaves the lock held")
-	require.NoError(t, lk.ReleaseAfter(ctx, 3*time.Second))
+	require.NoError(t, lk.ReleaseAfter(ctx, 6*time.Second))
 	require.ErrorIs(t, lk.Release(ctx), pglock.ErrNotHeld, "released already")
 	require.NoError(t, holder.Close(ctx), "its process ends")
 
 	var heldFor time.Duration
 	require.NoError(t, d.Pool.QueryRow(ctx, "SELECT expires_at - acquired_at FROM distributed_locks WHERE lock_name = 'report'").Scan(&heldFor))
-	require.Equal(t, 3*time.Second, heldFor, "the lease ends three seconds after the acquisition, past its one-second TTL")
+	require.Equal(t, 6*time.Second, heldFor, "the lease ends six seconds after the acquisition, past its three-second TTL")
 	_, err = other.TryAcquire(ctx, "report", nil)
 	require.ErrorIs(t, err, pglock.ErrLocked)
 	next, err := other.Acquire(ctx, "report", nil) // taken once the hold ends

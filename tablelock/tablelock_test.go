@@ -250,9 +250,9 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	// of its TTL instead of being refused.
 	fitting, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{HeartbeatInterval: 10 * time.Second})
 	require.NoError(t, err)
-	short, err := fitting.TryAcquire(ctx, "short", &tablelock.AcquireOptions{TTL: time.Second})
+	short, err := fitting.TryAcquire(ctx, "short", &tablelock.AcquireOptions{TTL: 3 * time.Second})
 	require.NoError(t, err)
-	require.NoError(t, short.Extend(ctx, 2*time.Second))
+	require.NoError(t, short.Extend(ctx, 4*time.Second))
 	require.NoError(t, short.Release(ctx))
 	require.NoError(t, fitting.Close(ctx))
 	// A lock's TTL must leave room for a heartbeat before the configured margin.
@@ -383,7 +383,7 @@ func TestExtend(t *testing.T) {
 	l := newLocker(t, pool, &tablelock.Config{HeartbeatInterval: -1})
 	ctx := context.Background()
 
-	lk, err := l.TryAcquire(ctx, "ext", &tablelock.AcquireOptions{TTL: time.Second})
+	lk, err := l.TryAcquire(ctx, "ext", &tablelock.AcquireOptions{TTL: 5 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, lk.Extend(ctx, time.Hour))
 	row, _ := readLock(t, pool, "ext")
