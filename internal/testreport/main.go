@@ -53,7 +53,8 @@ type failure struct {
 }
 
 func report(w io.Writer, r io.Reader) error {
-	output := map[[2]string][]string{} // by package and test ("" for the package's own)
+	output := map[[2]string][]string{}  // by package and test ("" for the package's own)
+	everything := map[string][]string{} // by package, whichever test wrote it
 	var failed []failure
 	scanner := bufio.NewScanner(r)
 	scanner.Buffer(make([]byte, 1<<20), 1<<26)
@@ -65,9 +66,17 @@ func report(w io.Writer, r io.Reader) error {
 		key := [2]string{e.Package, e.Test}
 		switch e.Action {
 		case "output":
-			output[key] = append(output[key], strings.TrimRight(e.Output, "\n"))
+			line := strings.TrimRight(e.Output, "\n")
+			output[key] = append(output[key], line)
+			everything[e.Package] = append(everything[e.Package], line)
 		case "fail":
-			failed = append(failed, failure{pkg: e.Package, test: e.Test, elapsed: e.Elapsed, said: said(output[key])})
+			lines := said(output[key], false)
+			if e.Test == "" {
+				// test2json gives what comes after the tests (the -timeout's panic, a TestMain's
+				// failure) to whichever test wrote last: the package's report is its panics.
+				lines = said(everything[e.Package], true)
+			}
+			failed = append(failed, failure{pkg: e.Package, test: e.Test, elapsed: e.Elapsed, said: lines})
 		}
 		if e.Action == "pass" || e.Action == "skip" {
 			delete(output, key)
@@ -128,8 +137,9 @@ func cutLast(s string) (before, after string, found bool) {
 
 // said keeps a test's own lines: go test indents what a test logs (four spaces and file:line,
 // continuation lines deeper), while the code under test logs at the left margin; a panic, a race
-// report and a timeout also start at the margin and are kept whole, up to maxLines.
-func said(lines []string) []string {
+// report and a timeout also start at the margin and are kept whole, up to maxLines. With
+// reportsOnly, only those are kept.
+func said(lines []string, reportsOnly bool) []string {
 	var kept []string
 	inReport := false
 	for _, line := range lines {
@@ -140,8 +150,11 @@ func said(lines []string) []string {
 		case strings.HasPrefix(line, "panic:"), strings.HasPrefix(line, "WARNING: DATA RACE"),
 			strings.HasPrefix(line, "fatal error:"):
 			inReport = true
+		case inReport:
+		case reportsOnly:
+			continue
 		case strings.HasPrefix(line, "    "), strings.HasPrefix(line, "\t"):
-		case !inReport:
+		default:
 			continue
 		}
 		if len(kept) == maxLines {

@@ -52,9 +52,12 @@ func TestAPackageFailedWithoutAFailedTestIsReportedWithItsPanic(t *testing.T) {
 	t.Parallel()
 	const pkg = "github.com/pglock/pglock/cron"
 	in := events(t,
-		event{Action: "output", Package: pkg, Output: "panic: test timed out after 10m0s\n"},
-		event{Action: "output", Package: pkg, Output: "\trunning tests:\n"},
-		event{Action: "output", Package: pkg, Output: "\t\tTestSlow (10m0s)\n"},
+		event{Action: "output", Package: pkg, Test: "TestQuick", Output: "--- PASS: TestQuick (0.00s)\n"},
+		event{Action: "pass", Package: pkg, Test: "TestQuick"},
+		// What comes after a test's end is given to the last test that wrote.
+		event{Action: "output", Package: pkg, Test: "TestQuick", Output: "panic: test timed out after 10m0s\n"},
+		event{Action: "output", Package: pkg, Test: "TestQuick", Output: "\trunning tests:\n"},
+		event{Action: "output", Package: pkg, Test: "TestQuick", Output: "\t\tTestSlow (10m0s)\n"},
 		event{Action: "fail", Package: pkg, Elapsed: 600},
 	)
 	var out strings.Builder
