@@ -41,17 +41,7 @@ func TestASaturatedLockerKeepsWhatItHoldsAndRefusesNewLocks(t *testing.T) {
 	})})
 	var held []*tablelock.Lock
 	for i := range 50 {
-		// Before the slowing, too, a busy machine can put renewals half a heartbeat behind for
-		// a moment: the lock is taken once they catch up.
-		testdb.WaitFor(t, func() bool {
-			lk, err := l.TryAcquire(ctx, fmt.Sprintf("held-%d", i), nil)
-			if errors.Is(err, pglock.ErrSaturated) {
-				return false
-			}
-			require.NoError(t, err)
-			held = append(held, lk)
-			return true
-		}, "held-%d acquired", i)
+		held = append(held, tryAcquireCaughtUp(t, l, fmt.Sprintf("held-%d", i)))
 	}
 	testdb.WaitFor(t, func() bool { return !l.Stats().Saturated }, "renewals on time before the slowing")
 
@@ -79,13 +69,8 @@ func TestASaturatedLockerKeepsWhatItHoldsAndRefusesNewLocks(t *testing.T) {
 		return lags[len(lags)-1].Outcome == pglock.OutcomeAcquired
 	}, "and the Observer is told they have")
 	// Acquisitions resume: at once on an idle machine; on a busy one a late tick may count as
-	// saturated again for a moment, so the test waits for the first acquisition let through.
-	var lk *tablelock.Lock
-	testdb.WaitFor(t, func() bool {
-		lk, err = l.TryAcquire(ctx, "new", nil)
-		return !errors.Is(err, pglock.ErrSaturated)
-	}, "acquisitions resume")
-	require.NoError(t, err)
+	// saturated again for a moment.
+	lk := tryAcquireCaughtUp(t, l, "new")
 	require.NoError(t, lk.Release(ctx))
 
 	mu.Lock()
@@ -98,4 +83,22 @@ func TestASaturatedLockerKeepsWhatItHoldsAndRefusesNewLocks(t *testing.T) {
 		require.NoError(t, lk.Err(), "no lock was lost")
 		require.NoError(t, lk.Release(ctx))
 	}
+}
+
+// tryAcquireCaughtUp is l.TryAcquire of name, tried again while l refuses it as saturated: a
+// busy machine can put renewals half a heartbeat behind for a moment, and l takes no new lock
+// until they catch up.
+func tryAcquireCaughtUp(t *testing.T, l *tablelock.Locker, name string) *tablelock.Lock {
+	t.Helper()
+	var lk *tablelock.Lock
+	testdb.WaitFor(t, func() bool {
+		var err error
+		lk, err = l.TryAcquire(testdb.Context(t), name, nil)
+		if errors.Is(err, pglock.ErrSaturated) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, "%s acquired once renewals caught up", name)
+	return lk
 }

@@ -2,7 +2,6 @@ package tablelock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -574,17 +573,7 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 	const n = 200
 	held := make([]*tablelock.Lock, n)
 	for i := range held {
-		// A busy machine can put the renewals of the locks held so far more than half a
-		// heartbeat behind: the Locker then refuses new locks (ErrSaturated) until they catch up.
-		testdb.WaitFor(t, func() bool {
-			var err error
-			held[i], err = holder.TryAcquire(ctx, fmt.Sprintf("busy-%d", i), nil)
-			if errors.Is(err, pglock.ErrSaturated) {
-				return false
-			}
-			require.NoError(t, err)
-			return true
-		}, "busy-%d acquired", i)
+		held[i] = tryAcquireCaughtUp(t, holder, fmt.Sprintf("busy-%d", i))
 	}
 	acquired := make(chan *tablelock.Lock, n)
 	for i := range n {

@@ -58,11 +58,7 @@ func startCluster(ctx context.Context, bin string) (*Cluster, error) {
 
 // newCluster makes the directory of a cluster not yet created, and picks its port.
 func newCluster(bin string, settings []string) (*Cluster, error) {
-	o, err := serverOwner()
-	if err != nil {
-		return nil, fmt.Errorf("testdb: cluster: %w", err)
-	}
-	dir, err := ownedDir("pglock-testdb-", o)
+	dir, o, err := ownedDir("pglock-testdb-")
 	if err != nil {
 		return nil, err
 	}

@@ -41,13 +41,16 @@ func serverOwner() (*owner, error) {
 	return &owner{name: u.Username, uid: uint32(uid), gid: uint32(gid)}, nil
 }
 
-// ownedDir makes a temporary directory for a server run by o, owned by o, and fails at once,
-// naming the directory in the way, when o could not enter it (TMPDIR under a 0700 directory,
-// say): a server that cannot reach its files does not exit, it retries until a wait times out.
-func ownedDir(prefix string, o *owner) (string, error) {
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		return "", err
+// ownedDir makes a temporary directory for a server, owned by the user it runs as (o, from
+// serverOwner), and fails at once, naming the directory in the way, when that user could not
+// enter it (TMPDIR under a 0700 directory, say): a server that cannot reach its files does not
+// exit, it retries until a wait times out.
+func ownedDir(prefix string) (dir string, o *owner, err error) {
+	if o, err = serverOwner(); err != nil {
+		return "", nil, fmt.Errorf("testdb: %w", err)
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, err
 	}
 	if o != nil {
 		err = os.Chown(dir, int(o.uid), int(o.gid))
@@ -57,9 +60,9 @@ func ownedDir(prefix string, o *owner) (string, error) {
 	}
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("testdb: %w", err)
+		return "", nil, fmt.Errorf("testdb: %w", err)
 	}
-	return dir, nil
+	return dir, o, nil
 }
 
 // canEnter fails when o may not search dir or one of the directories above it, on the path as

@@ -90,12 +90,8 @@ func StartPatroni(ctx context.Context, opts *PatroniOptions) (p *Patroni, err er
 	if err != nil {
 		return nil, err
 	}
-	o, err := serverOwner()
-	if err != nil {
-		return nil, fmt.Errorf("testdb: patroni: %w", err)
-	}
-	p = &Patroni{bin: bin, owner: o}
-	if p.dir, err = ownedDir("pglock-patroni-", o); err != nil {
+	p = &Patroni{bin: bin}
+	if p.dir, p.owner, err = ownedDir("pglock-patroni-"); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -32,11 +32,7 @@ func (d *DB) ThroughPgBouncer(t testing.TB, params string) string {
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	o, err := serverOwner() // PgBouncer, too, refuses to run as root
-	if err != nil {
-		t.Fatalf("testdb: pgbouncer: %v", err)
-	}
-	dir, err := ownedDir("pglock-pgbouncer-", o)
+	dir, o, err := ownedDir("pglock-pgbouncer-") // PgBouncer, too, refuses to run as root
 	if err != nil {
 		t.Fatal(err)
 	}
