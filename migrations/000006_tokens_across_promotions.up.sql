@@ -253,8 +253,9 @@ BEGIN
     released := false;
     handed_off := false;
 
-    -- The lock row first, waiter rows after and only with SKIP LOCKED: an acquirer locks them
-    -- in the same order, so the two cannot deadlock.
+    -- The lock row first, waiter rows after. No statement that locks a waiter's row (its poll,
+    -- the renewal of its place, its leaving, pglock_gc) waits, while it holds it, for a lock row
+    -- a releaser holds, so the two cannot deadlock.
     DELETE FROM distributed_locks l
      WHERE l.lock_name = p_lock_name AND l.holder_id = p_holder_id
     RETURNING l.* INTO v_lock;
@@ -279,30 +280,32 @@ BEGIN
     END IF;
     released := true;
 
-    -- In one statement: forget the releaser's own place in the queue (a poll of its own can have
-    -- written one just as a release handed it the lock), and take the first live waiter's place,
-    -- skipping places a poll has locked. Places that expired are passed over (pglockctl gc
-    -- removes them).
-    v_now := clock_timestamp();
     IF NOT EXISTS (SELECT FROM distributed_lock_waiters w WHERE w.lock_name = p_lock_name) THEN
         PERFORM pg_notify('pglock_released', p_lock_name);
         RETURN NEXT;
         RETURN;
     END IF;
-    WITH own_place AS (
-        DELETE FROM distributed_lock_waiters w
-         WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id
-    ), first_live AS (
-        SELECT w.holder_id FROM distributed_lock_waiters w
+    -- The first live waiter's place is taken, waiting for a statement that holds it: passing it
+    -- over would free the lock to whoever asks next, ahead of the waiter (a resigned leader
+    -- campaigning again). A locking read with LIMIT drops a row deleted while it waited (the
+    -- waiter left) rather than take the next one: then look again. Places that expired are
+    -- passed over (pglockctl gc removes them).
+    LOOP
+        v_now := clock_timestamp();
+        SELECT w.* INTO v_waiter FROM distributed_lock_waiters w
          WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
          ORDER BY w.waiter_seq LIMIT 1
-           FOR UPDATE SKIP LOCKED
-    )
+           FOR UPDATE;
+        EXIT WHEN FOUND OR NOT EXISTS (
+            SELECT FROM distributed_lock_waiters w
+             WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now);
+    END LOOP;
+    -- That place goes, and the releaser's own (a poll of its own can have written one just as a
+    -- release handed it the lock), locked only now: pglock_gc, which may hold the waiter's row,
+    -- may be waiting for the releaser's.
     DELETE FROM distributed_lock_waiters w
-     USING first_live f
-     WHERE w.lock_name = p_lock_name AND w.holder_id = f.holder_id
-    RETURNING w.* INTO v_waiter;
-    IF NOT FOUND THEN
+     WHERE w.lock_name = p_lock_name AND w.holder_id IN (p_holder_id, v_waiter.holder_id);
+    IF v_waiter.holder_id IS NULL THEN
         PERFORM pg_notify('pglock_released', p_lock_name);
         RETURN NEXT;
         RETURN;

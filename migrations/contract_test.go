@@ -736,6 +736,47 @@ func TestContractReleaseHandsOffToAWaiterThatQueuedWhileItWaited(t *testing.T) {
 	require.Greater(t, next.Token, lock.Token)
 }
 
+// A release hands the lock to the first live waiter even while another statement holds that
+// waiter's place (the places Set renewing it, here in a transaction held open): it waits for
+// that statement, rather than pass the waiter over and free the lock to whoever asks next. A
+// waiter that leaves meanwhile is passed over for the next.
+func TestContractReleaseWaitsForTheFirstWaitersPlace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, meanwhile, answer, next string
+	}{
+		{"its place is renewed", `SELECT outcome FROM pglock_wait_many(ARRAY['k'], ARRAY['first'], ARRAY[30000::bigint])`, "kept", "first"},
+		// A waiter leaving is no release of a lock it held.
+		{"it leaves", `SELECT released::text FROM pglock_release('k', 'first')`, "false", "second"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := testdb.New(t, nil).Pool
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.True(t, callBool(t, pool, waitSQL, "k", "holder"))
+			require.False(t, callBool(t, pool, waitSQL, "k", "first"))
+			require.False(t, callBool(t, pool, waitSQL, "k", "second"))
+
+			meanwhile, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer meanwhile.Rollback(ctx)
+			var answer string
+			require.NoError(t, meanwhile.QueryRow(ctx, tc.meanwhile).Scan(&answer))
+			require.Equal(t, tc.answer, answer)
+
+			released := releaseBehindARowLock(t, ctx, pool, "k", "holder")
+			require.False(t, callBool(t, pool, acquireSQL, "k", "latecomer", 30), "the lock is not free meanwhile")
+			require.NoError(t, meanwhile.Commit(ctx))
+
+			require.True(t, released())
+			lock, found := readLock(t, pool, "k")
+			require.True(t, found, "handed off, not freed")
+			require.Equal(t, tc.next, lock.Holder)
+		})
+	}
+}
+
 // releaseBehindARowLock starts release_lock(name, holder) and returns once it waits for a row
 // lock another transaction of the test holds; the function it returns gives its answer.
 func releaseBehindARowLock(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name, holder string) func() bool {

@@ -80,9 +80,19 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 			defer l.unregister(w)
 			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start), 0)
 		case err == nil:
+			// A semaphore has no one lease whose end to wait for: with its place kept, a waiter
+			// sleeps until woken (see keepPlaces).
+			w.seen(time.Now().Add(req.timing.TTL))
 			if !l.cfg.DisableNotifications && w.place == nil {
-				// The poll wrote the place: from then on the places Set keeps it.
-				l.keepPlace(w, pollStart, row.ExpiresAt)
+				// The poll wrote the place, for a TTL from the answer's time: from then on the
+				// places Set keeps it.
+				l.keepPlace(w, pollStart, row.ExpiresAt.Add(req.timing.TTL))
+			}
+			if row.Holders < int32(permits) && l.isHead(w) {
+				// Room, but places queued ahead of this one take it. Those may be this Locker's
+				// other waiters, asleep: their order here is the order they began, not the
+				// queue's (a place lost and written again goes to the back).
+				l.wakeBehind(w)
 			}
 		case ctx.Err() != nil:
 			l.abandonSemaphore(w, name, req)

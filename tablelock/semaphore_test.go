@@ -66,6 +66,51 @@ func TestSemaphoreAdmitsAtMostNAndServesEveryone(t *testing.T) {
 	require.Equal(t, 3, most, "3 at once, never more")
 }
 
+// The queue's order in the database need not be the order in which one Locker's waiters began
+// (a place lost and written again goes to the back): a place freed is taken by the first place
+// in the database's queue, even when that is not the Locker's first waiter, which is the only
+// one woken by a release.
+func TestSemaphoreServesTheQueuesFirstPlaceWhateverTheLocalOrder(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	l := newLocker(t, d.Pool, nil)
+	ctx := context.Background()
+	opts := func(who string) *tablelock.AcquireOptions {
+		return &tablelock.AcquireOptions{TTL: 3 * time.Second, Metadata: map[string]any{"who": who}}
+	}
+	held, err := l.TryAcquireSemaphore(ctx, "s", 1, nil)
+	require.NoError(t, err)
+	queue := func() string {
+		var order string
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(metadata->>'who', ',' ORDER BY waiter_seq), '')
+			FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/s'`).Scan(&order))
+		return order
+	}
+	served := map[string]chan *tablelock.Lock{"a": make(chan *tablelock.Lock, 1), "b": make(chan *tablelock.Lock, 1)}
+	for _, who := range []string{"a", "b"} {
+		go func() {
+			lk, err := l.AcquireSemaphore(ctx, "s", 1, opts(who))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			served[who] <- lk
+		}()
+		testdb.WaitFor(t, func() bool { return strings.HasSuffix(queue(), who) }, who+" queued")
+	}
+	// a's place is lost; a polls and writes it again, behind b, while it stays the Locker's first.
+	_, err = d.Pool.Exec(ctx, `DELETE FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/s' AND metadata->>'who' = 'a'`)
+	require.NoError(t, err)
+	testdb.WaitFor(t, func() bool { return queue() == "b,a" }, "a queued again, behind b")
+	require.NoError(t, testdb.Moved(ctx, d.Pool, `SELECT expires_at FROM distributed_lock_waiters WHERE metadata->>'who' = 'b'`), "b sleeps, its place kept")
+
+	require.NoError(t, held.Release(ctx))
+	b := testdb.Receive(t, served["b"])
+	require.NoError(t, b.Release(ctx))
+	a := testdb.Receive(t, served["a"])
+	require.NoError(t, a.Release(ctx))
+}
+
 type tablelockPool struct {
 	pool   *pgxpool.Pool
 	locker *tablelock.Locker
