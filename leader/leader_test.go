@@ -267,6 +267,17 @@ func TestResignHandsLeadershipOnAndRunCampaignsAgain(t *testing.T) {
 	}
 	first := testdb.Receive(t, terms["a"])
 	waitForCandidates(t, d.Pool, "x", 1)
+	// OnNewLeader tells of the leaders its watcher reads (a term that ends before the read is
+	// not told): each term below lasts until b's watcher has read it, or on a busy machine the
+	// watcher's first read could come after a's term, and b's next.
+	seen := func(n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(newLeaders) >= n
+		}
+	}
+	testdb.WaitFor(t, seen(1), "b sees a elected")
 	cur, err := leader.Current(ctx, d.Pool, "x")
 	require.NoError(t, err)
 	require.Equal(t, first, cur.Term)
@@ -280,16 +291,6 @@ func TestResignHandsLeadershipOnAndRunCampaignsAgain(t *testing.T) {
 	require.Zero(t, electors["a"].Term())
 
 	waitForCandidates(t, d.Pool, "x", 1)
-	// OnNewLeader tells of the leaders its watcher reads (a term that ends before the read is
-	// not told): b leads until its watcher has read it, or on a busy machine the read could come
-	// after a's next term and see that one only.
-	seen := func(n int) func() bool {
-		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(newLeaders) >= n
-		}
-	}
 	testdb.WaitFor(t, seen(2), "b sees itself elected")
 	require.NoError(t, electors["b"].Resign(ctx))
 	third := testdb.Receive(t, terms["a"])
