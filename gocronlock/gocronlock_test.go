@@ -39,10 +39,14 @@ func newRuns(t *testing.T, d *testdb.DB) {
 	require.NoError(t, err)
 }
 
-// record is a job's task: it records a run of instance, then works for work.
+// record is a job's task: it records a run of instance, then works for work. A run under the
+// job's lock is recorded at the lock's acquisition, which decided the interval it runs for:
+// on a busy machine the task can start a while after it.
 func record(d *testdb.DB, instance string, work time.Duration) gocron.Task {
 	return gocron.NewTask(func() {
-		_, err := d.Pool.Exec(context.Background(), "INSERT INTO runs (instance) VALUES ($1)", instance)
+		_, err := d.Pool.Exec(context.Background(), `INSERT INTO runs (instance, at)
+			SELECT $1, coalesce((SELECT acquired_at FROM distributed_locks WHERE lock_name = $2), clock_timestamp())`,
+			instance, gocronlock.DefaultPrefix+"report")
 		if err != nil {
 			panic(err) // gocron recovers it; the run is missing from the count, which fails the test
 		}
