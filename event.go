@@ -97,7 +97,8 @@ const (
 	// up (Outcome OutcomeAcquired then; OutcomeError while behind). New acquisitions fail with
 	// ErrSaturated meanwhile. Count: the leases held.
 	EventRenewalLag EventKind = "renewal_lag"
-	// EventFenceRefused: Fence refused a holder whose token is no longer current. Token, Err.
+	// EventFenceRefused: Fence refused a holder whose token is no longer current, whether its
+	// loss was noticed before or by that Fence. Token, Err.
 	EventFenceRefused EventKind = "fence_refused"
 	// EventJobRun: an attempt ran the job's function (Begin was called before it). Outcome
 	// is OutcomeRan or OutcomeFailed; Mode, Run, Attempt, Token, Err.

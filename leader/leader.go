@@ -340,28 +340,44 @@ func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	if _, err := db.InTx(tx); err != nil {
 		return err // before saying whether it leads: the transaction is wrong either way
 	}
-	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.Fence(ctx, tx) })
+	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.Fence(ctx, tx) }, nil)
 }
 
 // FenceSQL is Fence for a database/sql transaction, of any PostgreSQL driver, as
 // tablelock.Lock.FenceSQL is.
 func (e *Elector) FenceSQL(ctx context.Context, tx *sql.Tx) error {
-	if _, err := db.InSQLTx(tx); err != nil {
+	q, err := db.InSQLTx(tx)
+	if err != nil {
 		return err // before saying whether it leads: the transaction is wrong either way
 	}
-	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.FenceSQL(ctx, tx) })
+	// database/sql tells a transaction committed, rolled back or on another server only when
+	// it is used: the fence uses it, and an Elector that does not lead asks it its backend.
+	usable := func() error {
+		var pid int32
+		if err := q.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); errors.Is(err, pglock.ErrInvalidArgument) {
+			return err
+		}
+		return nil // a transaction that is usable but failed is the caller's to see
+	}
+	return e.fence(ctx, func(lk *tablelock.Lock) error { return lk.FenceSQL(ctx, tx) }, usable)
 }
 
-func (e *Elector) fence(ctx context.Context, fence func(*tablelock.Lock) error) error {
+// fence fences with the current term's lock; with none, it checks the transaction with
+// usable, if given, before it says that this Elector does not lead.
+func (e *Elector) fence(ctx context.Context, fence func(*tablelock.Lock) error, usable func() error) error {
 	e.mu.Lock()
 	lk := e.lock
 	e.mu.Unlock()
 	if lk == nil {
+		if usable != nil {
+			if err := usable(); err != nil {
+				return err
+			}
+		}
 		return errs.Errorf("%w: this elector does not lead election %q", pglock.ErrNotHeld, e.name)
 	}
-	checked := lk.Err() == nil // a term known lost is refused without a check, and told as lost already
 	err := fence(lk)
-	if checked && errors.Is(err, pglock.ErrLockLost) {
+	if errors.Is(err, pglock.ErrLockLost) { // a term lost, noticed before or by this fence
 		e.events.Emit(ctx, pglock.Event{Kind: pglock.EventFenceRefused, Primitive: pglock.PrimitiveLeader, Name: e.name, Token: lk.Token(), Err: err})
 	}
 	return err

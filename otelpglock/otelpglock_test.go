@@ -200,8 +200,10 @@ func TestAFailedRenewalIsCounted(t *testing.T) {
 	}, "a renewal failed")
 }
 
-// A fence that finds its lock taken refuses the write, is counted, and loses the lock.
-func TestARefusedFenceIsCountedAndLosesTheLock(t *testing.T) {
+// A fence that finds its lock taken refuses the write, is counted, and loses the lock; a fence
+// of the lock known lost is refused without a round trip, and counted too (the alert is for a
+// holder that goes on writing after its loss).
+func TestEveryRefusedFenceIsCountedAndTheFirstLosesTheLock(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	in := newInstance(t, nil)
@@ -214,6 +216,12 @@ func TestARefusedFenceIsCountedAndLosesTheLock(t *testing.T) {
 	err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return lk.Fence(ctx, tx) })
 	require.ErrorIs(t, err, pglock.ErrLockLost)
 	in.waitValue(t, 1, "pglock.fence.refusals", lockAttr)
+	in.waitValue(t, 1, "pglock.lease.losses", lockAttr, cause(pglock.CauseForceReleased))
+
+	require.ErrorIs(t, lk.Err(), pglock.ErrLockLost)
+	err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return lk.Fence(ctx, tx) })
+	require.ErrorIs(t, err, pglock.ErrLockLost)
+	in.waitValue(t, 2, "pglock.fence.refusals", lockAttr)
 	in.waitValue(t, 1, "pglock.lease.losses", lockAttr, cause(pglock.CauseForceReleased))
 }
 

@@ -210,13 +210,17 @@ func (lk *Lock) FenceSQL(ctx context.Context, tx *sql.Tx) error {
 }
 
 func (lk *Lock) fence(ctx context.Context, q db.DBTX) error {
-	if err := lk.Err(); err != nil {
-		return err
+	err := lk.Err() // a lock known lost is refused without a round trip
+	if err == nil {
+		err = fence(ctx, q, lk.name, lk.token, lk.lease.Timing().Margin)
+		if errors.Is(err, pglock.ErrLockLost) {
+			defer lk.lease.Lose(pglock.CauseForceReleased, err)
+		}
 	}
-	err := fence(ctx, q, lk.name, lk.token, lk.lease.Timing().Margin)
 	if errors.Is(err, pglock.ErrLockLost) {
+		// Every write refused is told, whether or not the loss was noticed before: a holder
+		// that goes on writing after its loss is what the refusals alert is for.
 		lk.observe(pglock.EventFenceRefused, func(e *pglock.Event) { e.Err = err })
-		lk.lease.Lose(pglock.CauseForceReleased, err)
 	}
 	return err
 }
