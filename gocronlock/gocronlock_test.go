@@ -3,6 +3,7 @@ package gocronlock_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,7 +215,9 @@ func TestUnlockKeepsTheLockForTheMinimumHoldWhateverItsContext(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrLocked)
 }
 
-// Bad input is refused with an error matching pglock.ErrInvalidArgument, and writes nothing.
+// Bad input is refused by NewLocker, not by the first Lock (gocron drops Lock's errors
+// unlogged: the job would silently never run), with an error matching pglock.ErrInvalidArgument
+// (and ErrInvalidTTL for a lease, ErrInvalidName for a prefix), and writes nothing.
 func TestBadInputIsRefused(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -224,14 +227,21 @@ func TestBadInputIsRefused(t *testing.T) {
 		locker  *tablelock.Locker
 		minHold time.Duration
 		opts    *gocronlock.Options
+		want    []error
 	}{
-		{"nil locker", nil, time.Second, nil},
-		{"zero hold", l, 0, nil},
-		{"negative hold", l, -time.Second, nil},
-		{"negative TTL", l, time.Second, &gocronlock.Options{TTL: -time.Second}},
+		{"nil locker", nil, time.Second, nil, []error{pglock.ErrInvalidArgument}},
+		{"zero hold", l, 0, nil, []error{pglock.ErrInvalidArgument}},
+		{"negative hold", l, -time.Second, nil, []error{pglock.ErrInvalidArgument}},
+		{"negative TTL", l, time.Second, &gocronlock.Options{TTL: -time.Second}, []error{pglock.ErrInvalidTTL, pglock.ErrInvalidArgument}},
+		{"TTL under the least", l, time.Second, &gocronlock.Options{TTL: 50 * time.Millisecond}, []error{pglock.ErrInvalidTTL, pglock.ErrInvalidArgument}},
+		{"TTL over the most", l, time.Second, &gocronlock.Options{TTL: 25 * time.Hour}, []error{pglock.ErrInvalidTTL, pglock.ErrInvalidArgument}},
+		{"prefix with NUL", l, time.Second, &gocronlock.Options{Prefix: "jobs\x00/"}, []error{pglock.ErrInvalidName}},
+		{"prefix with no room for a job", l, time.Second, &gocronlock.Options{Prefix: strings.Repeat("p", pglock.MaxNameLen)}, []error{pglock.ErrInvalidName}},
 	} {
 		_, err := gocronlock.NewLocker(tt.locker, tt.minHold, tt.opts)
-		require.ErrorIs(t, err, pglock.ErrInvalidArgument, tt.name)
+		for _, want := range tt.want {
+			require.ErrorIs(t, err, want, tt.name)
+		}
 	}
 	locker, err := gocronlock.NewLocker(l, time.Second, nil)
 	require.NoError(t, err)

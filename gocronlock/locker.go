@@ -60,11 +60,17 @@ func NewLocker(locker *tablelock.Locker, minHold time.Duration, opts *Options) (
 	if opts != nil {
 		l.opts = *opts
 	}
-	if l.opts.TTL < 0 {
-		return nil, errorf("%w: Options.TTL %s is negative", pglock.ErrInvalidArgument, l.opts.TTL)
+	// Found here, not by the first Lock: gocron drops Lock's errors unlogged, and the job would
+	// silently never run.
+	if l.opts.TTL != 0 && (l.opts.TTL < tablelock.MinTTL || l.opts.TTL > tablelock.MaxTTL) {
+		return nil, errorf("%w: %w: Options.TTL %s is outside [%s, %s]", pglock.ErrInvalidTTL, pglock.ErrInvalidArgument,
+			l.opts.TTL, tablelock.MinTTL, tablelock.MaxTTL)
 	}
 	if l.opts.Prefix == "" {
 		l.opts.Prefix = DefaultPrefix
+	}
+	if err := pglock.ValidateName(l.opts.Prefix + "x"); err != nil { // room for a job's name, too
+		return nil, errorf("Options.Prefix: %w", err)
 	}
 	return l, nil
 }

@@ -120,7 +120,7 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 	}
 	c := cfg.withDefaults()
 	if c.TTL < tablelock.MinTTL || c.TTL > tablelock.MaxTTL {
-		return nil, errs.Errorf("%w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
+		return nil, errs.Errorf("%w: %w: Config.TTL %s is outside [%s, %s]", pglock.ErrInvalidTTL, pglock.ErrInvalidArgument, c.TTL, tablelock.MinTTL, tablelock.MaxTTL)
 	}
 	// tablelock checks the rest: make one now, so that a mistake is found here.
 	l, err := newLocker(pool, c, name, nil)

@@ -377,8 +377,11 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	_, err = leader.ForceResign(ctx, nil, "x")
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-	_, err = leader.New(d.Pool, "x", &leader.Config{TTL: time.Millisecond})
-	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	for _, ttl := range []time.Duration{time.Millisecond, 25 * time.Hour} {
+		_, err = leader.New(d.Pool, "x", &leader.Config{TTL: ttl})
+		require.ErrorIs(t, err, pglock.ErrInvalidTTL)
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	}
 	e := newElector(t, d.Pool, "x", nil)
 	require.ErrorIs(t, e.Run(ctx, leader.Callbacks{}), pglock.ErrInvalidArgument, "nil OnElected")
 	_, err = leader.Current(ctx, d.Pool, "x")
