@@ -28,9 +28,11 @@ type Options struct {
 	// is read-only.
 	ReadOnly func(r *http.Request) bool
 
-	// AllowedHosts are the Host header values (a name, or name:port) the console answers; others
-	// get 421, so that a page on another site cannot reach it through DNS rebinding. Default:
-	// the loopback names, localhost, 127.0.0.1 and [::1], on any port.
+	// AllowedHosts are the hosts the console answers; requests for others get 421, so that a
+	// page on another site cannot reach it through DNS rebinding. An entry is a name or an
+	// address, on any port, or with ":port" on that port only; an IPv6 address with or without
+	// brackets ("[::1]", "::1", "[::1]:8080"); names match in any case. Default: the loopback
+	// hosts, localhost, 127.0.0.1 and [::1], on any port.
 	AllowedHosts []string
 
 	// RefreshInterval is how often pages refresh their tables, with JavaScript on. Negative: never.
@@ -81,7 +83,7 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 		o.Logger = slog.Default()
 	}
 	for _, h := range o.AllowedHosts {
-		if h == "" || strings.ContainsAny(h, "/ ") {
+		if name, _ := splitHost(h); name == "" || strings.ContainsAny(h, "/ ") {
 			return nil, errs.Errorf("%w: Options.AllowedHosts: %q is not a host", pglock.ErrInvalidArgument, h)
 		}
 	}
@@ -136,16 +138,27 @@ func (c *console) guard(next http.Handler) http.Handler {
 }
 
 func (c *console) hostAllowed(host string) bool {
-	if len(c.opts.AllowedHosts) > 0 {
-		name, _, err := net.SplitHostPort(host)
-		return slices.ContainsFunc(c.opts.AllowedHosts, func(allowed string) bool {
-			return strings.EqualFold(allowed, host) || (err == nil && strings.EqualFold(allowed, name))
-		})
+	name, port := splitHost(host)
+	allowed := c.opts.AllowedHosts
+	if len(allowed) == 0 {
+		allowed = loopbackHosts
 	}
-	name, _, err := net.SplitHostPort(host)
-	if err != nil {
-		name = host
+	return slices.ContainsFunc(allowed, func(a string) bool {
+		aName, aPort := splitHost(a)
+		return aName == name && (aPort == "" || aPort == port)
+	})
+}
+
+// loopbackHosts are the hosts the console answers by default, on any port.
+var loopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// splitHost reads a Host header, or an entry of AllowedHosts, one way: a name or an address,
+// with an optional port; IPv6 addresses with or without brackets ("[::1]", "::1", "[::1]:8080");
+// names in any case (DNS names are case-insensitive).
+func splitHost(host string) (name, port string) {
+	name, port, err := net.SplitHostPort(host)
+	if err != nil { // no port
+		name, port = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ""
 	}
-	name = strings.Trim(name, "[]")
-	return name == "localhost" || name == "127.0.0.1" || name == "::1"
+	return strings.ToLower(name), port
 }

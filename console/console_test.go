@@ -237,7 +237,9 @@ func TestReadOnlyAndCrossOriginPostsAreRefused(t *testing.T) {
 }
 
 // A Host header the console does not serve is refused: a page elsewhere cannot reach it by
-// rebinding its DNS name to 127.0.0.1.
+// rebinding its DNS name to 127.0.0.1. One rule reads the Host header and AllowedHosts: IPv4,
+// IPv6 with and without brackets, with and without a port (an entry with one allows that port
+// only), names in any case.
 func TestForeignHostsAreRefused(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -253,6 +255,21 @@ func TestForeignHostsAreRefused(t *testing.T) {
 		{nil, "evil.example:8080", http.StatusMisdirectedRequest},
 		{[]string{"ops.internal"}, "ops.internal:8443", http.StatusOK},
 		{[]string{"ops.internal"}, "localhost", http.StatusMisdirectedRequest},
+		{nil, "LOCALHOST:8080", http.StatusOK},
+		{nil, "[::1]", http.StatusOK},
+		{nil, "127.0.0.2", http.StatusMisdirectedRequest},
+		{[]string{"Ops.Internal"}, "OPS.internal", http.StatusOK},
+		{[]string{"[::1]"}, "[::1]:8080", http.StatusOK},
+		{[]string{"[::1]"}, "[::1]", http.StatusOK},
+		{[]string{"::1"}, "[::1]", http.StatusOK},
+		{[]string{"::1"}, "[::1]:8080", http.StatusOK},
+		{[]string{"[::1]:8080"}, "[::1]:8080", http.StatusOK},
+		{[]string{"[::1]:8080"}, "[::1]:9090", http.StatusMisdirectedRequest},
+		{[]string{"[::1]:8080"}, "[::1]", http.StatusMisdirectedRequest},
+		{[]string{"10.0.0.5"}, "10.0.0.5:8080", http.StatusOK},
+		{[]string{"10.0.0.5:8080"}, "10.0.0.5:8081", http.StatusMisdirectedRequest},
+		{[]string{"[fd00::5]"}, "[FD00::5]:8443", http.StatusOK},
+		{[]string{"[fd00::5]"}, "[fd00::6]:8443", http.StatusMisdirectedRequest},
 	} {
 		srv := mount(t, d.Pool, &console.Options{AllowedHosts: c.allowed})
 		req, err := http.NewRequest(http.MethodGet, srv.URL+"/ops/", nil)
