@@ -175,34 +175,50 @@ func TestRunTxRollsBackAFailedAttemptAndTheNextDeliveryRunsIt(t *testing.T) {
 	require.Equal(t, 1, effects(t, d.Pool, "k"))
 }
 
+// An attempt whose backend is killed before COMMIT leaves no writes and no outcome, and does
+// not count towards MaxAttempts, whether fn returned nil or the error its next statement got:
+// the next delivery runs it.
 func TestRunTxWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, nil)
-	newEffects(t, d.Pool)
-	dd := newDeduper(t, d.NewPool(t, nil), nil)
-	ctx := context.Background()
+	for _, fnReturns := range []string{"nil", "its next statement's error"} {
+		t.Run("fn returns "+fnReturns, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, nil)
+			newEffects(t, d.Pool)
+			dd := newDeduper(t, d.NewPool(t, nil), nil)
+			ctx := context.Background()
+			opts := &jobs.Options{MaxAttempts: 1}
 
-	_, err := dd.RunTx(ctx, "k", nil, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('k')`)
-		require.NoError(t, err)
-		var killed bool
-		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, tx.Conn().PgConn().PID()).Scan(&killed))
-		require.True(t, killed)
-		return nil
-	})
-	require.Error(t, err)
-	require.Zero(t, effects(t, d.Pool, "k"), "the killed attempt's writes are absent")
+			_, err := dd.RunTx(ctx, "k", opts, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('k')`)
+				require.NoError(t, err)
+				var killed bool
+				require.NoError(t, d.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, tx.Conn().PgConn().PID()).Scan(&killed))
+				require.True(t, killed)
+				if fnReturns == "nil" {
+					return nil
+				}
+				_, err = tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('k')`)
+				require.Error(t, err)
+				return err
+			})
+			require.Error(t, err)
+			require.Zero(t, effects(t, d.Pool, "k"), "the killed attempt's writes are absent")
+			_, err = dd.Status(ctx, "k")
+			require.ErrorIs(t, err, pglock.ErrNotFound, "nor is there a record: the attempt does not count")
 
-	ran := false
-	res, err := dd.RunTx(ctx, "k", nil, func(ctx context.Context, tx pgx.Tx) error {
-		ran = true
-		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('k')`)
-		return err
-	})
-	require.NoError(t, err)
-	require.True(t, ran)
-	require.Equal(t, jobs.OutcomeRan, res.Outcome)
-	require.Equal(t, 1, effects(t, d.Pool, "k"))
+			ran := false
+			res, err := dd.RunTx(ctx, "k", opts, func(ctx context.Context, tx pgx.Tx) error {
+				ran = true
+				_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('k')`)
+				return err
+			})
+			require.NoError(t, err)
+			require.True(t, ran)
+			require.Equal(t, jobs.OutcomeRan, res.Outcome)
+			require.Equal(t, 1, effects(t, d.Pool, "k"))
+		})
+	}
 }
 
 func TestRunFailsThenRetriesUntilMaxAttempts(t *testing.T) {

@@ -27,7 +27,8 @@ import (
 // time is bounded by Config.TxIdleTimeout, and so is the wait for the COMMIT's answer: past it,
 // the outcome is reported unknown. A duplicate delivery of a key whose RunTx has not committed
 // yet gets OutcomeInProgress at once (or, with Options.Wait, waits for its outcome). An attempt whose
-// connection dies before COMMIT leaves no trace: it does not count towards MaxAttempts.
+// connection dies before COMMIT leaves no trace: it does not count towards MaxAttempts, whether
+// fn returned nil or the error the connection's end gave its statement.
 func (d *Deduper) RunTx(ctx context.Context, key string, opts *Options, fn func(ctx context.Context, tx pgx.Tx) error) (Result, error) {
 	if fn == nil {
 		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
@@ -91,6 +92,7 @@ const (
 	txOpen txState = iota
 	txAborted
 	txEnded
+	txLost // its connection is gone, and the server rolled it back
 )
 
 // endedByFn says how fn ended the transaction itself; it is commit's and rollback's error when
@@ -130,6 +132,14 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	ran(fnErr)
 	res.FinishedAt = time.Time{} // the outcome's time, once committed
 	state, ended := run.left()
+	if fnErr != nil && ctx.Err() == nil && (state == txLost || db.ConnectionEnded(fnErr) || db.MadeByClient(fnErr)) {
+		// The connection died under fn, which then failed: the transaction, claim and all, was
+		// rolled back by the server, as when it dies before COMMIT. The attempt leaves no trace
+		// and does not count (MaxAttempts): recording fn's error would.
+		run.rollback(ctx)
+		return res, 0, errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count: %w",
+			req.label(), fnErr)
+	}
 	var finishedAt time.Time
 	if state == txOpen {
 		if fnErr == nil {
@@ -233,6 +243,9 @@ func (r *pgxRun) call(ctx context.Context) error {
 }
 
 func (r *pgxRun) left() (txState, endedByFn) {
+	if r.conn.Conn().IsClosed() {
+		return txLost, endedByFn{}
+	}
 	switch r.conn.Conn().PgConn().TxStatus() {
 	case 'I':
 		return txEnded, endedByFn{committed: r.watched.committed}

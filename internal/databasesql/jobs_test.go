@@ -101,33 +101,45 @@ func TestRunTxSQLRollsBackAFailedAttemptAndTheNextDeliveryRunsIt(t *testing.T) {
 	})
 }
 
-// An attempt whose backend is killed before COMMIT leaves no writes and no outcome: the next
-// delivery runs it.
+// An attempt whose backend is killed before COMMIT leaves no writes and no outcome, and does
+// not count towards MaxAttempts, whether fn returned nil or the error its next statement got
+// (57P01, or "driver: bad connection"): the next delivery runs it.
 func TestRunTxSQLWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *testing.T) {
 	t.Parallel()
 	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
-		ctx := context.Background()
 		newEffects(t, d)
-		dd := newDeduper(t, d)
-		_, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
-			require.NoError(t, insertEffect("k")(ctx, tx))
-			kill(t, ctx, d, backendOf(t, ctx, tx))
-			return nil
-		})
-		require.Error(t, err)
-		require.Zero(t, effects(t, d, "k"), "the killed attempt's writes are absent")
-		_, err = dd.Status(ctx, "k")
-		require.ErrorIs(t, err, pglock.ErrNotFound, "nor is there a record: the attempt does not count")
+		for _, fnReturns := range []string{"nil", "its next statement's error"} {
+			t.Run("fn returns "+fnReturns, func(t *testing.T) {
+				ctx := context.Background()
+				key := "k " + fnReturns
+				dd := newDeduper(t, d)
+				opts := &jobs.Options{MaxAttempts: 1}
+				_, err := dd.RunTxSQL(ctx, sqlDB, key, opts, func(ctx context.Context, tx *sql.Tx) error {
+					require.NoError(t, insertEffect(key)(ctx, tx))
+					kill(t, ctx, d, backendOf(t, ctx, tx))
+					if fnReturns == "nil" {
+						return nil
+					}
+					err := insertEffect(key)(ctx, tx)
+					require.Error(t, err)
+					return err
+				})
+				require.Error(t, err)
+				require.Zero(t, effects(t, d, key), "the killed attempt's writes are absent")
+				_, err = dd.Status(ctx, key)
+				require.ErrorIs(t, err, pglock.ErrNotFound, "nor is there a record: the attempt does not count")
 
-		ran := false
-		res, err := dd.RunTxSQL(ctx, sqlDB, "k", nil, func(ctx context.Context, tx *sql.Tx) error {
-			ran = true
-			return insertEffect("k")(ctx, tx)
-		})
-		require.NoError(t, err)
-		require.True(t, ran)
-		require.Equal(t, jobs.OutcomeRan, res.Outcome)
-		require.Equal(t, 1, effects(t, d, "k"))
+				ran := false
+				res, err := dd.RunTxSQL(ctx, sqlDB, key, opts, func(ctx context.Context, tx *sql.Tx) error {
+					ran = true
+					return insertEffect(key)(ctx, tx)
+				})
+				require.NoError(t, err)
+				require.True(t, ran)
+				require.Equal(t, jobs.OutcomeRan, res.Outcome)
+				require.Equal(t, 1, effects(t, d, key))
+			})
+		}
 	})
 }
 
