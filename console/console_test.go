@@ -555,7 +555,8 @@ func TestReadOnlyOffersAndTakesNoAction(t *testing.T) {
 	require.Contains(t, offered, url.Values{"name": {"orders:42"}, "token": {fmt.Sprint(s.Lock.Token())}})
 }
 
-// A lock's page shows its holder and its waiters in queue order; an unknown lock is 404.
+// A lock's page shows its holder and its waiters in queue order; a lock nobody holds or waits
+// for is a page that says so (a name exists only while in use: not a 404).
 func TestALockShowsItsWaitersInQueueOrder(t *testing.T) {
 	t.Parallel()
 	s := consoletest.Seed(t)
@@ -582,7 +583,10 @@ func TestALockShowsItsWaitersInQueueOrder(t *testing.T) {
 	first, second := strings.Index(text, "first-waiter@"), strings.Index(text, "second-waiter@")
 	require.True(t, first >= 0 && second > first, "in queue order: %s", text)
 	require.Contains(t, text, "console-test@", "the holder")
-	require.Equal(t, http.StatusNotFound, get(t, srv, "/ops/lock?name=nobody").status)
+	r = get(t, srv, "/ops/lock?name=nobody")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, parse(t, r.body).text, "Nobody holds it.")
+	require.Contains(t, parse(t, r.body).text, "Nobody waits.")
 	require.Equal(t, http.StatusBadRequest, get(t, srv, "/ops/lock?name=").status)
 	require.NoError(t, s.Lock.Release(ctx))
 	require.NoError(t, testdb.Receive(t, acquired))

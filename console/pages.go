@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -203,7 +204,9 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	locks, waiters, err := ops.Lock(r.Context(), c.pool, name)
-	if err != nil {
+	// A lock's name exists only while it is held or waited for: a free one is a page that says
+	// so, not a 404, so that a page left open follows its lock's release at the next refresh.
+	if err != nil && !errors.Is(err, pglock.ErrNotFound) {
 		c.failWith(w, r, err)
 		return
 	}

@@ -158,6 +158,21 @@ func TestAReleasedLockLeavesTheOpenPageAndForgedPostsAreRefused(t *testing.T) {
 	require.Equal(t, float64(http.StatusForbidden), status)
 }
 
+// A lock's own page, left open, says that nobody holds it at the next refresh after its
+// release, with no error in the browser (the refresh once met a 404 and kept the old holder).
+func TestAnOpenLockPageFollowsItsRelease(t *testing.T) {
+	s := consoletest.Seed(t)
+	h, err := console.New(s.DB.Pool, &console.Options{RefreshInterval: 500 * time.Millisecond})
+	require.NoError(t, err)
+	base := serve(t, h)
+	b := newBrowser(t)
+	b.do(t, chromedp.Navigate(base+"lock?name=orders:42"), chromedp.WaitVisible(chromedp.CSS("table.record")))
+	require.NoError(t, s.Lock.Release(testdb.Context(t)))
+	b.do(t, chromedp.WaitNotPresent(chromedp.CSS("table.record")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS("main"))), "Nobody holds it.")
+	b.requireNoProblems(t)
+}
+
 // Pausing asks why: without a note it is refused (by the browser, and by the server when the
 // browser is bypassed), with one the schedule shows it. Running a schedule now asks for
 // confirmation, and the run appears in its history.
