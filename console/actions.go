@@ -26,6 +26,9 @@ type action struct {
 	explain  string   // what it will do
 	fields   []string // the form fields it carries
 	needNote bool     // a note (why) is required
+	// exists, when set, says whether the target is there (an error matching pglock.ErrNotFound
+	// if not), so that the confirmation page of an unknown target is a 404 at once.
+	exists func(c *console, r *http.Request, f url.Values) error
 	// preview, when set, says on the confirmation page what the action would do now.
 	preview func(c *console, r *http.Request, f url.Values) (string, error)
 	// do performs it and returns what to tell the operator, and where to go next.
@@ -36,12 +39,16 @@ var actions = map[string]action{
 	"release": {
 		title: "Force-release table lock %q", fields: []string{"name", "token"},
 		explain: "Its holder loses it: it is told so at its next renewal (up to a third of its TTL away), and must stop; the next waiter gets it with a larger token.",
+		exists:  func(c *console, r *http.Request, f url.Values) error { return tableLockHeld(c, r, f.Get("name")) },
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
 			token, err := strconv.ParseInt(f.Get("token"), 10, 64)
 			if err != nil {
 				return "", "", fmt.Errorf("%w: token %q is not a fencing token", pglock.ErrInvalidArgument, f.Get("token"))
 			}
 			rel, err := ops.ForceRelease(r.Context(), c.pool, f.Get("name"), &token)
+			if errors.Is(err, pglock.ErrNotHeld) { // gone, not changed: as an unknown lock
+				return "", "", fmt.Errorf("%w: nobody holds table lock %q: nothing was done", pglock.ErrNotFound, f.Get("name"))
+			}
 			if err != nil {
 				return "", "", err
 			}
@@ -51,27 +58,16 @@ var actions = map[string]action{
 	"terminate": {
 		title: "End the backend %s holding advisory lock %s", fields: []string{"pid", "key"},
 		explain: "PostgreSQL ends the session, and every lock it holds, advisory or not, with it; its transaction rolls back.",
+		exists: func(c *console, r *http.Request, f url.Values) error {
+			_, err := advisoryHolder(c, r, f)
+			return err
+		},
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
-			pid, err := strconv.ParseInt(f.Get("pid"), 10, 32)
-			if err != nil {
-				return "", "", fmt.Errorf("%w: pid %q is not a process id", pglock.ErrInvalidArgument, f.Get("pid"))
-			}
-			key, err := advisoryKey(f.Get("key"))
+			pid, err := advisoryHolder(c, r, f)
 			if err != nil {
 				return "", "", err
 			}
-			holders, err := ops.AdvisoryHolders(r.Context(), c.pool, key)
-			if err != nil {
-				return "", "", err
-			}
-			held := false
-			for _, h := range holders {
-				held = held || int64(h.PID) == pid
-			}
-			if !held {
-				return "", "", fmt.Errorf("%w: backend %d no longer holds advisory lock %s: nothing was done", pglock.ErrNotHeld, pid, f.Get("key"))
-			}
-			if err := ops.Terminate(r.Context(), c.pool, int32(pid)); err != nil {
+			if err := ops.Terminate(r.Context(), c.pool, pid); err != nil {
 				return "", "", err
 			}
 			return fmt.Sprintf("Ended backend %d, which held advisory lock %s.", pid, f.Get("key")), "locks", nil
@@ -80,6 +76,10 @@ var actions = map[string]action{
 	"forget": {
 		title: "Forget job %[2]q of scope %[1]q", fields: []string{"scope", "key"},
 		explain: "Its record is deleted: its next delivery runs it again. A Run attempt under way loses its lease; a RunTx under way finishes first.",
+		exists: func(c *console, r *http.Request, f url.Values) error {
+			_, _, err := ops.GetJob(r.Context(), c.pool, f.Get("scope"), f.Get("key"))
+			return err
+		},
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
 			if err := ops.Forget(r.Context(), c.pool, f.Get("scope"), f.Get("key")); err != nil {
 				return "", "", err
@@ -90,6 +90,7 @@ var actions = map[string]action{
 	"pause": {
 		title: "Pause schedule %q", fields: []string{"name"}, needNote: true,
 		explain: "From its next tick, every instance records its ticks as skipped, with your note, until it is resumed.",
+		exists:  scheduleExists,
 		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
 			if err := cron.Pause(r.Context(), c.pool, f.Get("name"), f.Get("note"), by); err != nil {
 				return "", "", err
@@ -100,6 +101,7 @@ var actions = map[string]action{
 	"resume": {
 		title: "Resume schedule %q", fields: []string{"name"},
 		explain: "It runs again from its next tick; ticks that came while it was paused stay skipped.",
+		exists:  scheduleExists,
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
 			if err := cron.Resume(r.Context(), c.pool, f.Get("name")); err != nil {
 				return "", "", err
@@ -110,6 +112,7 @@ var actions = map[string]action{
 	"trigger": {
 		title: "Run schedule %q now", fields: []string{"name"},
 		explain: "A manual run is queued, and starts on some instance as soon as its turn comes (it is never one of the schedule's ticks).",
+		exists:  scheduleExists,
 		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
 			id, err := cron.Trigger(r.Context(), c.pool, f.Get("name"), by)
 			if err != nil {
@@ -121,6 +124,7 @@ var actions = map[string]action{
 	"backfill": {
 		title: "Backfill schedule %q from %s to %s", fields: []string{"name", "from", "to"},
 		explain: "Each tick of the schedule in that range (both ends included, UTC) that did not run or fail, and is not running or queued, is queued; instances run them oldest first.",
+		exists:  scheduleExists,
 		preview: func(c *console, r *http.Request, f url.Values) (string, error) {
 			from, to, err := backfillRange(f)
 			if err != nil {
@@ -147,6 +151,9 @@ var actions = map[string]action{
 	"resign": {
 		title: "Make the leader of election %q resign (term %s)", fields: []string{"election", "term"},
 		explain: "Its lock is released: the leader is told at its next renewal and must stop, and the next candidate is elected with a larger term.",
+		exists: func(c *console, r *http.Request, f url.Values) error {
+			return tableLockHeld(c, r, leader.LockName(f.Get("election")))
+		},
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
 			// A term is its election's lock's token: released with that token, or not at all.
 			election := f.Get("election")
@@ -155,8 +162,8 @@ var actions = map[string]action{
 				return "", "", fmt.Errorf("%w: term %q is not a term", pglock.ErrInvalidArgument, f.Get("term"))
 			}
 			rel, err := ops.ForceRelease(r.Context(), c.pool, leader.LockName(election), &term)
-			if errors.Is(err, pglock.ErrNotHeld) {
-				return "", "", fmt.Errorf("%w: election %q has no leader now: nothing was done", pglock.ErrNotHeld, election)
+			if errors.Is(err, pglock.ErrNotHeld) { // gone, not changed: as an unknown election
+				return "", "", fmt.Errorf("%w: election %q has no leader: nothing was done", pglock.ErrNotFound, election)
 			}
 			if err != nil {
 				return "", "", err
@@ -191,6 +198,46 @@ func advisoryKey(s string) (advisory.Key, error) {
 		return advisory.Key{}, fmt.Errorf("%w: key %q is not an advisory key (a bigint, or NS,ID)", pglock.ErrInvalidArgument, s)
 	}
 	return advisory.PairKey(int32(ns), int32(id)), nil
+}
+
+// tableLockHeld is nil if someone holds the table lock name, else an error matching
+// pglock.ErrNotFound.
+func tableLockHeld(c *console, r *http.Request, name string) error {
+	locks, _, err := ops.Lock(r.Context(), c.pool, name)
+	if err == nil && len(locks.TableLocks) == 0 {
+		err = fmt.Errorf("%w: nobody holds %q", pglock.ErrNotFound, name)
+	}
+	return err
+}
+
+// scheduleExists is nil if the schedule the form names exists, else an error matching
+// pglock.ErrNotFound.
+func scheduleExists(c *console, r *http.Request, f url.Values) error {
+	_, _, _, _, err := ops.Schedule(r.Context(), c.pool, f.Get("name"), nil, 1)
+	return err
+}
+
+// advisoryHolder is the backend the form names, if it holds the advisory lock the form names
+// (an error matching pglock.ErrNotFound if not).
+func advisoryHolder(c *console, r *http.Request, f url.Values) (int32, error) {
+	pid, err := strconv.ParseInt(f.Get("pid"), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%w: pid %q is not a process id", pglock.ErrInvalidArgument, f.Get("pid"))
+	}
+	key, err := advisoryKey(f.Get("key"))
+	if err != nil {
+		return 0, err
+	}
+	holders, err := ops.AdvisoryHolders(r.Context(), c.pool, key)
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range holders {
+		if int64(h.PID) == pid {
+			return h.PID, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: backend %d does not hold advisory lock %s: nothing was done", pglock.ErrNotFound, pid, f.Get("key"))
 }
 
 // backfillRange reads a backfill's range: RFC 3339 times, or a form's date and time, in UTC.
@@ -252,6 +299,12 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
 		args = append(args, q.Get(f))
 	}
 	d.Title = fmt.Sprintf(a.title, args...)
+	if a.exists != nil {
+		if err := a.exists(c, r, q); err != nil {
+			c.failWith(w, r, err)
+			return
+		}
+	}
 	if a.preview != nil {
 		preview, err := a.preview(c, r, q)
 		if err != nil {

@@ -3,6 +3,7 @@ package console
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -118,6 +120,22 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	return c.guard(http.NewCrossOriginProtection().Handler(mux)), nil
 }
 
+// textOnly refuses a request whose query or form holds what PostgreSQL text cannot: a NUL
+// byte, or bytes that are not UTF-8 (the database would refuse them in its own words).
+func textOnly(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return fmt.Errorf("%w: the form cannot be read: %w", pglock.ErrInvalidArgument, err)
+	}
+	for name, values := range r.Form {
+		for _, v := range append(values, name) {
+			if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+				return fmt.Errorf("%w: %q holds a NUL byte or bytes that are not UTF-8, which no name or note can", pglock.ErrInvalidArgument, name)
+			}
+		}
+	}
+	return nil
+}
+
 // guard checks the Host header and sets the headers every answer carries.
 func (c *console) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -131,6 +149,10 @@ func (c *console) guard(next http.Handler) http.Handler {
 		if !c.hostAllowed(r.Host) {
 			c.opts.Logger.Warn("pglock console: refused a request for another host", "host", r.Host, "remote", r.RemoteAddr)
 			http.Error(w, "pglock console: this host name is not served here", http.StatusMisdirectedRequest)
+			return
+		}
+		if err := textOnly(r); err != nil {
+			c.fail(w, r, http.StatusBadRequest, err)
 			return
 		}
 		next.ServeHTTP(w, r)

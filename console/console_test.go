@@ -421,9 +421,15 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Contains(t, parse(t, r.body).text, `Released "orders:42"`)
 	require.NotContains(t, parse(t, get(t, srv, "/ops/locks").body).text, "orders:42")
-	r = act(t, c, srv, fmt.Sprintf("/ops/confirm/release?name=orders:42&token=%d", s.Lock.Token()), nil)
-	require.Equal(t, http.StatusConflict, r.status, "released already")
-	require.Contains(t, r.body, "released meanwhile")
+	again := fmt.Sprintf("/ops/confirm/release?name=orders:42&token=%d", s.Lock.Token())
+	require.Equal(t, http.StatusNotFound, get(t, srv, again).status, "released already: no lock to confirm")
+	resp, err := c.PostForm(srv.URL+"/ops/do/release", url.Values{"name": {"orders:42"}, "token": {fmt.Sprint(s.Lock.Token())}})
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a POST past the confirmation too")
+	require.Contains(t, string(body), "nobody holds table lock")
 
 	// Pause needs a note; it is recorded with who paused.
 	r = act(t, c, srv, "/ops/confirm/pause?name=rollup", nil)
@@ -450,7 +456,7 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 	first := runs[len(runs)-1].ScheduledTime.UTC()
 	backfill := url.Values{"name": {"rollup"}, "from": {first.Add(-10 * time.Second).Format("2006-01-02T15:04:05")},
 		"to": {first.Add(-2 * time.Second).Format(time.RFC3339)}}
-	resp, err := c.PostForm(srv.URL+"/ops/confirm/backfill", backfill)
+	resp, err = c.PostForm(srv.URL+"/ops/confirm/backfill", backfill)
 	require.NoError(t, err)
 	preview, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -517,6 +523,49 @@ func TestActionsConfirmActLogAndReport(t *testing.T) {
 	for _, action := range []string{"release", "pause", "resume", "trigger", "backfill", "resign", "forget", "terminate", "gc"} {
 		require.Contains(t, logs.String(), "action="+action+" by=alice")
 	}
+}
+
+// A refusal says what was wrong in the console's words, never PostgreSQL's raw text; the
+// confirmation page of a target that does not exist is a 404 at once; and a database without
+// pglock's schema says, on every page, how to install it.
+func TestRefusalsSayWhatWasWrongInTheConsolesWords(t *testing.T) {
+	t.Parallel()
+	s := consoletest.Seed(t)
+	srv := mount(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false }})
+	for _, tc := range []struct {
+		path   string
+		status int
+		says   string
+	}{
+		{"/ops/confirm/pause?name=no-such", http.StatusNotFound, `no-such`},
+		{"/ops/confirm/trigger?name=no-such", http.StatusNotFound, `no-such`},
+		{"/ops/confirm/release?name=nobody&token=1", http.StatusNotFound, `nobody holds`},
+		{"/ops/confirm/resign?election=no-such&term=1", http.StatusNotFound, `nobody holds`},
+		{"/ops/confirm/forget?scope=billing&key=no-such", http.StatusNotFound, `no-such`},
+		{"/ops/confirm/terminate?pid=1&key=5", http.StatusNotFound, `does not hold advisory lock 5`},
+		{"/ops/schedule?name=a%00b", http.StatusBadRequest, `holds a NUL byte or bytes that are not UTF-8`},
+		{"/ops/confirm/pause?name=%ff", http.StatusBadRequest, `holds a NUL byte or bytes that are not UTF-8`},
+	} {
+		r := get(t, srv, tc.path)
+		require.Equal(t, tc.status, r.status, "%s: %s", tc.path, r.body)
+		text := parse(t, r.body).text
+		require.Contains(t, text, tc.says, tc.path)
+		require.NotContains(t, text, "SQLSTATE", tc.path)
+		require.NotContains(t, text, "ERROR:", tc.path)
+	}
+	form := url.Values{"name": {"no-such"}, "note": {"why"}}
+	resp, err := noKeepAlive.PostForm(srv.URL+"/ops/do/pause", form)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a POST past the confirmation")
+	require.NotContains(t, string(body), "SQLSTATE")
+
+	bare := testdb.New(t, &testdb.Options{Unmigrated: true})
+	r := get(t, mount(t, bare.Pool, nil), "/ops/locks")
+	require.Equal(t, http.StatusInternalServerError, r.status)
+	require.Contains(t, parse(t, r.body).text, "pglockctl migrate up")
 }
 
 type writerFunc func(p []byte) (int, error)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
@@ -98,12 +99,27 @@ func (c *console) render(w http.ResponseWriter, r *http.Request, status int, nam
 // fail answers with an error page: 404 for what does not exist, 400 for a malformed request,
 // 403 for a refused action, 500 (logged, with the database error kept out of the page) else.
 func (c *console) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
-	msg := err.Error()
-	if status >= 500 {
+	msg := inConsoleWords(err)
+	switch {
+	case errors.Is(err, pglock.ErrNotMigrated):
+		c.opts.Logger.Error("pglock console", "path", r.URL.Path, "error", err)
+		msg = "pglock's tables and functions are not in this database, or not all of them: run `pglockctl migrate up` (docs/sql.md)"
+	case status >= 500:
 		c.opts.Logger.Error("pglock console", "path", r.URL.Path, "error", err)
 		msg = "the database could not be read; the console's log says why"
 	}
 	c.render(w, r, status, "error", page{Title: http.StatusText(status), Data: msg})
+}
+
+// inConsoleWords is err's text with the server's error, if it holds one, told by its message
+// alone: "ERROR: …" and the SQLSTATE are for the log.
+func inConsoleWords(err error) string {
+	msg := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg = strings.Replace(msg, pgErr.Error(), pgErr.Message, 1)
+	}
+	return msg
 }
 
 // overviewData is the overview's: counts, and what needs attention.
