@@ -32,6 +32,15 @@ func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 // Begin returns ctx.
 func (f ObserverFunc) Begin(ctx context.Context, _ Event) context.Context { return ctx }
 
+// A LeadershipReader is an Observer that reads leadership when it exports, rather than from
+// events alone: an Elector whose Observer is one registers with it for the whole of Run, so that
+// a candidate that never led says so from the start of its campaign (package otelpglock's
+// pglock.leader.is_leader is 0 for it, not absent). term is the Elector's Term; stop ends the
+// registration.
+type LeadershipReader interface {
+	ReadLeadership(election string, term func() int64) (stop func())
+}
+
 // EventBuffer is how many events may wait for an Observer (per Locker, Deduper, Scheduler,
 // Elector, Limiter or Session) before new ones are dropped.
 const EventBuffer = 4096

@@ -198,6 +198,9 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 		defer cancel()
 		locker.Close(closeCtx)
 	}()
+	if r, ok := e.cfg.Observer.(pglock.LeadershipReader); ok {
+		defer r.ReadLeadership(e.name, e.Term)()
+	}
 	if cb.OnNewLeader != nil {
 		watchCtx, stopWatching := context.WithCancel(ctx)
 		watched := make(chan struct{})

@@ -74,7 +74,8 @@ type Observer struct {
 	cronRuns                               metric.Int64Counter
 	cronRunDuration, cronLag               metric.Float64Histogram
 	clockOffset, lastSuccess, renewalLag   metric.Float64Gauge
-	isLeader, term                         metric.Int64Gauge
+	leadersMu                              sync.Mutex
+	leaders                                map[*leadership]struct{} // the Electors campaigning, read at each export
 	transitions                            metric.Int64Counter
 	tenure, vacancy                        metric.Float64Histogram
 	rateDecisions                          metric.Int64Counter
@@ -123,8 +124,23 @@ func New(opts *Options) (*Observer, error) {
 	obs.cronLag = b.histogram("pglock.cron.fire.lag", "A cron run's start minus its scheduled time, on the database's clock.", waits)
 	obs.clockOffset = b.gauge("pglock.cron.clock.offset", "s", "The database's clock minus this host's, as last measured.")
 	obs.lastSuccess = b.gauge("pglock.cron.last_success", "s", "When a schedule's last successful run ended, Unix time on the database's clock.")
-	obs.isLeader = b.intGauge("pglock.leader.is_leader", "", "1 while this process leads the election, else 0.")
-	obs.term = b.intGauge("pglock.leader.term", "{term}", "The term this process leads in (0: not leading).")
+	obs.leaders = map[*leadership]struct{}{}
+	isLeader := b.observedIntGauge("pglock.leader.is_leader", "", "1 while this process leads the election, else 0, for as long as it campaigns.")
+	term := b.observedIntGauge("pglock.leader.term", "{term}", "The term this process leads in (0: not leading), for as long as it campaigns.")
+	if b.err == nil {
+		_, err := m.RegisterCallback(func(_ context.Context, m metric.Observer) error {
+			for election, t := range obs.terms() {
+				attrs, leads := obs.attributes(attrKey{name: election}), int64(0)
+				if t != 0 {
+					leads = 1
+				}
+				m.ObserveInt64(isLeader, leads, attrs)
+				m.ObserveInt64(term, t, attrs)
+			}
+			return nil
+		}, isLeader, term)
+		b.keep(err)
+	}
 	obs.transitions = b.counter("pglock.leader.transitions", "{transition}", "Leadership gained or ended, by transition and cause.")
 	obs.tenure = b.histogram("pglock.leader.tenure", "How long a leadership lasted.", runs)
 	obs.vacancy = b.histogram("pglock.leader.vacancy", "Time an election had no leader before this one, on the database's clock.", waits)
@@ -170,11 +186,46 @@ func (b *builder) gauge(name, unit, desc string) metric.Float64Gauge {
 	return g
 }
 
-func (b *builder) intGauge(name, unit, desc string) metric.Int64Gauge {
-	g, err := b.m.Int64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+func (b *builder) observedIntGauge(name, unit, desc string) metric.Int64ObservableGauge {
+	g, err := b.m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
 	b.keep(err)
 	return g
 }
+
+// leadership is an Elector's, registered for the whole of its Run.
+type leadership struct {
+	election string
+	term     func() int64
+}
+
+// ReadLeadership has pglock.leader.is_leader and pglock.leader.term read election's Elector (its
+// term, 0 when it does not lead) at each export, until stop: a candidate that never led
+// exports 0, so that "no leader" can be told from "no data" (docs/observability.md's alert).
+func (o *Observer) ReadLeadership(election string, term func() int64) (stop func()) {
+	r := &leadership{election: election, term: term}
+	o.leadersMu.Lock()
+	o.leaders[r] = struct{}{}
+	o.leadersMu.Unlock()
+	return sync.OnceFunc(func() {
+		o.leadersMu.Lock()
+		delete(o.leaders, r)
+		o.leadersMu.Unlock()
+	})
+}
+
+// terms is the term each election campaigned in here is led in by this process (the largest,
+// if it runs more than one Elector of it), 0 where it does not lead.
+func (o *Observer) terms() map[string]int64 {
+	o.leadersMu.Lock()
+	defer o.leadersMu.Unlock()
+	terms := make(map[string]int64, len(o.leaders))
+	for r := range o.leaders {
+		terms[r.election] = max(terms[r.election], r.term())
+	}
+	return terms
+}
+
+var _ pglock.LeadershipReader = (*Observer)(nil)
 
 // Observe records e's metrics, its span when it is a blocking wait under a sampled span, and
 // ends the span Begin started for a run.
@@ -251,13 +302,9 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		name := o.attributes(attrKey{name: e.Name})
 		o.transitions.Add(ctx, 1, o.attributes(attrKey{outcome: e.Outcome, cause: e.Cause, name: e.Name}))
 		if e.Outcome == pglock.OutcomeElected {
-			o.isLeader.Record(ctx, 1, name)
-			o.term.Record(ctx, e.Token, name)
 			o.vacancy.Record(ctx, e.Vacancy.Seconds(), name)
 			return
 		}
-		o.isLeader.Record(ctx, 0, name)
-		o.term.Record(ctx, 0, name)
 		o.tenure.Record(ctx, e.Held.Seconds(), o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
 		if e.Outcome == pglock.OutcomeLost {
 			trace.SpanFromContext(ctx).AddEvent("pglock.leader.lost", trace.WithTimestamp(e.Time),

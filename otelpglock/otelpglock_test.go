@@ -466,6 +466,9 @@ func TestRateLimitDecisionsAreCounted(t *testing.T) {
 
 // A leader cut off loses its leadership (counted by cause, its tenure timed); the other
 // instance is elected after a vacancy measured on the database's clock, and its gauges say so.
+// The other instance exports is_leader 0 from the start of its campaign, so that the "no
+// leader" alert over its series fires while the election has none; and its vacancy is the
+// gap on the database's clock, however long it waited before the leader was cut off.
 func TestLeaderFailoverCountsTransitionsAndVacancy(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -491,16 +494,30 @@ func TestLeaderFailoverCountsTransitionsAndVacancy(t *testing.T) {
 	doneB := campaign(d.Pool, b, "b")
 	election := name("primary")
 	a.waitValue(t, 1, "pglock.leader.is_leader", election)
+	testdb.WaitFor(t, func() bool {
+		p := b.read(t, "pglock.leader.is_leader", election)
+		return p.found && p.value == 0
+	}, "b exports is_leader 0 while it campaigns")
+	// b waits through more than a TTL of a's renewals: its vacancy must not count the wait.
+	for range 4 {
+		require.NoError(t, testdb.Moved(ctx, d.Pool, `SELECT expires_at FROM distributed_locks WHERE lock_name = $1`, leader.LockName("primary")))
+	}
 	heal := partition()
+	// docs/observability.md's alert, sum by (pglock_name) (pglock_leader_is_leader) < 1, over
+	// the series of the instance that remains: "no leader" until b is elected.
+	if p := b.read(t, "pglock.leader.is_leader", election); !p.found || p.value >= 1 {
+		t.Logf("b's series said %+v right after the cut: b must have been elected already", p)
+		require.True(t, p.found)
+	}
 	require.Equal(t, "b", testdb.Receive(t, elected))
 	b.waitValue(t, 1, "pglock.leader.is_leader", election)
 	a.waitValue(t, 1, "pglock.leader.transitions", election, outcome(pglock.OutcomeLost), cause(pglock.CauseRenewalFailed))
 	a.waitValue(t, 0, "pglock.leader.is_leader", election)
-	a.waitCount(t, 1, "pglock.leader.tenure", election, outcome(pglock.OutcomeLost)) // recorded with the gauges, not before them
+	a.waitCount(t, 1, "pglock.leader.tenure", election, outcome(pglock.OutcomeLost))
 	vacancy := b.waitCount(t, 1, "pglock.leader.vacancy", election)
 	require.Greater(t, vacancy.sum, 0.0, "the old lease expired before the new term began")
 	// A poll's wait after the lease's end (at most a second); less than a TTL, whatever the
-	// machine: a vacancy that counted a lease more would be past it.
+	// machine: a vacancy that counted the wait before the cut (over 3 s here) would be past it.
 	require.Less(t, vacancy.sum, 3.0, "a poll after the lease's end")
 	require.Greater(t, b.read(t, "pglock.leader.term", election).value, 0.0)
 	require.Equal(t, 1.0, b.read(t, "pglock.leader.transitions", election, outcome(pglock.OutcomeElected)).value)

@@ -66,8 +66,9 @@ func (lk *Lock) Metadata() map[string]any { return lk.metadata }
 func (lk *Lock) ExpiresAt() time.Time { return lk.lease.ExpiresAt() }
 
 // Vacancy is how long the name had no live holder before this lock took it, by the database's
-// clock: from the expiry of the lease its wait last saw to the start of its own. Zero for a
-// lock handed over by a release, taken by a try, or found free.
+// clock: from the expiry of the last lease of another holder its wait saw (by its polls, or
+// while listening by the statement that keeps its place in the queue) to the start of its own.
+// Zero for a lock handed over by a release, taken by a try, or found free.
 func (lk *Lock) Vacancy() time.Duration { return lk.vacancy }
 
 // Deadline returns when, on this process's monotonic clock, the lock is declared lost unless a

@@ -31,6 +31,10 @@ type waiter struct {
 	place    *lease.Keeper
 	mu       sync.Mutex
 	lockEnds time.Time
+	// The holder last seen, by a poll or the Set, and its lease's end by the database's clock:
+	// what a lock taken over after it expired counts its vacancy from.
+	lastHolder  string
+	lastExpires time.Time
 }
 
 // seen records until when the lock is held, as an answer about it said.
@@ -38,6 +42,28 @@ func (w *waiter) seen(ends time.Time) {
 	w.mu.Lock()
 	w.lockEnds = ends
 	w.mu.Unlock()
+}
+
+// sawHolder records the lock's holder and its lease's end by the database's clock, as an
+// answer about it said; a later answer of an earlier time (a poll and the Set's statement
+// overlapping) is not taken.
+func (w *waiter) sawHolder(holder string, expiresAt time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if holder != "" && (holder != w.lastHolder || expiresAt.After(w.lastExpires)) {
+		w.lastHolder, w.lastExpires = holder, expiresAt
+	}
+}
+
+// vacancyBefore is how long the name had no live holder before a lease that began at
+// acquiredAt, by the database's clock: from the end of the last lease seen of another holder.
+func (w *waiter) vacancyBefore(acquiredAt time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastHolder == "" || w.lastHolder == w.req.holder {
+		return 0
+	}
+	return max(0, acquiredAt.Sub(w.lastExpires))
 }
 
 // holderEnds is until when the lock's holder has it, as last seen.
@@ -89,11 +115,10 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w) // after hold: if Close began, the release hold makes is counted
-			var vacancy time.Duration
-			if locked != nil && locked.Holder != req.holder {
-				// Taken, not handed over: from the end of the lease last seen to the start of this one.
-				vacancy = max(0, row.ExpiresAt.Add(-req.timing.TTL).Sub(locked.ExpiresAt))
-			}
+			// Taken, not handed over: from the end of the lease last seen, by a poll or by the
+			// Set's statement (a listening waiter polls only once its place is kept), to the
+			// start of this one.
+			vacancy := w.vacancyBefore(row.ExpiresAt.Add(-req.timing.TTL))
 			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start), vacancy)
 		case err == nil:
 			if row.Queued {
@@ -101,6 +126,7 @@ func (l *Locker) wait(ctx context.Context, req request, timeout time.Duration) (
 			}
 			l.wakeLocalHolder(row.HolderID)
 			locked = lockedError(req.name, row.HolderID, row.Instance, row.Metadata, row.ExpiresAt)
+			w.sawHolder(row.HolderID, row.ExpiresAt)
 			checked = time.Now()
 			expiresIn = row.ExpiresAt.Sub(row.CheckedAt) + time.Millisecond
 			w.seen(checked.Add(expiresIn))
@@ -240,6 +266,7 @@ func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renew
 		}
 		ends := now.Add(r.LockExpiresAt.Sub(r.CheckedAt))
 		w.seen(ends)
+		w.sawHolder(r.LockHolderID, r.LockExpiresAt)
 		if r.LockHolderID == "" || r.LockHolderID == w.req.holder || !ends.After(now) {
 			wake(w)
 		}
