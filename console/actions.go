@@ -152,7 +152,11 @@ var actions = map[string]action{
 		title: "Make the leader of election %q resign (term %s)", fields: []string{"election", "term"},
 		explain: "Its lock is released: the leader is told at its next renewal and must stop, and the next candidate is elected with a larger term.",
 		exists: func(c *console, r *http.Request, f url.Values) error {
-			return tableLockHeld(c, r, leader.LockName(f.Get("election")))
+			err := tableLockHeld(c, r, leader.LockName(f.Get("election")))
+			if errors.Is(err, pglock.ErrNotFound) { // named by the election, not its lock
+				err = fmt.Errorf("%w: election %q has no leader", pglock.ErrNotFound, f.Get("election"))
+			}
+			return err
 		},
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
 			// A term is its election's lock's token: released with that token, or not at all.

@@ -85,7 +85,7 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 		o.Logger = slog.Default()
 	}
 	for _, h := range o.AllowedHosts {
-		if name, _ := splitHost(h); name == "" || strings.ContainsAny(h, "/ ") {
+		if name, port := splitHost(h); name == "" || strings.ContainsAny(h, "/ ") || strings.Trim(port, "0123456789") != "" {
 			return nil, errs.Errorf("%w: Options.AllowedHosts: %q is not a host", pglock.ErrInvalidArgument, h)
 		}
 	}
@@ -127,7 +127,7 @@ func textOnly(r *http.Request) error {
 		return fmt.Errorf("%w: the form cannot be read: %w", pglock.ErrInvalidArgument, err)
 	}
 	for name, values := range r.Form {
-		for _, v := range append(values, name) {
+		for _, v := range append([]string{name}, values...) {
 			if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
 				return fmt.Errorf("%w: %q holds a NUL byte or bytes that are not UTF-8, which no name or note can", pglock.ErrInvalidArgument, name)
 			}

@@ -277,9 +277,11 @@ func TestForeignHostsAreRefused(t *testing.T) {
 		req.Host = c.host
 		require.Equal(t, c.status, do(t, req).status, "%v %s", c.allowed, c.host)
 	}
-	_, err := console.New(d.Pool, &console.Options{AllowedHosts: []string{"a b"}})
-	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-	_, err = console.New(nil, nil)
+	for _, bad := range []string{"a b", "ops.internal:https", "[::1]:80x"} {
+		_, err := console.New(d.Pool, &console.Options{AllowedHosts: []string{bad}})
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument, bad)
+	}
+	_, err := console.New(nil, nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 }
 
@@ -540,7 +542,7 @@ func TestRefusalsSayWhatWasWrongInTheConsolesWords(t *testing.T) {
 		{"/ops/confirm/pause?name=no-such", http.StatusNotFound, `no-such`},
 		{"/ops/confirm/trigger?name=no-such", http.StatusNotFound, `no-such`},
 		{"/ops/confirm/release?name=nobody&token=1", http.StatusNotFound, `nobody holds`},
-		{"/ops/confirm/resign?election=no-such&term=1", http.StatusNotFound, `nobody holds`},
+		{"/ops/confirm/resign?election=no-such&term=1", http.StatusNotFound, `election "no-such" has no leader`},
 		{"/ops/confirm/forget?scope=billing&key=no-such", http.StatusNotFound, `no-such`},
 		{"/ops/confirm/terminate?pid=1&key=5", http.StatusNotFound, `does not hold advisory lock 5`},
 		{"/ops/schedule?name=a%00b", http.StatusBadRequest, `holds a NUL byte or bytes that are not UTF-8`},

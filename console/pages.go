@@ -222,7 +222,10 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 	locks, waiters, err := ops.Lock(r.Context(), c.pool, name)
 	// A lock's name exists only while it is held or waited for: a free one is a page that says
 	// so, not a 404, so that a page left open follows its lock's release at the next refresh.
-	if err != nil && !errors.Is(err, pglock.ErrNotFound) {
+	if errors.Is(err, pglock.ErrNotFound) {
+		locks.Now, err = ops.DatabaseNow(r.Context(), c.pool)
+	}
+	if err != nil {
 		c.failWith(w, r, err)
 		return
 	}

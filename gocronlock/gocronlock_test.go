@@ -237,6 +237,7 @@ func TestBadInputIsRefused(t *testing.T) {
 		{"TTL over the most", l, time.Second, &gocronlock.Options{TTL: 25 * time.Hour}, []error{pglock.ErrInvalidTTL, pglock.ErrInvalidArgument}},
 		{"prefix with NUL", l, time.Second, &gocronlock.Options{Prefix: "jobs\x00/"}, []error{pglock.ErrInvalidName}},
 		{"prefix with no room for a job", l, time.Second, &gocronlock.Options{Prefix: strings.Repeat("p", pglock.MaxNameLen)}, []error{pglock.ErrInvalidName}},
+		{"a semaphore's prefix", l, time.Second, &gocronlock.Options{Prefix: tablelock.SemaphorePrefix + "jobs/"}, []error{pglock.ErrInvalidName}},
 	} {
 		_, err := gocronlock.NewLocker(tt.locker, tt.minHold, tt.opts)
 		for _, want := range tt.want {

@@ -3,6 +3,7 @@ package gocronlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,9 @@ func NewLocker(locker *tablelock.Locker, minHold time.Duration, opts *Options) (
 	}
 	if err := pglock.ValidateName(l.opts.Prefix + "x"); err != nil { // room for a job's name, too
 		return nil, errorf("Options.Prefix: %w", err)
+	}
+	if strings.HasPrefix(l.opts.Prefix, tablelock.SemaphorePrefix) {
+		return nil, errorf("%w: Options.Prefix %q: names starting %q are reserved for semaphores", pglock.ErrInvalidName, l.opts.Prefix, tablelock.SemaphorePrefix)
 	}
 	return l, nil
 }

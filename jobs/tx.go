@@ -74,8 +74,9 @@ type txRun interface {
 	// call runs fn in the transaction.
 	call(ctx context.Context) error
 	// left says what fn left of the transaction, as far as the driver tells: open (or not
-	// known), aborted, or ended, and how.
-	left() (txState, endedByFn)
+	// known), aborted, ended (and how), or lost with its connection. fnErr is what fn returned:
+	// where the driver cannot tell without asking, it asks only when fn failed.
+	left(ctx context.Context, fnErr error) (txState, endedByFn)
 	// commit writes the outcome and commits, returning the outcome's time. Where left could not
 	// tell, it returns endedByFn or errAborted.
 	commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error)
@@ -131,14 +132,18 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	})
 	ran(fnErr)
 	res.FinishedAt = time.Time{} // the outcome's time, once committed
-	state, ended := run.left()
-	if fnErr != nil && ctx.Err() == nil && (state == txLost || db.ConnectionEnded(fnErr) || db.MadeByClient(fnErr)) {
-		// The connection died under fn, which then failed: the transaction, claim and all, was
-		// rolled back by the server, as when it dies before COMMIT. The attempt leaves no trace
-		// and does not count (MaxAttempts): recording fn's error would.
+	state, ended := run.left(ctx, fnErr)
+	if state == txLost && (fnErr == nil || ctx.Err() == nil) {
+		// The connection died under fn: the transaction, claim and all, was rolled back by the
+		// server, as when it dies before COMMIT, whatever fn returned (the error its statement
+		// got, or nil if it swallowed it). The attempt leaves no trace and does not count
+		// (MaxAttempts): recording fn's error would.
 		run.rollback(ctx)
-		return res, 0, errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count: %w",
-			req.label(), fnErr)
+		lost := errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count", req.label())
+		if fnErr != nil {
+			lost = errs.Errorf("%w: %w", lost, fnErr)
+		}
+		return res, 0, lost
 	}
 	var finishedAt time.Time
 	if state == txOpen {
@@ -242,7 +247,7 @@ func (r *pgxRun) call(ctx context.Context) error {
 	return r.fn(ctx, r.watched)
 }
 
-func (r *pgxRun) left() (txState, endedByFn) {
+func (r *pgxRun) left(context.Context, error) (txState, endedByFn) {
 	if r.conn.Conn().IsClosed() {
 		return txLost, endedByFn{}
 	}
@@ -311,9 +316,19 @@ func (r *sqlRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobT
 
 func (r *sqlRun) call(ctx context.Context) error { return r.fn(ctx, r.tx) }
 
-// left cannot tell: database/sql says nothing of the transaction's state until it is used, so
-// commit and rollback find out.
-func (r *sqlRun) left() (txState, endedByFn) { return txOpen, endedByFn{} }
+// left: database/sql says nothing of the transaction's state until it is used. When fn
+// failed, a statement asks whether the connection is gone (fn's error alone cannot say: its own
+// timeouts and network errors look alike); otherwise commit and rollback find out.
+func (r *sqlRun) left(ctx context.Context, fnErr error) (txState, endedByFn) {
+	if fnErr == nil || ctx.Err() != nil {
+		return txOpen, endedByFn{}
+	}
+	_, err := r.tx.ExecContext(ctx, "SELECT 1")
+	if err != nil && !errors.Is(err, sql.ErrTxDone) && (db.ConnectionEnded(err) || db.MadeByClient(err)) {
+		return txLost, endedByFn{}
+	}
+	return txOpen, endedByFn{}
+}
 
 // commit commits the outcome written with the claim. When COMMIT fails, the key's record says
 // whether the transaction committed, so that the failure is told as RunTx tells it: fn ended the

@@ -9,7 +9,8 @@
 -- only grow; those issued before this migration are all smaller than the first one after it.
 --
 -- The functions that draw tokens are redefined with pglock_next_token in place of nextval, their
--- bodies otherwise as their latest migration left them (000001; pglock_job_claim, 000003).
+-- bodies otherwise as their latest migration left them (000001; pglock_job_claim, 000003), but
+-- for pglock_release, which no longer passes over a first waiter whose place is being written.
 BEGIN;
 
 SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coalesce(pg_catalog.current_setting('pglock.schema', true), pg_catalog.current_schema())), true);
@@ -242,9 +243,11 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_lock   distributed_locks;
-    v_waiter distributed_lock_waiters;
-    v_now    timestamptz;
+    v_lock    distributed_locks;
+    v_waiter  distributed_lock_waiters;
+    v_first   distributed_lock_waiters;
+    v_now     timestamptz;
+    v_timeout text;
 BEGIN
     IF p_lock_name IS NULL OR p_holder_id IS NULL OR length(p_lock_name) NOT BETWEEN 1 AND 255
        OR length(p_holder_id) NOT BETWEEN 1 AND 255 THEN
@@ -253,9 +256,8 @@ BEGIN
     released := false;
     handed_off := false;
 
-    -- The lock row first, waiter rows after. No statement that locks a waiter's row (its poll,
-    -- the renewal of its place, its leaving, pglock_gc) waits, while it holds it, for a lock row
-    -- a releaser holds, so the two cannot deadlock.
+    -- The lock row first, waiter rows after: an acquirer locks them in the same order, and the
+    -- one wait for a waiter's row (below) is bounded, so that a release never deadlocks.
     DELETE FROM distributed_locks l
      WHERE l.lock_name = p_lock_name AND l.holder_id = p_holder_id
     RETURNING l.* INTO v_lock;
@@ -285,31 +287,56 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    -- The first live waiter's place is taken, waiting for a statement that holds it: passing it
-    -- over would free the lock to whoever asks next, ahead of the waiter (a resigned leader
-    -- campaigning again). A locking read with LIMIT drops a row deleted while it waited (the
-    -- waiter left) rather than take the next one: then look again. Places that expired are
-    -- passed over (pglockctl gc removes them).
-    LOOP
-        v_now := clock_timestamp();
-        SELECT w.* INTO v_waiter FROM distributed_lock_waiters w
-         WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
-         ORDER BY w.waiter_seq LIMIT 1
-           FOR UPDATE;
-        EXIT WHEN FOUND OR NOT EXISTS (
-            SELECT FROM distributed_lock_waiters w
-             WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now);
-    END LOOP;
-    -- That place goes, and the releaser's own (a poll of its own can have written one just as a
-    -- release handed it the lock), locked only now: pglock_gc, which may hold the waiter's row,
-    -- may be waiting for the releaser's.
-    DELETE FROM distributed_lock_waiters w
-     WHERE w.lock_name = p_lock_name AND w.holder_id IN (p_holder_id, v_waiter.holder_id);
+    -- In one statement: forget the releaser's own place in the queue (a poll of its own can have
+    -- written one just as a release handed it the lock), and take the first live waiter's place
+    -- that no other statement holds. Places that expired are passed over (pglockctl gc removes
+    -- them).
+    v_now := clock_timestamp();
+    WITH own_place AS (
+        DELETE FROM distributed_lock_waiters w
+         WHERE w.lock_name = p_lock_name AND w.holder_id = p_holder_id
+    )
+    SELECT w.* INTO v_waiter FROM distributed_lock_waiters w
+     WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
+     ORDER BY w.waiter_seq LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    -- A place passed over ahead of it is being written by another statement: the renewal of
+    -- its place, the waiter's own poll, each a moment. Passing it over would free the lock (or
+    -- hand it on) ahead of that waiter, to whoever asks next: a resigned leader campaigning
+    -- again. So wait for it, but briefly (the caller's lock_timeout, or 250 ms without one):
+    -- held longer (a poll in a transaction left open, or two releases of one transaction
+    -- crossing a renewal of both places), it is passed over as before, rather than stall the
+    -- release or deadlock with it (250 ms is below PostgreSQL's default deadlock_timeout, so the
+    -- release is not the transaction a deadlock ends).
+    IF EXISTS (SELECT FROM distributed_lock_waiters w
+                WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
+                  AND (v_waiter.holder_id IS NULL OR w.waiter_seq < v_waiter.waiter_seq)) THEN
+        v_timeout := current_setting('lock_timeout');
+        BEGIN
+            IF v_timeout::interval = interval '0' THEN
+                PERFORM set_config('lock_timeout', '250ms', true);
+            END IF;
+            -- With LIMIT, a locking read whose row is deleted while it waits (the waiter left)
+            -- takes the next one.
+            SELECT w.* INTO v_first FROM distributed_lock_waiters w
+             WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
+             ORDER BY w.waiter_seq LIMIT 1
+               FOR UPDATE;
+            PERFORM set_config('lock_timeout', v_timeout, true);
+            IF FOUND THEN
+                v_waiter := v_first;
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL; -- keep the place SKIP LOCKED found, if any (lock_timeout is restored with the block)
+        END;
+    END IF;
     IF v_waiter.holder_id IS NULL THEN
         PERFORM pg_notify('pglock_released', p_lock_name);
         RETURN NEXT;
         RETURN;
     END IF;
+    DELETE FROM distributed_lock_waiters w
+     WHERE w.lock_name = p_lock_name AND w.holder_id = v_waiter.holder_id;
     handed_off := true;
 
     -- The name is ours until commit (we deleted its row), so drawing the token here keeps

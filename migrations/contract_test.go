@@ -739,20 +739,23 @@ func TestContractReleaseHandsOffToAWaiterThatQueuedWhileItWaited(t *testing.T) {
 // A release hands the lock to the first live waiter even while another statement holds that
 // waiter's place (the places Set renewing it, here in a transaction held open): it waits for
 // that statement, rather than pass the waiter over and free the lock to whoever asks next. A
-// waiter that leaves meanwhile is passed over for the next.
-func TestContractReleaseWaitsForTheFirstWaitersPlace(t *testing.T) {
+// waiter that leaves meanwhile is passed over for the next. The wait is bounded by the caller's
+// lock_timeout, or 250 ms without one: a place held longer is passed over, as it always was,
+// and the release does not stall.
+func TestContractReleaseWaitsBrieflyForTheFirstWaitersPlace(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, meanwhile, answer, next string
+		name, lockTimeout, meanwhile, answer, next string
 	}{
-		{"its place is renewed", `SELECT outcome FROM pglock_wait_many(ARRAY['k'], ARRAY['first'], ARRAY[30000::bigint])`, "kept", "first"},
+		{"its place is renewed", "30s", `SELECT outcome FROM pglock_wait_many(ARRAY['k'], ARRAY['first'], ARRAY[30000::bigint])`, "kept", "first"},
 		// A waiter leaving is no release of a lock it held.
-		{"it leaves", `SELECT released::text FROM pglock_release('k', 'first')`, "false", "second"},
+		{"it leaves", "30s", `SELECT released::text FROM pglock_release('k', 'first')`, "false", "second"},
+		{"its place is held past the bound", "0", `SELECT outcome FROM pglock_wait_many(ARRAY['k'], ARRAY['first'], ARRAY[30000::bigint])`, "kept", "second"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			pool := testdb.New(t, nil).Pool
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.True(t, callBool(t, pool, waitSQL, "k", "holder"))
 			require.False(t, callBool(t, pool, waitSQL, "k", "first"))
@@ -765,11 +768,28 @@ func TestContractReleaseWaitsForTheFirstWaitersPlace(t *testing.T) {
 			require.NoError(t, meanwhile.QueryRow(ctx, tc.meanwhile).Scan(&answer))
 			require.Equal(t, tc.answer, answer)
 
-			released := releaseBehindARowLock(t, ctx, pool, "k", "holder")
-			require.False(t, callBool(t, pool, acquireSQL, "k", "latecomer", 30), "the lock is not free meanwhile")
-			require.NoError(t, meanwhile.Commit(ctx))
-
-			require.True(t, released())
+			released := make(chan error, 1)
+			go func() {
+				released <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", tc.lockTimeout); err != nil {
+						return err
+					}
+					var ok bool
+					if err := tx.QueryRow(ctx, releaseSQL, "k", "holder").Scan(&ok); err != nil || !ok {
+						return fmt.Errorf("release: %v, %w", ok, err)
+					}
+					return nil
+				})
+			}()
+			if tc.next == "first" || tc.name == "it leaves" {
+				testdb.WaitFor(t, func() bool {
+					return callBool(t, pool, `SELECT EXISTS (SELECT FROM pg_stat_activity
+						WHERE datname = current_database() AND query = $1 AND wait_event_type = 'Lock')`, releaseSQL)
+				}, "the release waits for the place")
+				require.False(t, callBool(t, pool, acquireSQL, "k", "latecomer", 30), "the lock is not free meanwhile")
+				require.NoError(t, meanwhile.Commit(ctx))
+			}
+			require.NoError(t, testdb.Receive(t, released), "released, the place held or not")
 			lock, found := readLock(t, pool, "k")
 			require.True(t, found, "handed off, not freed")
 			require.Equal(t, tc.next, lock.Holder)

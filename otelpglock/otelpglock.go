@@ -76,6 +76,7 @@ type Observer struct {
 	clockOffset, lastSuccess, renewalLag   metric.Float64Gauge
 	leadersMu                              sync.Mutex
 	leaders                                map[*leadership]struct{} // the Electors campaigning, read at each export
+	toldTerms                              map[string]int64         // by EventLeader, for elections no Elector registered here
 	transitions                            metric.Int64Counter
 	tenure, vacancy                        metric.Float64Histogram
 	rateDecisions                          metric.Int64Counter
@@ -124,7 +125,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.cronLag = b.histogram("pglock.cron.fire.lag", "A cron run's start minus its scheduled time, on the database's clock.", waits)
 	obs.clockOffset = b.gauge("pglock.cron.clock.offset", "s", "The database's clock minus this host's, as last measured.")
 	obs.lastSuccess = b.gauge("pglock.cron.last_success", "s", "When a schedule's last successful run ended, Unix time on the database's clock.")
-	obs.leaders = map[*leadership]struct{}{}
+	obs.leaders, obs.toldTerms = map[*leadership]struct{}{}, map[string]int64{}
 	isLeader := b.observedIntGauge("pglock.leader.is_leader", "", "1 while this process leads the election, else 0, for as long as it campaigns.")
 	term := b.observedIntGauge("pglock.leader.term", "{term}", "The term this process leads in (0: not leading), for as long as it campaigns.")
 	if b.err == nil {
@@ -214,15 +215,29 @@ func (o *Observer) ReadLeadership(election string, term func() int64) (stop func
 }
 
 // terms is the term each election campaigned in here is led in by this process (the largest,
-// if it runs more than one Elector of it), 0 where it does not lead.
+// if it runs more than one Elector of it), 0 where it does not lead: read from the Electors
+// registered, else as the events told it (an Observer that wraps this one forwards events, not
+// registrations).
 func (o *Observer) terms() map[string]int64 {
 	o.leadersMu.Lock()
 	defer o.leadersMu.Unlock()
-	terms := make(map[string]int64, len(o.leaders))
+	terms := make(map[string]int64, len(o.leaders)+len(o.toldTerms))
 	for r := range o.leaders {
 		terms[r.election] = max(terms[r.election], r.term())
 	}
+	for election, term := range o.toldTerms {
+		if _, read := terms[election]; !read {
+			terms[election] = term
+		}
+	}
 	return terms
+}
+
+// tellTerm records the term an event says this process leads election in (0: none).
+func (o *Observer) tellTerm(election string, term int64) {
+	o.leadersMu.Lock()
+	o.toldTerms[election] = term
+	o.leadersMu.Unlock()
 }
 
 var _ pglock.LeadershipReader = (*Observer)(nil)
@@ -302,9 +317,11 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		name := o.attributes(attrKey{name: e.Name})
 		o.transitions.Add(ctx, 1, o.attributes(attrKey{outcome: e.Outcome, cause: e.Cause, name: e.Name}))
 		if e.Outcome == pglock.OutcomeElected {
+			o.tellTerm(e.Name, e.Token)
 			o.vacancy.Record(ctx, e.Vacancy.Seconds(), name)
 			return
 		}
+		o.tellTerm(e.Name, 0)
 		o.tenure.Record(ctx, e.Held.Seconds(), o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
 		if e.Outcome == pglock.OutcomeLost {
 			trace.SpanFromContext(ctx).AddEvent("pglock.leader.lost", trace.WithTimestamp(e.Time),

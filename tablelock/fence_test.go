@@ -61,6 +61,39 @@ func TestStaleHolderIsFencedOff(t *testing.T) {
 // PostgreSQL ends that session no later than the lease's expiry plus the lock's safety margin,
 // so another instance takes the lock then, not when TCP gives up hours later, and the frozen
 // write never commits.
+// Every fence refused for a lost lock is told (EventFenceRefused), the loss noticed before or
+// not, but for a lock its Locker's Close released: shutting down is no deposed holder writing.
+func TestEveryRefusedFenceIsToldButAfterClose(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := testdb.Context(t)
+	refused := make(chan int64, 8)
+	l, err := tablelock.New(d.Pool, &tablelock.Config{Observer: pglock.ObserverFunc(func(_ context.Context, e pglock.Event) {
+		if e.Kind == pglock.EventFenceRefused {
+			refused <- e.Token
+		}
+	})})
+	require.NoError(t, err)
+	lost, err := l.TryAcquire(ctx, "lost", nil)
+	require.NoError(t, err)
+	closing, err := l.TryAcquire(ctx, "closing", nil)
+	require.NoError(t, err)
+	_, err = d.Pool.Exec(ctx, "DELETE FROM distributed_locks WHERE lock_name = 'lost'") // an operator's force-release
+	require.NoError(t, err)
+	fence := func(lk *tablelock.Lock) error {
+		return pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return lk.Fence(ctx, tx) })
+	}
+	require.ErrorIs(t, fence(lost), pglock.ErrLockLost) // noticed by this fence
+	require.Equal(t, lost.Token(), testdb.Receive(t, refused))
+	require.ErrorIs(t, fence(lost), pglock.ErrLockLost) // noticed before
+	require.Equal(t, lost.Token(), testdb.Receive(t, refused))
+
+	require.NoError(t, l.Close(ctx))
+	require.ErrorIs(t, fence(closing), pglock.ErrClosed)
+	require.ErrorIs(t, fence(lost), pglock.ErrLockLost)
+	require.Equal(t, lost.Token(), testdb.Receive(t, refused), "the next refusal told is lost's, not closing's")
+}
+
 func TestFrozenFencedTransactionIsEndedSoonAfterTheLease(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)

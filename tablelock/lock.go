@@ -218,9 +218,10 @@ func (lk *Lock) fence(ctx context.Context, q db.DBTX) error {
 			defer lk.lease.Lose(pglock.CauseForceReleased, err)
 		}
 	}
-	if errors.Is(err, pglock.ErrLockLost) {
+	if errors.Is(err, pglock.ErrLockLost) && !errors.Is(err, pglock.ErrClosed) {
 		// Every write refused is told, whether or not the loss was noticed before: a holder
-		// that goes on writing after its loss is what the refusals alert is for.
+		// that goes on writing after its loss is what the refusals alert is for. A lock its
+		// Locker's Close released is no deposed holder's: shutting down is no alert.
 		lk.observe(pglock.EventFenceRefused, func(e *pglock.Event) { e.Err = err })
 	}
 	return err

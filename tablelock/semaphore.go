@@ -88,10 +88,11 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 				// places Set keeps it.
 				l.keepPlace(w, pollStart, row.ExpiresAt.Add(req.timing.TTL))
 			}
-			if row.Holders < int32(permits) && l.isHead(w) {
+			if w.place != nil && row.Holders < int32(permits) && l.isHead(w) {
 				// Room, but places queued ahead of this one take it. Those may be this Locker's
-				// other waiters, asleep: their order here is the order they began, not the
-				// queue's (a place lost and written again goes to the back).
+				// other waiters, asleep while the Set keeps their places: their order here is
+				// the order they began, not the queue's (a place lost and written again goes to
+				// the back). Without notifications, each polls on its own backoff anyway.
 				l.wakeBehind(w)
 			}
 		case ctx.Err() != nil:

@@ -26,14 +26,12 @@ import (
 type statementCounter struct {
 	query   string
 	n       atomic.Int64
-	last    atomic.Int64 // when the last one started, in Unix nanoseconds
 	mu      sync.Mutex
 	holders map[any]bool
 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if c.query == "" || strings.Contains(data.SQL, "-- name: "+c.query+" ") {
-		c.last.Store(time.Now().UnixNano())
 		c.n.Add(1)
 		c.mu.Lock()
 		if c.holders != nil && len(data.Args) > 1 {
@@ -129,15 +127,15 @@ func TestReleaseHandsTheLockToAWaiterWithoutAPoll(t *testing.T) {
 			require.NoError(t, err)
 			acquired := acquireQueued(t, waiter, d.Pool, "handoff", opts)
 			testdb.WaitFor(t, func() bool { return listeners(t, d.Pool, tc.listenerApp) == 1 }, "the listener connected as the pool does")
-			// A listening waiter polls when it queues and when its listener starts listening,
-			// then not before the holder's lease (an hour) could end: only the handoff can wake
-			// it. (The listening's poll can come after the LISTEN is seen: no poll may start
-			// after the release began, whatever came before.)
+			// A listening waiter polls when it queues and once its listener listens (which can
+			// come after the LISTEN is seen), then not before the holder's lease (an hour) could
+			// end: only the handoff can wake it.
+			testdb.WaitFor(t, func() bool { return polls.n.Load() >= 2 }, "the waiter polled once listening")
 
-			releasing := time.Now()
+			before := polls.n.Load()
 			require.NoError(t, held.Release(ctx))
 			lk := <-acquired
-			require.Less(t, polls.last.Load(), releasing.UnixNano(), "woken by the handoff, not by a poll")
+			require.Equal(t, before, polls.n.Load(), "woken by the handoff, not by a poll")
 			require.Greater(t, lk.Token(), held.Token())
 			row, _ := readLock(t, d.Pool, "handoff")
 			require.Equal(t, lk.Token(), row.Token)
