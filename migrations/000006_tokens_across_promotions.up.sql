@@ -322,10 +322,10 @@ BEGIN
              WHERE w.lock_name = p_lock_name AND w.holder_id <> p_holder_id AND w.expires_at > v_now
              ORDER BY w.waiter_seq LIMIT 1
                FOR UPDATE;
-            PERFORM set_config('lock_timeout', v_timeout, true);
-            IF FOUND THEN
+            IF v_first.holder_id IS NOT NULL THEN
                 v_waiter := v_first;
             END IF;
+            PERFORM set_config('lock_timeout', v_timeout, true);
         EXCEPTION WHEN lock_not_available THEN
             NULL; -- keep the place SKIP LOCKED found, if any (lock_timeout is restored with the block)
         END;
