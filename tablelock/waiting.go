@@ -45,8 +45,8 @@ func (w *waiter) seen(ends time.Time) {
 }
 
 // sawHolder records the lock's holder and its lease's end by the database's clock, as an
-// answer about it said; a later answer of an earlier time (a poll and the Set's statement
-// overlapping) is not taken.
+// answer about it said; an answer naming the same holder with an earlier end (a poll and the
+// Set's statement overlapping) is not taken.
 func (w *waiter) sawHolder(holder string, expiresAt time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
