@@ -224,6 +224,28 @@ func TestRunTxWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *test
 	}
 }
 
+// An attempt whose statement fn's own context ends (pgx then closes the connection) is fn's
+// failure: it counts towards MaxAttempts, and a job that always times out is given up on.
+func TestRunTxWhoseOwnTimeoutEndsItsConnectionCounts(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	dd := newDeduper(t, d.NewPool(t, nil), nil)
+	ctx := context.Background()
+	opts := &jobs.Options{MaxAttempts: 1}
+	_, err := dd.RunTx(ctx, "slow", opts, func(ctx context.Context, tx pgx.Tx) error {
+		statementCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := tx.Exec(statementCtx, "SELECT pg_sleep(30)")
+		return err
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = dd.RunTx(ctx, "slow", opts, func(context.Context, pgx.Tx) error {
+		t.Error("a key whose one attempt failed ran again")
+		return nil
+	})
+	require.ErrorIs(t, err, pglock.ErrGaveUp)
+}
+
 func TestRunFailsThenRetriesUntilMaxAttempts(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)

@@ -133,11 +133,14 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	ran(fnErr)
 	res.FinishedAt = time.Time{} // the outcome's time, once committed
 	state, ended := run.left(ctx, fnErr)
-	if state == txLost && (fnErr == nil || ctx.Err() == nil) {
+	ownTimeout := errors.Is(fnErr, context.DeadlineExceeded) || errors.Is(fnErr, context.Canceled)
+	if state == txLost && (fnErr == nil || (ctx.Err() == nil && !ownTimeout)) {
 		// The connection died under fn: the transaction, claim and all, was rolled back by the
 		// server, as when it dies before COMMIT, whatever fn returned (the error its statement
 		// got, or nil if it swallowed it). The attempt leaves no trace and does not count
-		// (MaxAttempts): recording fn's error would.
+		// (MaxAttempts): recording fn's error would. A connection fn's own context ended (pgx
+		// closes one whose statement is canceled) is fn's failure, and counts: else a job
+		// that always times out would be delivered for ever.
 		run.rollback(ctx)
 		lost := errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count", req.label())
 		if fnErr != nil {
