@@ -60,7 +60,11 @@ type console struct {
 	pages   map[string]*template.Template
 	static  http.Handler
 	refresh time.Duration
+	hosts   []hostPort // AllowedHosts, or the loopback hosts, read once
 }
+
+// hostPort is a host as splitHost reads it.
+type hostPort struct{ name, port string }
 
 // New returns the console of the database pool reaches, as an http.Handler to mount under any
 // prefix (with http.StripPrefix: links and forms stay under it).
@@ -84,10 +88,17 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	for _, h := range o.AllowedHosts {
-		if name, port := splitHost(h); name == "" || strings.ContainsAny(h, "/ ") || strings.Trim(port, "0123456789") != "" {
+	allowed := o.AllowedHosts
+	if len(allowed) == 0 {
+		allowed = loopbackHosts
+	}
+	var hosts []hostPort
+	for _, h := range allowed {
+		name, port := splitHost(h)
+		if name == "" || strings.ContainsAny(h, "/ ") || strings.Trim(port, "0123456789") != "" {
 			return nil, errs.Errorf("%w: Options.AllowedHosts: %q is not a host", pglock.ErrInvalidArgument, h)
 		}
+		hosts = append(hosts, hostPort{name, port})
 	}
 	pages, err := parsePages()
 	if err != nil {
@@ -97,7 +108,7 @@ func New(pool *pgxpool.Pool, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &console{pool: pool, opts: o, pages: pages, static: http.FileServerFS(staticFiles), refresh: o.RefreshInterval}
+	c := &console{pool: pool, opts: o, pages: pages, static: http.FileServerFS(staticFiles), refresh: o.RefreshInterval, hosts: hosts}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overview)
@@ -161,13 +172,8 @@ func (c *console) guard(next http.Handler) http.Handler {
 
 func (c *console) hostAllowed(host string) bool {
 	name, port := splitHost(host)
-	allowed := c.opts.AllowedHosts
-	if len(allowed) == 0 {
-		allowed = loopbackHosts
-	}
-	return slices.ContainsFunc(allowed, func(a string) bool {
-		aName, aPort := splitHost(a)
-		return aName == name && (aPort == "" || aPort == port)
+	return slices.ContainsFunc(c.hosts, func(a hostPort) bool {
+		return a.name == name && (a.port == "" || a.port == port)
 	})
 }
 

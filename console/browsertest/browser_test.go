@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pglock/pglock/console"
@@ -100,6 +101,15 @@ func (b *browser) requireNoProblems(t *testing.T) {
 	require.Empty(t, b.problems, "JavaScript errors or CSP violations")
 }
 
+// open serves the console of pool with opts and opens a browser tab for it: the console's base
+// URL, and the tab.
+func open(t *testing.T, pool *pgxpool.Pool, opts *console.Options) (string, *browser) {
+	t.Helper()
+	h, err := console.New(pool, opts)
+	require.NoError(t, err)
+	return serve(t, h), newBrowser(t)
+}
+
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
 	mux := http.NewServeMux()
@@ -114,10 +124,7 @@ func serve(t *testing.T, h http.Handler) string {
 // photographed when screenshotsEnv names a directory.
 func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
 	s := consoletest.Seed(t)
-	h, err := console.New(s.DB.Pool, nil)
-	require.NoError(t, err)
-	base := serve(t, h)
-	b := newBrowser(t)
+	base, b := open(t, s.DB.Pool, nil)
 	shots := os.Getenv(screenshotsEnv)
 	for _, p := range []struct{ path, shot string }{
 		{"", "overview"}, {"locks", "locks"}, {"jobs", ""}, {"job?scope=billing&key=invoice:2", ""},
@@ -139,10 +146,7 @@ func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
 // in read-only mode no form posts, and a POST forged from the page gets 403.
 func TestAReleasedLockLeavesTheOpenPageAndForgedPostsAreRefused(t *testing.T) {
 	s := consoletest.Seed(t)
-	h, err := console.New(s.DB.Pool, &console.Options{RefreshInterval: 500 * time.Millisecond})
-	require.NoError(t, err)
-	base := serve(t, h)
-	b := newBrowser(t)
+	base, b := open(t, s.DB.Pool, &console.Options{RefreshInterval: 500 * time.Millisecond})
 	b.do(t, chromedp.Navigate(base+"locks"), chromedp.WaitVisible(chromedp.CSS(`tr[data-lock="orders:42"]`)))
 	get(t, b, chromedp.Evaluate[string](`document.title = "before"`))
 	require.Equal(t, 0.0, get(t, b, chromedp.Evaluate[float64](`document.querySelectorAll('form[method="post"]').length`)),
@@ -162,10 +166,7 @@ func TestAReleasedLockLeavesTheOpenPageAndForgedPostsAreRefused(t *testing.T) {
 // release, with no error in the browser (the refresh once met a 404 and kept the old holder).
 func TestAnOpenLockPageFollowsItsRelease(t *testing.T) {
 	s := consoletest.Seed(t)
-	h, err := console.New(s.DB.Pool, &console.Options{RefreshInterval: 500 * time.Millisecond})
-	require.NoError(t, err)
-	base := serve(t, h)
-	b := newBrowser(t)
+	base, b := open(t, s.DB.Pool, &console.Options{RefreshInterval: 500 * time.Millisecond})
 	b.do(t, chromedp.Navigate(base+"lock?name=orders:42"), chromedp.WaitVisible(chromedp.CSS("table.record")))
 	require.NoError(t, s.Lock.Release(testdb.Context(t)))
 	b.do(t, chromedp.WaitNotPresent(chromedp.CSS("table.record")))
@@ -178,11 +179,8 @@ func TestAnOpenLockPageFollowsItsRelease(t *testing.T) {
 // confirmation, and the run appears in its history.
 func TestPauseNeedsANoteAndRunNowIsConfirmed(t *testing.T) {
 	s := consoletest.Seed(t)
-	h, err := console.New(s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false },
+	base, b := open(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false },
 		Operator: func(*http.Request) string { return "browser-test" }})
-	require.NoError(t, err)
-	base := serve(t, h)
-	b := newBrowser(t)
 
 	b.do(t, chromedp.Navigate(base+"schedule?name=rollup"), chromedp.Click(chromedp.CSS(`a[href*="confirm/pause"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#confirm")), chromedp.Click(chromedp.CSS("#confirm")))
