@@ -6,22 +6,35 @@ STATICCHECK := $(BIN)/staticcheck
 GOTESTSUM := $(BIN)/gotestsum
 
 # go test through gotestsum: a line per package as it ends, a failed test's output as it fails.
-# Its events go to bin/test.json; when tests fail, internal/testreport prints from them, last,
-# every failed test by package with what it said (without the logs of the code under test), so
-# that the end of a failed run names each test and says why.
-GOTEST = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --hide-summary=skipped,failed --jsonfile $(BIN)/test.json --
-TESTREPORT = { $(GO) -C $(CURDIR) run ./internal/testreport $(BIN)/test.json; exit 1; }
+# Each run's events go to bin/test-<run>.json; when tests fail, internal/testreport prints from
+# all of them, last, every failed test by package with what it said (without the logs of the code
+# under test), so that the end of a failed run names each test and says why.
+gotest = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --hide-summary=skipped,failed --jsonfile $(BIN)/test-$(1).json --
+TESTREPORT = { cat $(BIN)/test-*.json | $(GO) -C $(CURDIR) run ./internal/testreport /dev/stdin; exit 1; }
 
 # Modules of their own under the root, so that what they bring never enters the library's graph.
 NESTED := internal/containerdb internal/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
 
-.PHONY: test test-loaded lint generate check-generated bench bench-packages tools demo chaos ha setup screenshots
+# Most tests wait (on leases, handoffs, a server starting) far more than they compute: four at a
+# time per package keeps both cores busy. The shared server's connections (100 by default) hold
+# that many: about 45 at the peak.
+PARALLEL := -parallel 4
+
+.PHONY: test test-main test-nested test-loaded lint generate check-generated bench bench-packages tools demo chaos ha setup screenshots
 
 ## test: lint, check that generated code is current, run every test with the race detector, in
-## the library and in the nested modules. Installs PostgreSQL first where none is found.
-test: setup lint check-generated $(GOTESTSUM)
-	$(GOTEST) -race -count=1 -timeout 10m ./... || $(TESTREPORT)
-	for m in $(NESTED) bench; do (cd $$m && $(GOTEST) -race -count=1 -timeout 10m ./...) || $(TESTREPORT); done
+## the library and in the nested modules. Installs PostgreSQL first where none is found. The
+## three run side by side (lint computes while the tests wait); each one's output is printed
+## whole as it ends, and the failed tests of all of them last.
+test: setup $(STATICCHECK) $(SQLC) $(GOTESTSUM)
+	@rm -f $(BIN)/test-*.json
+	@$(MAKE) --no-print-directory -j3 -Otarget lint check-generated test-main test-nested || $(TESTREPORT)
+
+test-main: $(GOTESTSUM)
+	$(call gotest,main) -race -count=1 $(PARALLEL) -timeout 10m ./...
+
+test-nested: $(GOTESTSUM)
+	for m in $(NESTED) bench; do (cd $$m && $(call gotest,$$(echo $$m | tr / -)) -race -count=1 $(PARALLEL) -timeout 10m ./...) || exit 1; done
 
 ## test-loaded: the packages whose tests wait on leases, heartbeats, deadlines and rate limits,
 ## run again while two CPU burners (stress-ng) take both cores of a 2-core machine: a test that
@@ -30,8 +43,9 @@ test: setup lint check-generated $(GOTESTSUM)
 LOADED := ./tablelock/... ./advisory/... ./jobs/... ./cron/... ./leader/... ./ratelimit/...
 test-loaded: setup $(GOTESTSUM)
 	@command -v stress-ng >/dev/null || { echo "stress-ng is missing (tools/setup.sh test installs it)"; exit 1; }
+	@rm -f $(BIN)/test-*.json
 	stress-ng --cpu 2 --quiet --timeout 30m & burners=$$!; trap 'kill $$burners' EXIT; trap 'exit 130' INT TERM HUP; \
-	$(GOTEST) -count=1 -timeout 15m $(LOADED) || $(TESTREPORT)
+	$(call gotest,loaded) -count=1 $(PARALLEL) -timeout 15m $(LOADED) || $(TESTREPORT)
 
 ## setup: what the tests need (PostgreSQL's server and client, PgBouncer, two locales), installed
 ## with apt-get (as root or through sudo) where missing, or the command that would.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -63,6 +64,9 @@ func TestTheWaitingCandidateLeadsNextWhenLeadershipIsGivenUp(t *testing.T) {
 					}
 					for i := range electors {
 						electors[i] = newElector(t, newPool(), "handover", &leader.Config{DisableNotifications: mode.poll})
+						// Every term here is short: without this, a candidate whose OnElected
+						// returned waits seconds before it campaigns again.
+						leader.SetCampaignBackoff(electors[i], 10*time.Millisecond)
 						start(i)
 					}
 					current := testdb.Receive(t, elected)

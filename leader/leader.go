@@ -81,6 +81,7 @@ type Elector struct {
 	name     string
 	lockName string
 	cfg      Config
+	backoff  backoff.Capped // campaignBackoff; a test of many short terms shortens it
 
 	mu       sync.Mutex
 	running  bool
@@ -128,7 +129,7 @@ func New(pool *pgxpool.Pool, name string, cfg *Config) (*Elector, error) {
 		return nil, err
 	}
 	l.Close(context.Background())
-	return &Elector{events: observe.New(c.Observer, c.Logger), pool: pool, name: name, lockName: lockPrefix + name, cfg: c, changed: make(chan struct{}, 1)}, nil
+	return &Elector{events: observe.New(c.Observer, c.Logger), pool: pool, name: name, lockName: lockPrefix + name, cfg: c, backoff: campaignBackoff, changed: make(chan struct{}, 1)}, nil
 }
 
 func validateName(name string) error {
@@ -220,7 +221,7 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 		case err != nil:
 			failures++
 			e.cfg.Logger.Warn("pglock: campaign failed; retrying", "election", e.name, "failures", failures, "error", err)
-			campaignBackoff.Sleep(ctx, clock.Real, failures)
+			e.backoff.Sleep(ctx, clock.Real, failures)
 			continue
 		}
 		failures = 0
@@ -230,7 +231,7 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) error {
 			continue
 		}
 		shortTerms++
-		campaignBackoff.Sleep(ctx, clock.Real, shortTerms)
+		e.backoff.Sleep(ctx, clock.Real, shortTerms)
 	}
 	return nil
 }
