@@ -62,13 +62,20 @@ lint: $(STATICCHECK)
 	for m in $(NESTED); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) mod tidy -diff) || exit 1; done
 	cd bench && $(GO) vet ./... && $(STATICCHECK) ./...
 
-## generate: regenerate internal/db/ from queries/ and migrations/ with sqlc.
+## generate: write what is generated from the SQL people edit: the migrations golang-migrate and
+## psql apply, from migrations/versions/ and migrations/functions/ (internal/migrationgen);
+## internal/db/ from queries/ and those migrations (sqlc); and what each version installs
+## (migrations/schema/, read from databases migrated to it: it needs PostgreSQL, as the tests do).
 generate: $(SQLC)
+	$(GO) run ./internal/migrationgen
 	$(SQLC) generate
+	$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations -update
 
-## check-generated: fail when internal/db/ is not what sqlc generates from the current SQL.
+## check-generated: fail when a generated file is not what make generate would write.
 check-generated: $(SQLC)
+	@$(GO) run ./internal/migrationgen -check
 	@$(SQLC) diff || { echo "internal/db/ is stale: run 'make generate' and commit the result"; exit 1; }
+	@$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations >/dev/null || { echo "migrations/schema/ is stale: run 'make generate' and commit the result"; exit 1; }
 
 ## demo: the toolkit doing its job in one command, checked in the database (DATABASE_URL, local
 ## PostgreSQL binaries, or Docker).

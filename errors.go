@@ -71,4 +71,18 @@ var (
 	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
 	// the migrations), or one whose version table someone else made.
 	ErrUnsafeSchema = errors.New("pglock: schema is not safe to migrate")
+
+	// ErrSchemaDrift means pglock's objects in the database differ from those its installed
+	// version made: a function edited by hand, say. migrations.Repair makes the functions again.
+	ErrSchemaDrift = errors.New("pglock: installed SQL differs from its version's")
+
+	// ErrSchemaTooNew means the database holds a version of pglock's SQL newer than this
+	// module's migrations: a later release installed it.
+	ErrSchemaTooNew = errors.New("pglock: schema version is newer than this module's")
+
+	// ErrSchemaDirty means a migration failed and left its version marked dirty.
+	ErrSchemaDirty = errors.New("pglock: schema version is dirty")
+
+	// ErrPermissionDenied means the role lacks a privilege the operation needs.
+	ErrPermissionDenied = errors.New("pglock: permission denied")
 )

@@ -5,8 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -21,6 +23,7 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
+	"github.com/pglock/pglock/internal/sqlfile"
 )
 
 // VersionTable is the table in which golang-migrate records the installed version.
@@ -41,14 +44,84 @@ type Status struct {
 	Dirty   bool     // a migration to Version started and did not finish
 	Latest  uint     // the newest version these files provide
 	Pending []string // up files newer than Version, in the order Up applies them
+
+	// Drift is every object of pglock's whose definition is not what Version made: a function
+	// edited by hand, an index dropped. Empty when everything matches; nil, unchecked, when
+	// Version is 0, dirty or newer than Latest.
+	Drift []Difference
 }
 
 // Up applies every migration not yet applied. A database already up to date is not an error.
 // ctx bounds the wait for another pglock migrator, not a migration under way: stopping one
 // halfway would leave the database marked dirty. Nor does it bound the wait for golang-migrate's
 // own lock, which only something outside pglock holds (golang-migrate's CLI, say).
+//
+// Up first refuses, changing nothing, a database it should not migrate: one whose installed
+// version is dirty (pglock.ErrSchemaDirty), newer than these files (pglock.ErrSchemaTooNew), or
+// drifted from what its version made (pglock.ErrSchemaDrift: Repair mends functions), and a
+// role that may not create objects in the schema (pglock.ErrPermissionDenied).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
-	return run(ctx, pool, func(m *migrate.Migrate) error { return step(m, +1, AllSteps) })
+	return run(ctx, pool, readyForUp, func(m *migrate.Migrate) error { return step(m, +1, AllSteps) })
+}
+
+// readyForUp is Up's check of what is installed, made under the migration lock.
+func readyForUp(ctx context.Context, conn *pgxpool.Conn) error {
+	found, err := inspect(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if err := found.migratable(); err != nil {
+		return err
+	}
+	if len(found.Drift) > 0 {
+		return found.driftError()
+	}
+	if len(found.Pending) > 0 && !found.mayCreate {
+		return errs.Errorf("%w: role %s may not create objects in schema %s: migrate as the schema's owner, or GRANT CREATE ON SCHEMA %s TO %s",
+			pglock.ErrPermissionDenied, found.role, found.schema, found.schema, found.role)
+	}
+	return nil
+}
+
+// Repair makes the functions of the installed version again, in one transaction, as its
+// migration made them: the way out of pglock.ErrSchemaDrift when functions were edited,
+// dropped or replaced by hand (their edits are lost). It drops nothing, and mends no table
+// or index: when those differ, it returns pglock.ErrSchemaDrift naming them.
+func Repair(ctx context.Context, pool *pgxpool.Pool) error {
+	return run(ctx, pool, func(ctx context.Context, conn *pgxpool.Conn) error {
+		found, err := inspect(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if found.Version == 0 && !found.Dirty {
+			return errs.Errorf("repair: %w", pglock.ErrNotMigrated)
+		}
+		if err := found.migratable(); err != nil {
+			return err
+		}
+		statements, err := functionsOf(found.Version)
+		if err != nil {
+			return err
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			q := db.New(db.Translating(tx))
+			if err := q.SearchOnlySchema(ctx, found.schema); err != nil { // as every file starts
+				return err
+			}
+			_, err := db.Translating(tx).Exec(ctx, statements)
+			return err
+		})
+		if err != nil {
+			return errs.Errorf("repair version %d's functions: %w", found.Version, err)
+		}
+		if found, err = inspect(ctx, conn); err != nil {
+			return err
+		}
+		if len(found.Drift) > 0 {
+			return found.driftError()
+		}
+		return nil
+	}, nil)
 }
 
 // Down reverts the newest steps migrations, or all of them with AllSteps. Asking for more steps
@@ -57,7 +130,7 @@ func Down(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 	if steps <= 0 && steps != AllSteps {
 		return errs.Errorf("%w: Down needs a positive number of steps or AllSteps, got %d", pglock.ErrInvalidArgument, steps)
 	}
-	return run(ctx, pool, func(m *migrate.Migrate) error { return step(m, -1, steps) })
+	return run(ctx, pool, nil, func(m *migrate.Migrate) error { return step(m, -1, steps) })
 }
 
 // step moves count migrations (all of them with AllSteps) in direction, +1 up or -1 down, one
@@ -83,7 +156,7 @@ func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
 	if version < 0 {
 		return errs.Errorf("%w: Force needs a version of 0 or more, got %d", pglock.ErrInvalidArgument, version)
 	}
-	return run(ctx, pool, func(m *migrate.Migrate) error {
+	return run(ctx, pool, nil, func(m *migrate.Migrate) error {
 		if version == 0 {
 			return m.Force(-1) // golang-migrate's "nothing installed"
 		}
@@ -91,25 +164,51 @@ func Force(ctx context.Context, pool *pgxpool.Pool, version int) error {
 	})
 }
 
-// Version reports what is installed without changing anything (it creates no version table).
+// Version reports what is installed, and how it differs from what its version made, without
+// changing anything (it creates no version table).
 func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 	if pool == nil {
 		return Status{}, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
-	var status Status
-	// One transaction, so one session: the schema looked at is the one read.
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	found, err := inspect(ctx, pool)
+	return found.Status, err
+}
+
+// inspection is what inspect found: the Status, and what the migrations need to know besides.
+type inspection struct {
+	Status
+	schema    string
+	role      string
+	mayCreate bool // in schema
+}
+
+// inspect reads what is installed, in one read-only transaction, so on one session: the schema
+// looked at is the one read.
+func inspect(ctx context.Context, conn interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}) (inspection, error) {
+	var found inspection
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := db.New(db.Translating(tx))
 		scope, err := q.MigrationScope(ctx)
 		if err != nil {
 			return err
 		}
+		found.schema = scope.Schema
 		exists, err := trustVersionTable(ctx, q, scope.Schema)
-		if err != nil || !exists {
+		if err != nil {
 			return err
 		}
 		if err := q.SearchOnlySchema(ctx, scope.Schema); err != nil {
 			return err
+		}
+		privilege, err := q.MayCreateIn(ctx, scope.Schema)
+		if err != nil {
+			return err
+		}
+		found.role, found.mayCreate = privilege.Role, privilege.MayCreate
+		if !exists {
+			return nil
 		}
 		row, err := q.MigrationVersion(ctx)
 		switch {
@@ -117,24 +216,103 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 		case err != nil:
 			return err
 		case row.Version >= 0: // golang-migrate writes -1 for "none" when a first migration fails
-			status.Version, status.Dirty = uint(row.Version), row.Dirty
+			found.Version, found.Dirty = uint(row.Version), row.Dirty
 		default:
-			status.Dirty = row.Dirty
+			found.Dirty = row.Dirty
 		}
-		return nil
+		if found.Version == 0 || found.Dirty || found.Version > Latest() {
+			return nil
+		}
+		live, err := installed(ctx, q, scope.Schema)
+		if err != nil {
+			return err
+		}
+		found.Drift, err = drift(found.Version, live)
+		return err
 	})
 	if err != nil {
-		return Status{}, errs.Errorf("read migration version: %w", err)
+		return inspection{}, errs.Errorf("read migration version: %w", err)
 	}
 
 	err = eachVersion(func(src source.Driver, version uint) {
-		status.Latest = version
+		found.Latest = version
 		// A dirty version did not finish: it is pending too.
-		if version > status.Version || (status.Dirty && version == status.Version) {
-			status.Pending = append(status.Pending, upFileName(src, version))
+		if version > found.Version || (found.Dirty && version == found.Version) {
+			found.Pending = append(found.Pending, upFileName(src, version))
 		}
 	})
-	return status, err
+	return found, err
+}
+
+// migratable refuses a version these files cannot take further: a dirty one, or a newer one.
+func (found inspection) migratable() error {
+	switch {
+	case found.Version > found.Latest:
+		return errs.Errorf("%w: version %d of pglock's SQL is installed, and this module's newest is %d (a later release installed it): use that release, or migrate down with it first",
+			pglock.ErrSchemaTooNew, found.Version, found.Latest)
+	case found.Dirty:
+		previous := 0
+		if found.Version > 0 {
+			previous = int(found.Version) - 1
+		}
+		return errs.Errorf("%w: the migration to version %d failed, and changed nothing (each file is one transaction): fix its cause, then `pglockctl migrate force %d` (migrations.Force) and migrate up again",
+			pglock.ErrSchemaDirty, found.Version, previous)
+	}
+	return nil
+}
+
+// driftError names what differs (the first ten of them) and the way out.
+func (found inspection) driftError() error {
+	names := make([]string, 0, len(found.Drift))
+	functionsOnly := true
+	for i, d := range found.Drift {
+		if d.Kind != "function" || d.Change == "unexpected" {
+			functionsOnly = false
+		}
+		if i < 10 {
+			names = append(names, d.String())
+		}
+	}
+	if len(found.Drift) > len(names) {
+		names = append(names, fmt.Sprintf("and %d more", len(found.Drift)-len(names)))
+	}
+	fix := "`pglockctl migrate repair` (migrations.Repair) makes the version's functions again; drop unexpected functions that are not yours, and restore tables and indexes by hand (docs/sql.md, Drift)"
+	if functionsOnly {
+		fix = "`pglockctl migrate repair` (migrations.Repair) makes them again as the version made them"
+	}
+	return errs.Errorf("%w: version %d in schema %s: %s: %s", pglock.ErrSchemaDrift, found.Version, found.schema, strings.Join(names, ", "), fix)
+}
+
+// functionsOf is what makes version's functions again: the statements of its up file that make
+// a function or say who may call it, made with CREATE OR REPLACE, after the line that starts
+// every file (the schema, in search_path).
+func functionsOf(version uint) (string, error) {
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	r, _, err := src.ReadUp(version)
+	if err != nil {
+		return "", errs.Errorf("version %d's up file: %w", version, err)
+	}
+	defer r.Close()
+	text, err := io.ReadAll(r)
+	if err != nil {
+		return "", err
+	}
+	statements, err := sqlfile.Split(string(text))
+	if err != nil {
+		return "", errs.Errorf("version %d's up file: %w", version, err)
+	}
+	var b strings.Builder
+	for _, s := range statements {
+		if s.IsFunction() {
+			b.WriteString(s.Replacing().Text)
+			b.WriteString("\n")
+		}
+	}
+	return b.String(), nil
 }
 
 // Latest is the newest version these files provide.
@@ -170,7 +348,10 @@ func upFileName(src source.Driver, version uint) string {
 // then lets golang-migrate work without a context. golang-migrate waits for its advisory lock
 // and runs the files with no way to cancel either; with ours held first, its lock is free
 // whenever only pglock migrates, and a canceled wait ends on our connection, not in a file.
-func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) error) (err error) {
+//
+// before, if not nil, runs first under the lock, on its connection, and can refuse; apply nil
+// runs before alone.
+func run(ctx context.Context, pool *pgxpool.Pool, before func(context.Context, *pgxpool.Conn) error, apply func(*migrate.Migrate) error) (err error) {
 	if pool == nil {
 		return errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
 	}
@@ -196,6 +377,14 @@ func run(ctx context.Context, pool *pgxpool.Pool, apply func(*migrate.Migrate) e
 			err = errs.Errorf("migrate: %w", unlockErr)
 		}
 	}()
+	if before != nil {
+		if err := before(ctx, conn); err != nil {
+			return err
+		}
+	}
+	if apply == nil {
+		return nil
+	}
 
 	// golang-migrate speaks database/sql; give it connections of its own, made as the pool makes
 	// them, so it takes none of the pool's, then confined to pg_catalog (ConfineMigrator).

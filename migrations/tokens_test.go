@@ -13,8 +13,8 @@ import (
 	"github.com/pglock/pglock/migrations"
 )
 
-// tokensVersion is the migration from which tokens carry the timeline.
-const tokensVersion = 6
+// tokensVersion is the migration from which tokens carry the timeline: the first after v0.1.0.
+const tokensVersion = 2
 
 // drawTokens takes one token of every kind: a lock's, a semaphore place's, a job attempt's and
 // a cron run's, under names ending in suffix.

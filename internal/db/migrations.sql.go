@@ -34,6 +34,25 @@ func (q *Queries) LockMigrations(ctx context.Context, key int64) error {
 	return err
 }
 
+const mayCreateIn = `-- name: MayCreateIn :one
+SELECT pg_catalog.has_schema_privilege($1::pg_catalog.text, 'CREATE') AS may_create,
+       CURRENT_USER::pg_catalog.varchar AS role
+`
+
+type MayCreateInRow struct {
+	MayCreate bool
+	Role      string
+}
+
+// MayCreateIn says whether the current role may create objects in the schema, as a migration
+// does.
+func (q *Queries) MayCreateIn(ctx context.Context, schema interface{}) (MayCreateInRow, error) {
+	row := q.db.QueryRow(ctx, mayCreateIn, schema)
+	var i MayCreateInRow
+	err := row.Scan(&i.MayCreate, &i.Role)
+	return i, err
+}
+
 const migrationScope = `-- name: MigrationScope :one
 SELECT pg_catalog.current_database() AS database, pg_catalog.current_schema() AS schema
 `
@@ -66,6 +85,80 @@ func (q *Queries) MigrationVersion(ctx context.Context) (PglockSchemaMigration, 
 	var i PglockSchemaMigration
 	err := row.Scan(&i.Version, &i.Dirty)
 	return i, err
+}
+
+const schemaObjects = `-- name: SchemaObjects :many
+WITH target AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1::pg_catalog.varchar),
+ours AS (SELECT c.oid, c.relname, c.relkind FROM pg_catalog.pg_class c, target
+          WHERE c.relnamespace = target.oid AND c.relname <> 'pglock_schema_migrations'
+            AND (c.relname LIKE 'pglock\_%' OR c.relname = ANY ($2::text[])))
+SELECT 'function'::text AS kind,
+       (p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')')::text AS name,
+       pg_catalog.md5(pg_catalog.concat_ws(E'\n', pg_catalog.pg_get_function_result(p.oid), l.lanname,
+           p.provolatile, p.proisstrict, p.prosecdef, p.proparallel,
+           pg_catalog.replace(pg_catalog.array_to_string(p.proconfig, E'\n'), pg_catalog.quote_ident($1::pg_catalog.text), '<schema>'),
+           p.prosrc, pg_catalog.pg_get_function_sqlbody(p.oid))) AS hash
+  FROM pg_catalog.pg_proc p
+  JOIN pg_catalog.pg_language l ON l.oid = p.prolang, target
+ WHERE p.pronamespace = target.oid AND (p.proname LIKE 'pglock\_%' OR p.proname = ANY ($2::text[]))
+UNION ALL
+SELECT (CASE o.relkind WHEN 'S' THEN 'sequence' WHEN 'c' THEN 'type' ELSE 'table' END)::text, o.relname::text,
+       pg_catalog.md5(pg_catalog.concat_ws(E'\n', o.relkind,
+           (SELECT pg_catalog.string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
+                       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+                       || coalesce(' default ' || pg_catalog.pg_get_expr(d.adbin, d.adrelid), ''), E'\n' ORDER BY a.attnum)
+              FROM pg_catalog.pg_attribute a
+              LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+             WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped),
+           (SELECT pg_catalog.string_agg(k.conname || ' ' || pg_catalog.pg_get_constraintdef(k.oid), E'\n' ORDER BY k.conname)
+              FROM pg_catalog.pg_constraint k WHERE k.conrelid = o.oid),
+           (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM pg_catalog.pg_class c WHERE c.oid = o.oid)))
+  FROM ours o WHERE o.relkind IN ('r', 'p', 'S', 'c')
+UNION ALL
+SELECT 'index'::text, i.relname::text,
+       pg_catalog.md5(pg_catalog.replace(pg_catalog.pg_get_indexdef(x.indexrelid),
+                                         pg_catalog.quote_ident($1::pg_catalog.text) || '.', ''))
+  FROM pg_catalog.pg_index x
+  JOIN ours t ON t.oid = x.indrelid
+  JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+ORDER BY 1, 2
+`
+
+type SchemaObjectsParams struct {
+	Schema      string
+	LegacyNames []string
+}
+
+type SchemaObjectsRow struct {
+	Kind string
+	Name string
+	Hash string
+}
+
+// SchemaObjects describes pglock's objects in the schema, each by a hash of what defines it,
+// the same whatever the schema's name: functions (their result, language, attributes, settings
+// and body), tables, partitions, composite types and sequences (their columns, constraints and
+// partition bounds) and indexes (their definition). Names outside the pglock_ prefix are those
+// of @legacy_names (the seed's). Run it after SearchOnlySchema, which puts pg_catalog first:
+// then even its operators are pg_catalog's.
+func (q *Queries) SchemaObjects(ctx context.Context, arg SchemaObjectsParams) ([]SchemaObjectsRow, error) {
+	rows, err := q.db.Query(ctx, schemaObjects, arg.Schema, arg.LegacyNames)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SchemaObjectsRow
+	for rows.Next() {
+		var i SchemaObjectsRow
+		if err := rows.Scan(&i.Kind, &i.Name, &i.Hash); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const searchOnlySchema = `-- name: SearchOnlySchema :exec

@@ -1,0 +1,562 @@
+-- Job deduplication: claims, attempts with fencing tokens, answers kept for a window, waiters.
+
+-- The claim's helpers are cheap to call. In PL/pgSQL only an expression (an assignment, a
+-- condition, a RETURN) runs without the executor; PERFORM and every statement start and stop
+-- it, which costs more than most of what they run. So the key's lock key and the answer are
+-- SQL functions that the planner inlines into the expression that calls them (the lock key is
+-- STABLE, as convert_to is: IMMUTABLE with a STABLE body is not inlined), and the announcement
+-- returns whether it sent one, so that callers can call it in an expression.
+--
+-- The advisory lock key of a job (one bigint): pglock_advisory_key of the key in the namespace
+-- 'pglock.jobs/' || scope, whose formula this repeats. Advisory names in namespaces starting
+-- 'pglock.jobs/' are reserved.
+CREATE OR REPLACE FUNCTION pglock_job_lock_key(p_scope varchar, p_key text)
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT ('x'::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.encode(pg_catalog.sha256(
+               pg_catalog.convert_to('pglock.jobs/'::pg_catalog.text OPERATOR(pg_catalog.||) p_scope, 'UTF8'::pg_catalog.name)
+               OPERATOR(pg_catalog.||) '\x00'::pg_catalog.bytea
+               OPERATOR(pg_catalog.||) pg_catalog.convert_to(p_key, 'UTF8'::pg_catalog.name)
+           ), 'hex'::pg_catalog.text), 1, 16))::pg_catalog."bit"(64)::pg_catalog.int8
+$$;
+
+-- SQLSTATE 22023, COLUMN naming the argument, unless scope and key can name a job.
+CREATE OR REPLACE FUNCTION pglock_job_check_key(p_scope varchar, p_key text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_scope IS NULL OR length(p_scope) > 255 THEN
+        RAISE EXCEPTION 'p_scope: must be at most 255 characters' USING ERRCODE = '22023', COLUMN = 'p_scope';
+    END IF;
+    IF p_key IS NULL OR octet_length(p_key) NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION 'p_key: must be 1 to 1024 bytes' USING ERRCODE = '22023', COLUMN = 'p_key';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_check_key(varchar, text) FROM PUBLIC;
+
+-- p_finished_at, pglock_job_finish_tx's answer, or an error (SQLSTATE P0002) when it is NULL:
+-- the transaction holds no claim of (p_scope, p_key) with that token (one lost to a RESET of
+-- pglock.job_claim, or never made). For callers that send COMMIT in the same round trip: the
+-- error keeps the COMMIT from running, so no effect commits without its record.
+CREATE OR REPLACE FUNCTION pglock_job_require_claim(p_finished_at timestamptz, p_scope varchar, p_key text)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_finished_at IS NULL THEN
+        RAISE EXCEPTION 'this transaction holds no claim of job % in scope %', p_key, p_scope
+            USING ERRCODE = 'P0002', COLUMN = 'p_key';
+    END IF;
+    RETURN p_finished_at;
+END;
+$$;
+
+-- Writes the claim pending in this transaction, if any: finished at p_finished_at and kept
+-- p_window_ms from then if it is the claim of (p_scope, p_key) with p_fencing_token, and then
+-- announces it (the insert tells whether the key has waiters, saving a statement) and returns
+-- true; otherwise unfinished and kept from its start by its claim's window, as a transactional
+-- claim used to write its record.
+CREATE OR REPLACE FUNCTION pglock_job_write_pending(p_scope varchar, p_key text, p_fencing_token bigint,
+                                         p_finished_at timestamptz, p_window_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_text    text := current_setting('pglock.job_claim', true);
+    v_claim   pglock_job_pending;
+    v_started timestamptz;
+    v_mine    boolean;
+    v_waiters boolean;
+BEGIN
+    IF v_text IS NULL OR v_text = '' THEN
+        RETURN false;
+    END IF;
+    v_text := set_config('pglock.job_claim', '', true) || v_text;
+    v_claim := v_text::pglock_job_pending;
+    v_mine := v_claim.fencing_token = p_fencing_token AND v_claim.scope = p_scope AND v_claim.job_key = p_key;
+    v_started := 'epoch'::timestamptz + v_claim.started_us * interval '1 microsecond';
+    IF v_claim.scope IS NULL OR length(v_claim.scope) > 255 OR octet_length(v_claim.job_key) NOT BETWEEN 1 AND 1024
+       OR v_claim.holder_id IS NULL OR v_claim.holder_id = '' OR length(v_claim.holder_id) > 255
+       OR v_claim.instance IS NULL OR length(v_claim.instance) > 255
+       OR v_claim.window_ms NOT BETWEEN 1 AND 315360000000 OR v_started > clock_timestamp()
+       OR v_claim.fencing_token IS NULL OR v_claim.fencing_token > currval('pglock_jobs_fencing_token_seq')
+       OR NOT pg_try_advisory_xact_lock(pglock_job_lock_key(v_claim.scope, v_claim.job_key)) THEN
+        RAISE EXCEPTION 'pglock.job_claim: not a claim of this transaction' USING ERRCODE = '22023', COLUMN = 'pglock.job_claim';
+    END IF;
+    INSERT INTO pglock_jobs (scope, job_key, status, holder_id, instance, attempts, fencing_token, lease_expires_at,
+                             started_at, finished_at, last_error, result, fingerprint, retain_until, created_at)
+    VALUES (v_claim.scope, v_claim.job_key, 'succeeded', v_claim.holder_id, v_claim.instance, 1, v_claim.fencing_token, NULL,
+            v_started, CASE WHEN v_mine THEN p_finished_at END, NULL, NULL, v_claim.fingerprint,
+            CASE WHEN v_mine THEN p_finished_at + p_window_ms * interval '1 millisecond'
+                 ELSE v_started + v_claim.window_ms * interval '1 millisecond' END,
+            v_started)
+    RETURNING EXISTS (SELECT FROM pglock_job_waiters w WHERE w.scope = v_claim.scope AND w.job_key = v_claim.job_key)
+    INTO v_waiters;
+    IF v_mine AND v_waiters THEN
+        v_waiters := pglock_job_announce(p_scope, p_key);
+    END IF;
+    RETURN coalesce(v_mine, false);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint) FROM PUBLIC;
+
+-- Claims a delivery of (p_scope, p_key) for the holder p_holder_id of instance p_instance, in one
+-- statement, and answers with the outcome and the record:
+--   done      it succeeded before, and the record is within its retention: do nothing;
+--   running   another attempt is under way (a live lease, or a claim in a transaction that has
+--             not ended): do nothing, or wait for its outcome (see pglock_job_await);
+--   gave_up   it was claimed p_max_attempts times (0: no limit) and the last attempt failed,
+--             or its runner vanished;
+--   mismatch  the record's fingerprint is not p_fingerprint (a NULL on either side matches);
+--   claimed   this delivery runs it: a new record, or one that had failed, whose lease expired
+--             (its runner vanished) or whose retention ended (never while a lease on it is
+--             live). attempts counts the claims of the record, fencing_token is the attempt's.
+-- Outside a transaction (p_transactional false) the record is 'running' under a lease of
+-- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
+-- transaction (p_transactional true), the record is written in that transaction, so that
+-- whatever commits it commits the outcome with the effects, and a rollback leaves the key to the
+-- next delivery: the caller calls pglock_job_finish_tx just before COMMIT, and after a rollback
+-- records a failure with a claim outside a transaction and pglock_job_finish. Under READ
+-- COMMITTED a claim of a key without a record writes nothing yet: it leaves the record in the
+-- transaction-local setting pglock.job_claim (pglock_job_pending's text form), and
+-- pglock_job_finish_tx inserts it finished, so that a delivery writes its record once; a second
+-- claim in the same transaction first writes a pending one, and other isolation levels write
+-- it at the claim ('succeeded'). The claim takes the key's advisory lock before it reads, and
+-- inside a transaction that lock lasts until the transaction ends; with p_idle_timeout_ms > 0
+-- the transaction's idle_in_transaction_session_timeout is at most that (never loosened), so
+-- that a caller that vanishes mid-transaction holds the key no longer. p_window_ms is the
+-- retention of the record from now (and from its outcome, which pglock_job_finish sets). A
+-- claim never waits for another: not for a row lock held by an attempt, nor for the
+-- uncommitted insert of one.
+CREATE OR REPLACE FUNCTION pglock_job_claim(
+    p_scope varchar, p_key text, p_holder_id varchar, p_instance varchar, p_transactional boolean,
+    p_ttl_ms bigint, p_fingerprint text, p_window_ms bigint, p_max_attempts integer,
+    p_idle_timeout_ms bigint)
+RETURNS pglock_job_answer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_lock_key bigint;
+    v_locked   boolean;
+    v_now      timestamptz;
+    v_job      pglock_jobs;
+    v_exists   boolean;
+    v_found    boolean;
+    v_claimed  boolean;
+    v_text     text;
+BEGIN
+    -- One condition on the way through; the checks that name the argument only when it fails.
+    IF p_scope IS NULL OR length(p_scope) > 255 OR p_key IS NULL OR octet_length(p_key) NOT BETWEEN 1 AND 1024
+       OR p_holder_id IS NULL OR p_holder_id = '' OR length(p_holder_id) > 255 OR p_transactional IS NULL
+       OR (NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE)
+       OR p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000
+       OR p_max_attempts IS NULL OR p_max_attempts < 0
+       OR p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647 THEN
+        PERFORM pglock_job_check_key(p_scope, p_key);
+        IF p_holder_id IS NULL OR p_holder_id = '' OR length(p_holder_id) > 255 THEN
+            RAISE EXCEPTION 'p_holder_id: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_holder_id';
+        END IF;
+        IF p_transactional IS NULL THEN
+            RAISE EXCEPTION 'p_transactional: must not be null' USING ERRCODE = '22023', COLUMN = 'p_transactional';
+        END IF;
+        IF NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
+            PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
+        END IF;
+        IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
+            RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+                USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+        END IF;
+        IF p_max_attempts IS NULL OR p_max_attempts < 0 THEN
+            RAISE EXCEPTION 'p_max_attempts: must be 0 (no limit) or more' USING ERRCODE = '22023', COLUMN = 'p_max_attempts';
+        END IF;
+        RAISE EXCEPTION 'p_idle_timeout_ms: must be from 0 (none) to 2147483647' USING ERRCODE = '22023', COLUMN = 'p_idle_timeout_ms';
+    END IF;
+    -- A claim pending in this transaction is written first: this claim may be of its key.
+    IF current_setting('pglock.job_claim', true) <> '' THEN
+        PERFORM pglock_job_write_pending(NULL, NULL, NULL, NULL, NULL);
+    END IF;
+    -- The lock first, then the read: once held, only an attempt finishing (or the record
+    -- forgotten or collected) changes what the read found, and no claim elsewhere writes.
+    v_lock_key := pglock_job_lock_key(p_scope, p_key);
+    v_locked := pg_try_advisory_xact_lock(v_lock_key);
+    -- Twice at most: the record may change between the read and the write only by an attempt
+    -- finishing, which happens once.
+    FOR i IN 1..2 LOOP
+        v_now := clock_timestamp();
+        SELECT * INTO v_job FROM pglock_jobs j WHERE j.scope = p_scope AND j.job_key = p_key;
+        v_exists := FOUND;
+        -- A record counts within its retention, and always while a lease on it is live.
+        v_found := v_exists AND (v_job.retain_until > v_now OR (v_job.status = 'running' AND v_job.lease_expires_at > v_now));
+        IF v_found THEN
+            IF p_fingerprint IS NOT NULL AND v_job.fingerprint IS NOT NULL AND v_job.fingerprint <> p_fingerprint THEN
+                RETURN pglock_job_answer_of('mismatch', v_job, v_lock_key);
+            ELSIF v_job.status = 'succeeded' THEN
+                RETURN pglock_job_answer_of('done', v_job, v_lock_key);
+            ELSIF v_job.status = 'running' AND v_job.lease_expires_at > v_now THEN
+                RETURN pglock_job_answer_of('running', v_job, v_lock_key);
+            ELSIF p_max_attempts > 0 AND v_job.attempts >= p_max_attempts THEN
+                -- Failed, or running under a lease that expired: its runner vanished, and a
+                -- crashed attempt counts.
+                RETURN pglock_job_answer_of('gave_up', v_job, v_lock_key);
+            END IF;
+        ELSE
+            v_job := NULL;
+        END IF;
+        IF NOT v_locked THEN
+            -- A claim in a transaction that has not ended holds it.
+            RETURN pglock_job_answer_of('running', v_job, v_lock_key);
+        END IF;
+
+        v_now := clock_timestamp();
+        IF p_transactional AND NOT v_exists AND current_setting('transaction_isolation') = 'read committed' THEN
+            -- No record: pglock_job_finish_tx writes it. (Only under READ COMMITTED, where the
+            -- read after the lock sees every record committed before it.)
+            v_job := ROW(p_scope, p_key, 'succeeded', p_holder_id, coalesce(p_instance, ''), 1,
+                         pglock_next_token('pglock_jobs_fencing_token_seq'), NULL, v_now, NULL, NULL, NULL, p_fingerprint,
+                         v_now + p_window_ms * interval '1 millisecond', v_now)::pglock_jobs;
+            v_text := set_config('pglock.job_claim',
+                ROW(p_scope, p_key, v_job.holder_id, v_job.instance, v_job.fencing_token,
+                    (extract(epoch FROM v_now) * 1000000)::bigint, p_fingerprint, p_window_ms)::pglock_job_pending::text, true);
+            v_claimed := true;
+        ELSE
+            INSERT INTO pglock_jobs AS j (scope, job_key, status, holder_id, instance, attempts, fencing_token,
+                                          lease_expires_at, started_at, finished_at, retain_until, created_at, fingerprint)
+            VALUES (p_scope, p_key, CASE WHEN p_transactional THEN 'succeeded' ELSE 'running' END,
+                    p_holder_id, coalesce(p_instance, ''), 1, pglock_next_token('pglock_jobs_fencing_token_seq'),
+                    CASE WHEN p_transactional THEN NULL ELSE v_now + p_ttl_ms * interval '1 millisecond' END,
+                    v_now, NULL,
+                    v_now + p_window_ms * interval '1 millisecond', v_now, p_fingerprint)
+            ON CONFLICT (scope, job_key) DO UPDATE
+               SET status = excluded.status, holder_id = excluded.holder_id, instance = excluded.instance,
+                   fencing_token = excluded.fencing_token, lease_expires_at = excluded.lease_expires_at,
+                   started_at = excluded.started_at, finished_at = excluded.finished_at,
+                   -- A record past its retention is gone: this is a first delivery again.
+                   attempts = CASE WHEN j.retain_until > v_now THEN j.attempts + 1 ELSE 1 END,
+                   created_at = CASE WHEN j.retain_until > v_now THEN j.created_at ELSE v_now END,
+                   last_error = CASE WHEN j.retain_until > v_now THEN j.last_error END,
+                   result = NULL,
+                   fingerprint = CASE WHEN j.retain_until > v_now THEN coalesce(j.fingerprint, excluded.fingerprint)
+                                      ELSE excluded.fingerprint END,
+                   retain_until = excluded.retain_until
+             WHERE NOT (j.status = 'running' AND j.lease_expires_at > v_now)
+               AND (j.retain_until <= v_now
+                    OR ((p_fingerprint IS NULL OR j.fingerprint IS NULL OR j.fingerprint = p_fingerprint)
+                        AND j.status <> 'succeeded'
+                        AND (p_max_attempts = 0 OR j.attempts < p_max_attempts)))
+            RETURNING * INTO v_job;
+            v_claimed := FOUND;
+        END IF;
+        IF v_claimed THEN
+            IF p_transactional AND p_idle_timeout_ms > 0 THEN
+                -- current_setting shows it as '0' (none, the default) or with a unit interval
+                -- input reads ('30s', '1min'); pg_settings would cost listing every setting.
+                v_text := current_setting('idle_in_transaction_session_timeout');
+                IF v_text = '0' OR extract(epoch FROM v_text::interval) * 1000 > p_idle_timeout_ms THEN
+                    v_text := set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
+                END IF;
+            END IF;
+            RETURN pglock_job_answer_of('claimed', v_job, v_lock_key);
+        END IF;
+    END LOOP;
+    -- Changed twice between read and write: only an attempt finishing changes a record this
+    -- claim may not take, and it does so once.
+    RETURN pglock_job_answer_of('running', v_job, v_lock_key);
+END;
+$$;
+
+-- A claim's answer: the outcome, the record and the key's lock key.
+CREATE OR REPLACE FUNCTION pglock_job_answer_of(p_outcome text, p_job pglock_jobs, p_lock_key bigint)
+RETURNS pglock_job_answer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT ROW(p_outcome, p_job.status, p_job.holder_id, p_job.instance, p_job.attempts, p_job.fencing_token,
+               p_job.lease_expires_at, p_job.started_at, p_job.finished_at, p_job.last_error, p_job.result,
+               p_job.fingerprint, p_job.retain_until, p_job.created_at, p_lock_key)::pglock_job_answer
+$$;
+
+-- Renews the lease of the attempt with p_fencing_token for p_ttl_ms from now; returns the new
+-- expiry, or NULL (changing nothing) when the attempt no longer holds an unexpired lease.
+CREATE OR REPLACE FUNCTION pglock_job_renew(p_scope varchar, p_key text, p_fencing_token bigint, p_ttl_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_expires_at timestamptz;
+BEGIN
+    IF pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
+        PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
+    END IF;
+    UPDATE pglock_jobs j
+       SET lease_expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+     WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+       AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+    RETURNING j.lease_expires_at INTO v_expires_at;
+    RETURN v_expires_at;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_renew(varchar, text, bigint, bigint) FROM PUBLIC;
+
+-- Renews the leases of the job attempts (p_scopes[i], p_keys[i], p_fencing_tokens[i]) for
+-- p_ttl_ms[i] from now, as pglock_job_renew does one.
+CREATE OR REPLACE FUNCTION pglock_job_renew_many(p_scopes varchar[], p_keys text[], p_fencing_tokens bigint[], p_ttl_ms bigint[])
+RETURNS TABLE (scope varchar, job_key text, fencing_token bigint, outcome text, lease_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad bigint;
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_scopes', 'p_keys', 'p_fencing_tokens', 'p_ttl_ms'],
+        ARRAY[cardinality(p_scopes), cardinality(p_keys), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
+    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
+    IF FOUND THEN
+        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
+    END IF;
+
+    RETURN QUERY
+        WITH wanted AS (
+            SELECT r.s, r.k, r.f, r.t, r.i
+              FROM unnest(p_scopes, p_keys, p_fencing_tokens, p_ttl_ms) WITH ORDINALITY AS r(s, k, f, t, i)
+        ), mine AS (
+            SELECT j.scope, j.job_key, w.t FROM pglock_jobs j JOIN wanted w ON j.scope = w.s AND j.job_key = w.k
+             WHERE j.fencing_token = w.f AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+               FOR UPDATE OF j SKIP LOCKED
+        ), renewed AS (
+            UPDATE pglock_jobs j
+               SET lease_expires_at = clock_timestamp() + m.t * interval '1 millisecond'
+              FROM mine m
+             WHERE j.scope = m.scope AND j.job_key = m.job_key
+            RETURNING j.scope, j.job_key, j.fencing_token, j.lease_expires_at
+        )
+        SELECT w.s, w.k, w.f,
+               CASE WHEN x.lease_expires_at IS NOT NULL THEN 'renewed'
+                    WHEN EXISTS (SELECT FROM pglock_jobs j WHERE j.scope = w.s AND j.job_key = w.k AND j.fencing_token = w.f
+                                    AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()) THEN 'busy'
+                    ELSE 'gone' END,
+               x.lease_expires_at
+          FROM wanted w
+          LEFT JOIN renewed x ON x.scope = w.s AND x.job_key = w.k AND x.fencing_token = w.f
+         ORDER BY w.i;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_renew_many(varchar[], text[], bigint[], bigint[]) FROM PUBLIC;
+
+-- Records the outcome of the attempt with p_fencing_token, claimed outside a transaction:
+-- succeeded with p_result, or failed with p_error; the record is then kept p_window_ms from now.
+-- Returns when it finished (again, for the same outcome: a retry after a lost answer is no
+-- error), or NULL, changing nothing, when the record is no longer that attempt's (taken over,
+-- or forgotten): a runner whose lease was lost cannot mark done what another now runs. An
+-- attempt whose lease expired untaken may still finish: nobody else ran it. Waiters are told
+-- when the outcome commits.
+CREATE OR REPLACE FUNCTION pglock_job_finish(p_scope varchar, p_key text, p_fencing_token bigint, p_succeeded boolean,
+                                  p_result jsonb, p_error text, p_window_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_succeeded IS NULL THEN
+        RAISE EXCEPTION 'p_succeeded: must not be null' USING ERRCODE = '22023', COLUMN = 'p_succeeded';
+    END IF;
+    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
+        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    END IF;
+    UPDATE pglock_jobs j
+       SET status = CASE WHEN p_succeeded THEN 'succeeded' ELSE 'failed' END,
+           finished_at = v_now, lease_expires_at = NULL,
+           result = CASE WHEN p_succeeded THEN p_result END,
+           last_error = CASE WHEN p_succeeded THEN j.last_error ELSE coalesce(p_error, '') END,
+           retain_until = v_now + p_window_ms * interval '1 millisecond'
+     WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+       AND j.status = 'running';
+    IF NOT FOUND THEN
+        SELECT j.finished_at INTO v_now FROM pglock_jobs j
+         WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+           AND j.status = CASE WHEN p_succeeded THEN 'succeeded' ELSE 'failed' END;
+        RETURN v_now;
+    END IF;
+    PERFORM pglock_job_announce(p_scope, p_key);
+    RETURN v_now;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint) FROM PUBLIC;
+
+-- Records when the attempt claimed inside the calling transaction with p_fencing_token
+-- finished, and keeps its record p_window_ms from then (not from the claim: fn may have run
+-- longer than the window), and announces the outcome; call it just before COMMIT, which makes
+-- the outcome true. A claim pending in this transaction (pglock.job_claim) is written here,
+-- finished. Returns the finish time, or NULL when this transaction holds no such claim.
+CREATE OR REPLACE FUNCTION pglock_job_finish_tx(p_scope varchar, p_key text, p_fencing_token bigint, p_window_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now  timestamptz := clock_timestamp();
+    v_told boolean;
+BEGIN
+    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
+        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    END IF;
+    IF NOT pglock_job_write_pending(p_scope, p_key, p_fencing_token, v_now, p_window_ms) THEN
+        -- This claim wrote its record (and another's pending one is now written, unfinished).
+        UPDATE pglock_jobs j
+           SET finished_at = v_now, retain_until = v_now + p_window_ms * interval '1 millisecond'
+         WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+           AND j.status = 'succeeded' AND j.finished_at IS NULL;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        v_told := pglock_job_announce(p_scope, p_key); -- an expression, not PERFORM: see above
+    END IF;
+    RETURN v_now;
+END;
+$$;
+
+-- Announces the outcome of (p_scope, p_key) on the channel pglock_jobs, when the transaction
+-- commits, if the key has waiters, and returns whether it did; otherwise does nothing, for a
+-- notification serializes commits. Called only by the SECURITY DEFINER functions of jobs, with
+-- their search_path.
+CREATE OR REPLACE FUNCTION pglock_job_announce(p_scope varchar, p_key text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pglock_job_waiters w WHERE w.scope = p_scope AND w.job_key = p_key) THEN
+        PERFORM pg_notify('pglock_jobs', pglock_job_lock_key(p_scope, p_key)::text);
+        RETURN true;
+    END IF;
+    RETURN false;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_announce(varchar, text) FROM PUBLIC;
+
+-- Registers p_waiter_id as waiting for the outcome of (p_scope, p_key) until p_ttl_ms from now
+-- (again to extend it): pglock_job_finish announces outcomes of keys with waiters on the
+-- channel pglock_jobs. LISTEN first, register, then claim again: an outcome committed between
+-- the claim's answer and the registration would go unannounced.
+CREATE OR REPLACE FUNCTION pglock_job_await(p_scope varchar, p_key text, p_waiter_id varchar, p_ttl_ms bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_job_check_key(p_scope, p_key);
+    IF p_waiter_id IS NULL OR p_waiter_id = '' OR length(p_waiter_id) > 255 THEN
+        RAISE EXCEPTION 'p_waiter_id: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_waiter_id';
+    END IF;
+    IF pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
+        PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
+    END IF;
+    INSERT INTO pglock_job_waiters (scope, job_key, waiter_id, expires_at)
+    VALUES (p_scope, p_key, p_waiter_id, clock_timestamp() + p_ttl_ms * interval '1 millisecond')
+    ON CONFLICT (scope, job_key, waiter_id) DO UPDATE SET expires_at = excluded.expires_at;
+    RETURN pglock_job_lock_key(p_scope, p_key);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_await(varchar, text, varchar, bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION pglock_job_unawait(p_scope varchar, p_key text, p_waiter_id varchar)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    DELETE FROM pglock_job_waiters w WHERE w.scope = p_scope AND w.job_key = p_key AND w.waiter_id = p_waiter_id;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_unawait(varchar, text, varchar) FROM PUBLIC;
+
+-- Deletes the record of (p_scope, p_key) so that the key may run again, after waiting for a
+-- claim inside a transaction to end; an attempt running outside one loses its lease (its next
+-- renewal finds the record gone). Returns the deleted record's status, NULL when there was none.
+CREATE OR REPLACE FUNCTION pglock_job_forget(p_scope varchar, p_key text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    PERFORM pglock_job_check_key(p_scope, p_key);
+    PERFORM pg_advisory_xact_lock(pglock_job_lock_key(p_scope, p_key));
+    DELETE FROM pglock_jobs j WHERE j.scope = p_scope AND j.job_key = p_key RETURNING j.status INTO v_status;
+    IF v_status IS NOT NULL THEN
+        PERFORM pglock_job_announce(p_scope, p_key);
+    END IF;
+    RETURN v_status;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_forget(varchar, text) FROM PUBLIC;
+
+-- Whether a job key still runs, for deliveries waiting for its outcome: outside a transaction
+-- under a live lease (lease_left_ms: how much of it is left, NULL otherwise), or inside one
+-- (its claim holds the key's advisory lock, as pg_locks shows: the lock is never taken here, so
+-- that no claim finds it taken by a watcher). A plain read: a process with many deliveries
+-- waiting for one key checks it once for all of them.
+CREATE OR REPLACE FUNCTION pglock_job_running(p_scope varchar, p_key text)
+RETURNS TABLE (running boolean, lease_left_ms bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT coalesce(j.status = 'running' AND j.lease_expires_at > clock_timestamp(), false)
+           OR EXISTS (SELECT FROM pg_catalog.pg_locks l
+                       WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                         AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+                         AND l.classid = ((k.lock_key >> 32) & 4294967295)::oid
+                         AND l.objid = (k.lock_key & 4294967295)::oid),
+           CASE WHEN j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+                THEN (extract(epoch FROM j.lease_expires_at - clock_timestamp()) * 1000)::bigint END
+      FROM (SELECT pglock_job_lock_key(p_scope, p_key) AS lock_key) AS k
+      LEFT JOIN pglock_jobs j ON j.scope = p_scope AND j.job_key = p_key
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_running(varchar, text) FROM PUBLIC;
+
+-- Deletes up to p_batch records past their retention (never one running under a live lease,
+-- nor one a claim holds: those are skipped, not waited for), and registrations of waiters past
+-- theirs. Returns how many records it deleted: call it until that is less than p_batch. Each
+-- call is one short transaction.
+CREATE OR REPLACE FUNCTION pglock_job_collect(p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_deleted integer;
+BEGIN
+    IF p_batch IS NULL OR p_batch < 1 OR p_batch > 100000 THEN
+        RAISE EXCEPTION 'p_batch: must be from 1 to 100000' USING ERRCODE = '22023', COLUMN = 'p_batch';
+    END IF;
+    DELETE FROM pglock_jobs j
+     WHERE (j.scope, j.job_key) IN (
+            SELECT c.scope, c.job_key FROM pglock_jobs c
+             WHERE c.retain_until <= clock_timestamp()
+               AND NOT (c.status = 'running' AND c.lease_expires_at > clock_timestamp())
+             ORDER BY c.retain_until
+             LIMIT p_batch
+               FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    DELETE FROM pglock_job_waiters w WHERE w.expires_at <= clock_timestamp();
+    RETURN v_deleted;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_collect(integer) FROM PUBLIC;

@@ -1,0 +1,596 @@
+-- Cron: schedules whose every tick runs once across instances, with no leader.
+
+CREATE OR REPLACE FUNCTION pglock_cron_check(p_name varchar, p_instance varchar)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_name IS NULL OR octet_length(p_name) < 1 OR length(p_name) > 255 THEN
+        RAISE EXCEPTION 'p_name: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_name';
+    END IF;
+    IF p_instance IS NULL OR octet_length(p_instance) < 1 OR length(p_instance) > 255 THEN
+        RAISE EXCEPTION 'p_instance: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_instance';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_check(varchar, varchar) FROM PUBLIC;
+
+-- Registers a schedule for an instance, or updates it (a new spec or policy from a new
+-- deployment), keeping its watermark and pause; answers the watermark. A new schedule's
+-- watermark is now: a schedule has no ticks before it existed.
+CREATE OR REPLACE FUNCTION pglock_cron_register(p_name varchar, p_spec text, p_time_zone text, p_overlap text,
+    p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_instance varchar)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_until timestamptz;
+BEGIN
+    PERFORM pglock_cron_check(p_name, p_instance);
+    IF p_spec IS NULL OR octet_length(p_spec) NOT BETWEEN 1 AND 1024 THEN
+        RAISE EXCEPTION 'p_spec: must be 1 to 1024 bytes' USING ERRCODE = '22023', COLUMN = 'p_spec';
+    END IF;
+    IF p_time_zone IS NULL OR octet_length(p_time_zone) NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION 'p_time_zone: must be 1 to 255 bytes' USING ERRCODE = '22023', COLUMN = 'p_time_zone';
+    END IF;
+    IF p_overlap IS NULL OR p_overlap NOT IN ('skip', 'buffer_one', 'allow', 'replace') THEN
+        RAISE EXCEPTION 'p_overlap: must be skip, buffer_one, allow or replace' USING ERRCODE = '22023', COLUMN = 'p_overlap';
+    END IF;
+    IF p_catch_up IS NULL OR p_catch_up NOT IN ('skip', 'latest', 'all') THEN
+        RAISE EXCEPTION 'p_catch_up: must be skip, latest or all' USING ERRCODE = '22023', COLUMN = 'p_catch_up';
+    END IF;
+    IF p_catch_up_window_ms IS NULL OR p_catch_up_window_ms < 1 THEN
+        RAISE EXCEPTION 'p_catch_up_window_ms: must be positive' USING ERRCODE = '22023', COLUMN = 'p_catch_up_window_ms';
+    END IF;
+    IF p_keep_for_ms IS NULL OR p_keep_for_ms < 1 THEN
+        RAISE EXCEPTION 'p_keep_for_ms: must be positive' USING ERRCODE = '22023', COLUMN = 'p_keep_for_ms';
+    END IF;
+    IF p_keep_runs IS NULL OR p_keep_runs < 1 THEN
+        RAISE EXCEPTION 'p_keep_runs: must be positive' USING ERRCODE = '22023', COLUMN = 'p_keep_runs';
+    END IF;
+    INSERT INTO pglock_cron_schedules AS s (name, spec, time_zone, overlap, catch_up, catch_up_window_ms,
+                                            keep_for_ms, keep_runs, accounted_until, last_instance, last_seen_at, created_at)
+    VALUES (p_name, p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms,
+            p_keep_for_ms, p_keep_runs, v_now, p_instance, v_now, v_now)
+    ON CONFLICT (name) DO UPDATE
+       SET spec = excluded.spec, time_zone = excluded.time_zone, overlap = excluded.overlap,
+           catch_up = excluded.catch_up, catch_up_window_ms = excluded.catch_up_window_ms,
+           keep_for_ms = excluded.keep_for_ms, keep_runs = excluded.keep_runs,
+           last_instance = excluded.last_instance, last_seen_at = excluded.last_seen_at
+    RETURNING s.accounted_until INTO v_until;
+    RETURN v_until;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar) FROM PUBLIC;
+
+-- Records that an instance still has these schedules; answers those it named that do not
+-- exist (an operator deleted them: the instance registers them again). A schedule whose row
+-- another transaction holds (a claim) is skipped, not waited for: a claim holds several rows,
+-- and this record can wait for the next time.
+CREATE OR REPLACE FUNCTION pglock_cron_seen(p_names varchar[], p_instance varchar)
+RETURNS SETOF varchar
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_cron_check('-', p_instance);
+    UPDATE pglock_cron_schedules s SET last_instance = p_instance, last_seen_at = clock_timestamp()
+      FROM (SELECT name FROM pglock_cron_schedules WHERE name = ANY (p_names)
+             ORDER BY name FOR NO KEY UPDATE SKIP LOCKED) AS free
+     WHERE s.name = free.name;
+    RETURN QUERY SELECT n FROM unnest(p_names) AS n
+                  WHERE NOT EXISTS (SELECT FROM pglock_cron_schedules WHERE name = n);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_seen(varchar[], varchar) FROM PUBLIC;
+
+-- As the one above, and records the instance's clock offset in pglock_instances.
+CREATE OR REPLACE FUNCTION pglock_cron_seen(p_names varchar[], p_instance varchar, p_offset_us bigint, p_uncertainty_us bigint)
+RETURNS SETOF varchar
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_offset_us IS NULL OR p_uncertainty_us IS NULL OR p_uncertainty_us < 0 THEN
+        RAISE EXCEPTION 'p_offset_us, p_uncertainty_us: an offset and a non-negative uncertainty are required'
+            USING ERRCODE = '22023', COLUMN = 'p_offset_us';
+    END IF;
+    RETURN QUERY SELECT * FROM pglock_cron_seen(p_names, p_instance); -- checks the instance
+    INSERT INTO pglock_instances AS i (instance, clock_offset_us, uncertainty_us, seen_at)
+    VALUES (p_instance, p_offset_us, p_uncertainty_us, clock_timestamp())
+    ON CONFLICT (instance) DO UPDATE
+        SET clock_offset_us = excluded.clock_offset_us, uncertainty_us = excluded.uncertainty_us,
+            seen_at = excluded.seen_at;
+    DELETE FROM pglock_instances WHERE seen_at < clock_timestamp() - interval '1 day';
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_seen(varchar[], varchar, bigint, bigint) FROM PUBLIC;
+
+-- Starts a run: a new row, or a pending one (p_id), under a new token and lease.
+CREATE OR REPLACE FUNCTION pglock_cron_start(p_schedule varchar, p_id bigint, p_time timestamptz, p_kind text,
+    p_instance varchar, p_ttl_ms bigint, p_now timestamptz)
+RETURNS pglock_cron_claimed
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    r pglock_cron_runs;
+BEGIN
+    IF p_id IS NULL THEN
+        INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, instance, fencing_token,
+                                      lease_expires_at, created_at, started_at)
+        VALUES (p_schedule, p_time, p_kind, 'running', 1, p_instance, pglock_next_token('pglock_cron_runs_fencing_token_seq'),
+                p_now + p_ttl_ms * interval '1 millisecond', p_now, p_now)
+        RETURNING * INTO r;
+    ELSE
+        UPDATE pglock_cron_runs
+           SET status = 'running', instance = p_instance, fencing_token = pglock_next_token('pglock_cron_runs_fencing_token_seq'),
+               lease_expires_at = p_now + p_ttl_ms * interval '1 millisecond', started_at = p_now
+         WHERE id = p_id
+        RETURNING * INTO r;
+    END IF;
+    RETURN ROW('run', r.schedule, r.id, r.scheduled_time, r.kind, r.attempt, r.fencing_token,
+               r.lease_expires_at, NULL, p_now)::pglock_cron_claimed;
+END;
+$$;
+
+-- A run the claim recorded, as a claim's answer: its status is the outcome ('skipped',
+-- 'abandoned').
+CREATE OR REPLACE FUNCTION pglock_cron_recorded(r pglock_cron_runs, p_now timestamptz)
+RETURNS pglock_cron_claimed
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT ROW(r.status, r.schedule, r.id, r.scheduled_time, r.kind, r.attempt, r.fencing_token,
+               r.lease_expires_at, NULL, p_now)::pglock_cron_claimed
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz) FROM PUBLIC;
+
+-- Accounts for an instance's due ticks and starts what may start, in one statement.
+--   p_names, p_seen, p_until, p_ttl_ms: per schedule, the watermark the instance read, the one
+--     its ticks bring it to (equal: no ticks, only pending runs to start), and its run lease;
+--   p_tick_*: per tick, its schedule and time, and what it is: 'scheduled' (on time: runs now,
+--     as the overlap policy says), 'catch_up' (missed, to run in turn) or 'missed' (recorded,
+--     with p_missed_until and p_missed_count the range it stands for: the last tick and how many,
+--     a negative count meaning too many to count).
+-- Returns the runs it starts and, with p_report, a row per run it records skipped (paused, or
+-- by the overlap policy) or abandoned (its lease expired), each told once, by the instance whose
+-- claim recorded it, so that a sum of its metrics over instances is exact
+-- (pglock_cron_recorded). Missed ticks need no report: the claiming instance planned them.
+-- Schedules' rows are locked in name order, and nothing else a claim locks is waited for while
+-- it holds one that another claim could want first, so claims never deadlock.
+CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
+    p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
+    p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[], p_report boolean)
+RETURNS SETOF pglock_cron_claimed
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz;
+    v_s pglock_cron_schedules;
+    v_running integer;
+    v_buffered boolean;
+    v_catching_up boolean;
+    v_run pglock_cron_runs;
+    v_rec pglock_cron_runs;
+    e record;
+    t record;
+    c bigint;
+BEGIN
+    PERFORM pglock_cron_check('-', p_instance);
+    IF cardinality(p_names) IS DISTINCT FROM cardinality(p_seen) OR cardinality(p_names) IS DISTINCT FROM cardinality(p_until)
+       OR cardinality(p_names) IS DISTINCT FROM cardinality(p_ttl_ms) THEN
+        RAISE EXCEPTION 'p_names, p_seen, p_until, p_ttl_ms: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_names';
+    END IF;
+    IF cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_tick_times) OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_tick_kinds)
+       OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_missed_until)
+       OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_missed_counts) THEN
+        RAISE EXCEPTION 'p_tick_*, p_missed_*: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_tick_names';
+    END IF;
+
+    -- Each schedule with its ticks (grouped once: a hash join, not a scan of every tick per
+    -- schedule), in name order.
+    FOR e IN SELECT u.name, u.seen, u.until, u.ttl, g.ticks, g.kinds, g.missed_untils, g.missed_counts
+               FROM unnest(p_names, p_seen, p_until, p_ttl_ms) AS u(name, seen, until, ttl)
+               LEFT JOIN (SELECT x.name, array_agg(x.tick ORDER BY x.tick) AS ticks, array_agg(x.kind ORDER BY x.tick) AS kinds,
+                                 array_agg(x.missed_until ORDER BY x.tick) AS missed_untils,
+                                 array_agg(x.missed_count ORDER BY x.tick) AS missed_counts
+                            FROM unnest(p_tick_names, p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts)
+                                 AS x(name, tick, kind, missed_until, missed_count)
+                           GROUP BY x.name) AS g ON g.name = u.name
+              WHERE u.until IS DISTINCT FROM u.seen
+                 OR EXISTS (SELECT FROM pglock_cron_runs r WHERE r.schedule = u.name AND r.status = 'pending')
+              ORDER BY u.name
+    LOOP
+        IF pglock_ttl_ok(e.ttl) IS NOT TRUE THEN
+            PERFORM pglock_raise_bad_ttl(e.ttl, 'p_ttl_ms');
+        END IF;
+        SELECT * INTO v_s FROM pglock_cron_schedules WHERE name = e.name FOR NO KEY UPDATE;
+        v_now := clock_timestamp();
+        IF NOT FOUND THEN
+            RETURN NEXT ROW('unknown', e.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v_now)::pglock_cron_claimed;
+            CONTINUE;
+        END IF;
+        -- Runs whose instance stopped renewing are over.
+        FOR v_rec IN UPDATE pglock_cron_runs
+                        SET status = 'abandoned', finished_at = lease_expires_at,
+                            error = 'its instance (' || instance || ') stopped renewing its lease'
+                      WHERE schedule = e.name AND status = 'running' AND lease_expires_at < v_now
+                  RETURNING *
+        LOOP
+            CONTINUE WHEN NOT p_report;
+            RETURN NEXT pglock_cron_recorded(v_rec, v_now);
+        END LOOP;
+        SELECT count(*) INTO v_running FROM pglock_cron_runs WHERE schedule = e.name AND status = 'running';
+
+        IF e.until IS DISTINCT FROM e.seen THEN
+            IF v_s.accounted_until IS DISTINCT FROM e.seen THEN
+                RETURN NEXT ROW('stale', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+                CONTINUE;
+            END IF;
+            IF e.until > v_now THEN
+                RETURN NEXT ROW('early', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+                CONTINUE;
+            END IF;
+            IF e.until < e.seen THEN
+                RAISE EXCEPTION 'p_until: % is before the watermark of %', e.until, e.name USING ERRCODE = '22023', COLUMN = 'p_until';
+            END IF;
+            v_buffered := EXISTS (SELECT FROM pglock_cron_runs
+                                   WHERE schedule = e.name AND status = 'pending' AND kind = 'scheduled');
+            -- Caught-up ticks run in tick order: a tick that comes while some wait queues behind them.
+            v_catching_up := EXISTS (SELECT FROM pglock_cron_runs
+                                      WHERE schedule = e.name AND status = 'pending' AND kind = 'catch_up');
+            FOR t IN SELECT u.tick, u.kind, u.missed_until, u.missed_count
+                       FROM unnest(e.ticks, e.kinds, e.missed_untils, e.missed_counts) AS u(tick, kind, missed_until, missed_count)
+            LOOP
+                IF t.tick IS NULL OR t.tick <= e.seen OR t.tick > e.until THEN
+                    RAISE EXCEPTION 'p_tick_times: the ticks of % must be after its watermark and at most p_until', e.name
+                        USING ERRCODE = '22023', COLUMN = 'p_tick_times';
+                END IF;
+                IF t.kind = 'missed' THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, missed_until, missed_count,
+                                                  created_at, finished_at, error)
+                    VALUES (e.name, t.tick, 'scheduled', 'missed', 0, coalesce(t.missed_until, t.tick), CASE WHEN t.missed_count >= 0 THEN t.missed_count END,
+                            v_now, v_now, 'no instance ran it in time');
+                ELSIF t.kind NOT IN ('scheduled', 'catch_up') THEN
+                    RAISE EXCEPTION 'p_tick_kinds: must be scheduled, catch_up or missed' USING ERRCODE = '22023', COLUMN = 'p_tick_kinds';
+                ELSIF v_s.paused THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
+                    VALUES (e.name, t.tick, t.kind, 'skipped', 0, v_now, v_now, 'paused: ' || coalesce(v_s.pause_note, ''))
+                    RETURNING * INTO v_rec;
+                    IF p_report THEN
+                        RETURN NEXT pglock_cron_recorded(v_rec, v_now);
+                    END IF;
+                ELSIF t.kind = 'catch_up' OR v_catching_up THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+                    VALUES (e.name, t.tick, t.kind, 'pending', 1, v_now);
+                    v_catching_up := true;
+                ELSIF v_running = 0 OR v_s.overlap = 'allow' THEN
+                    RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
+                    v_running := v_running + 1;
+                ELSIF v_s.overlap = 'replace' THEN
+                    FOR c IN UPDATE pglock_cron_runs
+                                SET status = 'canceled', finished_at = v_now,
+                                    error = 'replaced by the run of ' || t.tick::text
+                              WHERE schedule = e.name AND status = 'running'
+                          RETURNING id
+                    LOOP
+                        PERFORM pg_notify('pglock_cron', json_build_object('op', 'cancel', 'schedule', e.name, 'run', c)::text);
+                    END LOOP;
+                    RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
+                    v_running := 1;
+                ELSIF v_s.overlap = 'buffer_one' AND NOT v_buffered THEN
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+                    VALUES (e.name, t.tick, 'scheduled', 'pending', 1, v_now);
+                    v_buffered := true;
+                ELSE
+                    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
+                    VALUES (e.name, t.tick, 'scheduled', 'skipped', 0, v_now, v_now,
+                            CASE WHEN v_s.overlap = 'buffer_one' THEN 'a run was running and another was buffered'
+                                 ELSE 'a run was running' END)
+                    RETURNING * INTO v_rec;
+                    IF p_report THEN
+                        RETURN NEXT pglock_cron_recorded(v_rec, v_now);
+                    END IF;
+                END IF;
+            END LOOP;
+            UPDATE pglock_cron_schedules SET accounted_until = e.until WHERE name = e.name;
+        END IF;
+
+        -- Pending runs start oldest first, one at a time unless the schedule allows overlap.
+        LOOP
+            EXIT WHEN v_running > 0 AND v_s.overlap <> 'allow';
+            SELECT * INTO v_run FROM pglock_cron_runs
+             WHERE schedule = e.name AND status = 'pending' ORDER BY id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            IF v_s.paused AND v_run.kind IN ('scheduled', 'catch_up') THEN
+                UPDATE pglock_cron_runs SET status = 'skipped', attempt = 0, finished_at = v_now,
+                       error = 'paused: ' || coalesce(v_s.pause_note, '')
+                 WHERE id = v_run.id
+                RETURNING * INTO v_rec;
+                IF p_report THEN
+                    RETURN NEXT pglock_cron_recorded(v_rec, v_now);
+                END IF;
+                CONTINUE;
+            END IF;
+            RETURN NEXT pglock_cron_start(e.name, v_run.id, NULL, NULL, p_instance, e.ttl, v_now);
+            v_running := v_running + 1;
+        END LOOP;
+    END LOOP;
+
+    -- Every other schedule's runs whose instance stopped renewing, last and without waiting for a
+    -- row another claim holds: a claim that waited here while holding schedule locks could
+    -- deadlock with one that holds such a row and waits for a schedule.
+    FOR v_rec IN UPDATE pglock_cron_runs r
+                    SET status = 'abandoned', finished_at = r.lease_expires_at,
+                        error = 'its instance (' || r.instance || ') stopped renewing its lease'
+                  WHERE r.id IN (SELECT x.id FROM pglock_cron_runs x
+                                  WHERE x.status = 'running' AND x.lease_expires_at < clock_timestamp()
+                                    FOR UPDATE SKIP LOCKED)
+              RETURNING r.*
+    LOOP
+        CONTINUE WHEN NOT p_report;
+        RETURN NEXT pglock_cron_recorded(v_rec, clock_timestamp());
+    END LOOP;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean) FROM PUBLIC;
+
+-- The signature v0.1.0's schedulers call: the claim without reports.
+CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
+    p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
+    p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[])
+RETURNS SETOF pglock_cron_claimed
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT * FROM pglock_cron_claim(p_instance, p_names, p_seen, p_until, p_ttl_ms, p_tick_names, p_tick_times,
+                                    p_tick_kinds, p_missed_until, p_missed_counts, false)
+$$;
+
+-- Renews a run's lease; NULL once the run is no longer running under this token.
+CREATE OR REPLACE FUNCTION pglock_cron_renew(p_id bigint, p_fencing_token bigint, p_ttl_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_expires_at timestamptz;
+BEGIN
+    IF pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
+        PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
+    END IF;
+    UPDATE pglock_cron_runs
+       SET lease_expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+     WHERE id = p_id AND fencing_token = p_fencing_token AND status = 'running'
+       AND lease_expires_at > clock_timestamp()
+    RETURNING lease_expires_at INTO v_expires_at;
+    RETURN v_expires_at;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_renew(bigint, bigint, bigint) FROM PUBLIC;
+
+-- Renews the leases of the cron runs (p_ids[i], p_fencing_tokens[i]) for p_ttl_ms[i] from now,
+-- as pglock_cron_renew does one.
+CREATE OR REPLACE FUNCTION pglock_cron_renew_many(p_ids bigint[], p_fencing_tokens bigint[], p_ttl_ms bigint[])
+RETURNS TABLE (id bigint, fencing_token bigint, outcome text, lease_expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_bad bigint;
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_ids', 'p_fencing_tokens', 'p_ttl_ms'],
+        ARRAY[cardinality(p_ids), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
+    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
+    IF FOUND THEN
+        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
+    END IF;
+
+    RETURN QUERY
+        WITH wanted AS (
+            SELECT r.r, r.f, r.t, r.o FROM unnest(p_ids, p_fencing_tokens, p_ttl_ms) WITH ORDINALITY AS r(r, f, t, o)
+        ), mine AS (
+            SELECT c.id, w.t FROM pglock_cron_runs c JOIN wanted w ON c.id = w.r
+             WHERE c.fencing_token = w.f AND c.status = 'running' AND c.lease_expires_at > clock_timestamp()
+               FOR UPDATE OF c SKIP LOCKED
+        ), renewed AS (
+            UPDATE pglock_cron_runs c
+               SET lease_expires_at = clock_timestamp() + m.t * interval '1 millisecond'
+              FROM mine m
+             WHERE c.id = m.id
+            RETURNING c.id, c.fencing_token, c.lease_expires_at
+        )
+        SELECT w.r, w.f,
+               CASE WHEN x.lease_expires_at IS NOT NULL THEN 'renewed'
+                    WHEN EXISTS (SELECT FROM pglock_cron_runs c WHERE c.id = w.r AND c.fencing_token = w.f
+                                    AND c.status = 'running' AND c.lease_expires_at > clock_timestamp()) THEN 'busy'
+                    ELSE 'gone' END,
+               x.lease_expires_at
+          FROM wanted w
+          LEFT JOIN renewed x ON x.id = w.r AND x.fencing_token = w.f
+         ORDER BY w.o;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_renew_many(bigint[], bigint[], bigint[]) FROM PUBLIC;
+
+-- Records how a run ended: p_status 'ran', 'failed' or 'canceled'. Answers whether the schedule
+-- has pending runs (the instance claims next at once), or NULL when the run was no longer
+-- running under this token (it was abandoned or replaced, and that record stands).
+CREATE OR REPLACE FUNCTION pglock_cron_finish(p_id bigint, p_fencing_token bigint, p_status text, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_schedule varchar;
+BEGIN
+    IF p_status IS NULL OR p_status NOT IN ('ran', 'failed', 'canceled') THEN
+        RAISE EXCEPTION 'p_status: must be ran, failed or canceled' USING ERRCODE = '22023', COLUMN = 'p_status';
+    END IF;
+    UPDATE pglock_cron_runs
+       SET status = p_status, finished_at = clock_timestamp(), lease_expires_at = NULL, error = p_error
+     WHERE id = p_id AND fencing_token = p_fencing_token AND status = 'running'
+    RETURNING schedule INTO v_schedule;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN EXISTS (SELECT FROM pglock_cron_runs WHERE schedule = v_schedule AND status = 'pending');
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_finish(bigint, bigint, text, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION pglock_cron_lock(p_name varchar)
+RETURNS pglock_cron_schedules
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s pglock_cron_schedules;
+BEGIN
+    SELECT * INTO v_s FROM pglock_cron_schedules WHERE name = p_name FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % does not exist', p_name USING ERRCODE = 'P0002', COLUMN = 'p_name';
+    END IF;
+    RETURN v_s;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_lock(varchar) FROM PUBLIC;
+
+-- Pauses a schedule: from the next tick on, no instance starts its ticks (they are recorded
+-- skipped). Manual and backfilled runs still run.
+CREATE OR REPLACE FUNCTION pglock_cron_pause(p_name varchar, p_note text, p_by text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    UPDATE pglock_cron_schedules SET paused = true, pause_note = p_note, paused_by = p_by, paused_at = clock_timestamp()
+     WHERE name = p_name;
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'pause', 'schedule', p_name)::text);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_pause(varchar, text, text) FROM PUBLIC;
+
+-- Resumes a schedule. Ticks that came while it was paused stay skipped.
+CREATE OR REPLACE FUNCTION pglock_cron_resume(p_name varchar)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    UPDATE pglock_cron_schedules SET paused = false, pause_note = NULL, paused_by = NULL, paused_at = NULL
+     WHERE name = p_name;
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'resume', 'schedule', p_name)::text);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_resume(varchar) FROM PUBLIC;
+
+-- Asks for a manual run, pending until an instance with the schedule starts it; answers its id.
+-- Its scheduled time is when it was asked for; it is never one of the schedule's ticks.
+CREATE OR REPLACE FUNCTION pglock_cron_trigger(p_name varchar, p_by text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    PERFORM pglock_cron_lock(p_name);
+    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, requested_by, created_at)
+    VALUES (p_name, clock_timestamp(), 'manual', 'pending', 1, p_by, clock_timestamp())
+    RETURNING id INTO v_id;
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'trigger', 'schedule', p_name)::text);
+    RETURN v_id;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_trigger(varchar, text) FROM PUBLIC;
+
+-- Queues the given past ticks of a schedule (computed from its spec by the caller), each once:
+-- a tick that ran, failed, is running or is pending is left alone, and so is one after the
+-- watermark, which the schedule's instances have yet to run or record. Answers how many were
+-- queued.
+CREATE OR REPLACE FUNCTION pglock_cron_backfill(p_name varchar, p_ticks timestamptz[], p_by text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s pglock_cron_schedules;
+    v_count integer;
+BEGIN
+    v_s := pglock_cron_lock(p_name);
+    IF EXISTS (SELECT FROM unnest(p_ticks) AS u(tick) WHERE u.tick IS NULL OR u.tick > clock_timestamp()) THEN
+        RAISE EXCEPTION 'p_ticks: must be past times' USING ERRCODE = '22023', COLUMN = 'p_ticks';
+    END IF;
+    INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, requested_by, created_at)
+    SELECT p_name, u.tick, 'backfill', 'pending',
+           1 + (SELECT count(*) FROM pglock_cron_runs r
+                 WHERE r.schedule = p_name AND r.scheduled_time = u.tick AND r.status IN ('abandoned', 'canceled')),
+           p_by, clock_timestamp()
+      FROM (SELECT DISTINCT tick FROM unnest(p_ticks) AS x(tick)) AS u
+     WHERE u.tick <= v_s.accounted_until
+       AND NOT EXISTS (SELECT FROM pglock_cron_runs r
+                        WHERE r.schedule = p_name AND r.scheduled_time = u.tick
+                          AND r.status IN ('ran', 'failed', 'running', 'pending'))
+     ORDER BY u.tick;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM pg_notify('pglock_cron', json_build_object('op', 'backfill', 'schedule', p_name)::text);
+    END IF;
+    RETURN v_count;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_backfill(varchar, timestamptz[], text) FROM PUBLIC;
+
+-- Deletes run history past each schedule's retention: records older than keep_for (from when
+-- they finished, or were written), and all but the newest keep_runs records; one caller at a
+-- time. Answers how many rows went.
+CREATE OR REPLACE FUNCTION pglock_cron_collect()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s record;
+    v_deleted bigint := 0;
+    n bigint;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(pglock_advisory_key('collect', 'pglock.cron')) THEN
+        RETURN 0;
+    END IF;
+    FOR v_s IN SELECT name, keep_for_ms, keep_runs FROM pglock_cron_schedules ORDER BY name LOOP
+        DELETE FROM pglock_cron_runs
+         WHERE schedule = v_s.name AND status NOT IN ('pending', 'running')
+           AND (coalesce(finished_at, created_at) < clock_timestamp() - v_s.keep_for_ms * interval '1 millisecond'
+                OR id < (SELECT r.id FROM pglock_cron_runs r WHERE r.schedule = v_s.name
+                          ORDER BY r.id DESC OFFSET v_s.keep_runs - 1 LIMIT 1));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_deleted := v_deleted + n;
+    END LOOP;
+    RETURN v_deleted;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_collect() FROM PUBLIC;

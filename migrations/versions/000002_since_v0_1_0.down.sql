@@ -1,0 +1,29 @@
+-- Back to v0.1.0's tables and types: the functions it did not have go first (what uses the
+-- type, and pglock_job_announce, whose result type v0.1.0's cannot replace in place); then
+-- v0.1.0's functions are made again from 000001. A claim pending in a transaction under way is
+-- not carried over: apply this with no RunTx running.
+
+DROP FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz);
+DROP FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
+DROP FUNCTION pglock_cron_seen(varchar[], varchar, bigint, bigint);
+DROP FUNCTION pglock_job_require_claim(timestamptz, varchar, text);
+DROP FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint);
+DROP FUNCTION pglock_job_announce(varchar, text);
+DROP FUNCTION pglock_job_running(varchar, text);
+DROP FUNCTION pglock_wait_many(varchar[], varchar[], bigint[]);
+DROP FUNCTION pglock_cron_renew_many(bigint[], bigint[], bigint[]);
+DROP FUNCTION pglock_job_renew_many(varchar[], text[], bigint[], bigint[]);
+DROP FUNCTION pglock_renew_many(varchar[], varchar[], bigint[]);
+DROP FUNCTION pglock_check_leases(varchar[], varchar[], bigint[]);
+DROP FUNCTION pglock_check_arrays(text[], integer[]);
+DROP FUNCTION pglock_release_after(varchar, varchar, bigint);
+DROP FUNCTION pglock_next_token(regclass);
+DROP FUNCTION pglock_new_epoch(regclass, bigint);
+DROP FUNCTION pglock_timeline();
+
+DROP TYPE pglock_job_pending;
+DROP TABLE pglock_instances;
+
+ALTER TABLE pglock_jobs
+    ADD CONSTRAINT pglock_jobs_job_key_check CHECK (octet_length(job_key) BETWEEN 1 AND 1024),
+    ADD CONSTRAINT pglock_jobs_status_check CHECK (status IN ('running', 'succeeded', 'failed'));
