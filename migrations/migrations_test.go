@@ -445,7 +445,7 @@ func requireUpToDate(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	status, err := migrations.Version(context.Background(), pool)
 	require.NoError(t, err)
-	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest}, status)
+	require.Equal(t, migrations.Status{Version: status.Latest, Latest: status.Latest, Drift: []migrations.Difference{}}, status)
 }
 
 // poolInSchema is a pool of d's whose sessions search schema and, unless role is empty, act as role.

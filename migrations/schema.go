@@ -79,7 +79,7 @@ func drift(version uint, live []object) ([]Difference, error) {
 	if err != nil {
 		return nil, fmt.Errorf("what version %d installs: %w", version, err)
 	}
-	var differences []Difference
+	differences := []Difference{}
 	for _, o := range live {
 		key := [2]string{o.kind, o.name}
 		hash, ok := want[key]

@@ -29,6 +29,7 @@ const (
 	exitOK      = 0
 	exitFailure = 1 // something went wrong, or (release without --force) nothing was done
 	exitUsage   = 2 // the command line is wrong
+	exitDrift   = 3 // migrate status: pglock's objects differ from what their version made
 )
 
 // run executes one command line and returns its exit code. Errors are one line on stderr.
@@ -43,6 +44,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// pglockctl is the outermost wrapper of the library's errors: it says "pglockctl: ", once.
 	message := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), errs.Prefix)), " ")
+	var drifted driftError
+	if errors.As(err, &drifted) {
+		return exitDrift // the status said what differs
+	}
 	var usage usageError
 	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") {
 		fmt.Fprintf(stderr, "pglockctl: %s (see pglockctl --help)\n", message)
@@ -51,6 +56,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "pglockctl: %s\n", message)
 	return exitFailure
 }
+
+// driftError ends a status that found drift, after printing it.
+type driftError struct{ count int }
+
+func (e driftError) Error() string { return fmt.Sprintf("%d objects differ", e.count) }
 
 // usageError marks an error in the command line itself.
 type usageError struct{ error }

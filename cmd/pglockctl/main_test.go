@@ -48,13 +48,13 @@ func TestMigrateUpDownStatus(t *testing.T) {
 
 	out, _, code = pglockctl(t, ctx, d.URL(), "migrate", "up")
 	require.Equal(t, exitOK, code)
-	require.Equal(t, fmt.Sprintf("version  %d of %d\ndirty    false\n", latest, latest), out)
+	require.Equal(t, fmt.Sprintf("version  %d of %d\ndirty    false\ndrift    none: every object is as version %d made it\n", latest, latest, latest), out)
 
 	out, _, code = pglockctl(t, ctx, d.URL(), "-o", "json", "migrate", "down", "--steps", "1")
 	require.Equal(t, exitOK, code)
 	upFiles, err := fs.Glob(migrations.FS, "*.up.sql")
 	require.NoError(t, err)
-	require.JSONEq(t, fmt.Sprintf(`{"version": %d, "latest": %d, "dirty": false, "pending": [%q]}`,
+	require.JSONEq(t, fmt.Sprintf(`{"version": %d, "latest": %d, "dirty": false, "pending": [%q], "drift": []}`,
 		latest-1, latest, upFiles[len(upFiles)-1]), out)
 
 	_, stderr, code := pglockctl(t, ctx, d.URL(), "migrate", "down")
@@ -69,6 +69,46 @@ func TestMigrateUpDownStatus(t *testing.T) {
 
 	_, _, code = pglockctl(t, ctx, d.URL(), "migrate", "force", "0")
 	require.Equal(t, exitOK, code)
+}
+
+// A function edited by hand and an index dropped are named by status, which exits with 3; up
+// refuses to go on from there; repair makes the function again, and the index, once restored by
+// hand, leaves nothing to report.
+func TestMigrateStatusNamesDriftAndExitsWith3(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `CREATE OR REPLACE FUNCTION pglock_gc() RETURNS TABLE (expired_locks bigint, expired_waiters bigint)
+		LANGUAGE sql AS $$ SELECT 0::bigint, 0::bigint $$`)
+	require.NoError(t, err)
+	_, err = d.Pool.Exec(ctx, "DROP INDEX distributed_locks_expires_at_idx")
+	require.NoError(t, err)
+
+	out, _, code := pglockctl(t, ctx, d.URL(), "migrate", "status")
+	require.Equal(t, exitDrift, code, out)
+	require.Contains(t, out, "drift    function pglock_gc() changed\n")
+	require.Contains(t, out, "drift    index distributed_locks_expires_at_idx missing\n")
+	out, _, code = pglockctl(t, ctx, d.URL(), "-o", "json", "migrate", "status")
+	require.Equal(t, exitDrift, code)
+	var status struct{ Drift []map[string]string }
+	require.NoError(t, json.Unmarshal([]byte(out), &status))
+	require.Contains(t, status.Drift, map[string]string{"kind": "function", "name": "pglock_gc()", "change": "changed"})
+
+	_, stderr, code := pglockctl(t, ctx, d.URL(), "migrate", "up")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, stderr, "function pglock_gc() changed")
+	require.Contains(t, stderr, "pglockctl migrate repair")
+
+	_, stderr, code = pglockctl(t, ctx, d.URL(), "migrate", "repair")
+	require.Equal(t, exitFailure, code, "repair mends functions, not indexes")
+	require.Contains(t, stderr, "index distributed_locks_expires_at_idx missing")
+	require.NotContains(t, stderr, "pglock_gc")
+
+	_, err = d.Pool.Exec(ctx, "CREATE INDEX distributed_locks_expires_at_idx ON distributed_locks (expires_at)")
+	require.NoError(t, err)
+	out, _, code = pglockctl(t, ctx, d.URL(), "migrate", "status")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "drift    none")
 }
 
 func TestUnmigratedDatabaseSaysWhatToDo(t *testing.T) {
