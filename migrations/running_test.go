@@ -179,4 +179,3 @@ func requireNone(t *testing.T, pool *pgxpool.Pool, what, query string) {
 	require.NoError(t, rows.Err())
 	require.Empty(t, found, "%s: %s", what, strings.Join(found, ", "))
 }
-
