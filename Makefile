@@ -75,7 +75,7 @@ generate: $(SQLC)
 check-generated: $(SQLC)
 	@$(GO) run ./internal/migrationgen -check
 	@$(SQLC) diff || { echo "internal/db/ is stale: run 'make generate' and commit the result"; exit 1; }
-	@$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations >/dev/null || { echo "migrations/schema/ is stale: run 'make generate' and commit the result"; exit 1; }
+	@$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations >$(BIN)/manifests.log 2>&1 || { cat $(BIN)/manifests.log; echo "migrations/schema/ is not what make generate writes (above: why)"; exit 1; }
 
 ## demo: the toolkit doing its job in one command, checked in the database (DATABASE_URL, local
 ## PostgreSQL binaries, or Docker).

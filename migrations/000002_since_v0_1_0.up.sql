@@ -46,9 +46,9 @@ CREATE TYPE pglock_job_pending AS (
 
 -- ==== migrations/functions/00_checks.sql ====
 
--- Checks every other function relies on: the schema is safe, names and holders are valid, TTLs are in range, arrays agree.
+-- Checks every other function relies on: the schema is safe, names and holders are valid, TTLs are
+-- in range, arrays agree.
 
--- ==== Checks ====
 -- SECURITY DEFINER functions are only as safe as the schema they resolve names in: a role that
 -- may create objects there can shadow what they call (an exact-type length(varchar) beats
 -- pg_catalog's length(text)) and run code as the owner. Refuse a schema every role may write.
@@ -174,7 +174,8 @@ REVOKE ALL ON FUNCTION pglock_check_leases(varchar[], varchar[], bigint[]) FROM 
 
 -- ==== migrations/functions/01_tokens.sql ====
 
--- Fencing tokens: drawn from a sequence, with the server's timeline as an epoch, so that no token repeats across a promotion.
+-- Fencing tokens: drawn from a sequence, with the server's timeline as an epoch, so that no token
+-- repeats across a promotion.
 
 -- The timeline this server writes WAL on: 1 for a cluster never promoted, one more with each
 -- promotion. Read from the name of the WAL segment being written, which a promoted server
@@ -253,7 +254,8 @@ REVOKE ALL ON FUNCTION pglock_next_token(regclass) FROM PUBLIC;
 
 -- ==== migrations/functions/10_locks.sql ====
 
--- Lease locks in distributed_locks: acquire, queue, renew, release and hand off, fence, and the seed's functions.
+-- Lease locks in distributed_locks: acquire, queue, renew, release and hand off, fence, and the
+-- seed's functions.
 
 -- The one acquire, as one pglock_acquisition value rather than a set of one row, so that a
 -- query can call it inside an expression: PostgreSQL sets such a call up far more cheaply than
@@ -1110,8 +1112,8 @@ $$;
 -- Writes the claim pending in this transaction, if any: finished at p_finished_at and kept
 -- p_window_ms from then if it is the claim of (p_scope, p_key) with p_fencing_token, and then
 -- announces it (the insert tells whether the key has waiters, saving a statement) and returns
--- true; otherwise unfinished and kept from its start by its claim's window, as a transactional
--- claim used to write its record.
+-- true; otherwise unfinished (status 'succeeded', no finish time) and kept from its start by
+-- its claim's window, as a claim under another isolation level writes it.
 CREATE OR REPLACE FUNCTION pglock_job_write_pending(p_scope varchar, p_key text, p_fencing_token bigint,
                                          p_finished_at timestamptz, p_window_ms bigint)
 RETURNS boolean

@@ -13,8 +13,9 @@
 // the table pglock_schema_migrations there, never in the application's own schema_migrations.
 // Any number of processes may call Up at once: an advisory lock of pglock's serializes them,
 // one applies the files and the others find nothing left to do. Up refuses, changing nothing,
-// a schema whose version is dirty or newer than these files, or whose objects drifted from what
-// their version made (Version names them; Repair makes the functions again).
+// a schema whose version is dirty or newer than these files; and with files to apply, one whose
+// objects drifted from what their version made (Version names them; Repair makes the functions
+// again) or a role that may not create objects in it.
 //
 // The same files can be applied without Go, in order, with `psql -f` (one file per version)
 // or with the golang-migrate CLI (-database 'pgx5://...?x-migrations-table=pglock_schema_migrations').

@@ -46,8 +46,9 @@ type Status struct {
 	Pending []string // up files newer than Version, in the order Up applies them
 
 	// Drift is every object of pglock's whose definition is not what Version made: a function
-	// edited by hand, an index dropped. Empty when everything matches; nil, unchecked, when
-	// Version is 0, dirty or newer than Latest.
+	// edited by hand, an index dropped; with Version 0, every object of pglock's there is
+	// (installed without recording a version). Empty when everything matches; nil, unchecked,
+	// when nothing is installed, or Version is dirty or newer than Latest.
 	Drift []Difference
 }
 
@@ -57,9 +58,11 @@ type Status struct {
 // own lock, which only something outside pglock holds (golang-migrate's CLI, say).
 //
 // Up first refuses, changing nothing, a database it should not migrate: one whose installed
-// version is dirty (pglock.ErrSchemaDirty), newer than these files (pglock.ErrSchemaTooNew), or
-// drifted from what its version made (pglock.ErrSchemaDrift: Repair mends functions), and a
-// role that may not create objects in the schema (pglock.ErrPermissionDenied).
+// version is dirty (pglock.ErrSchemaDirty) or newer than these files (pglock.ErrSchemaTooNew);
+// with migrations to apply, one that drifted from what its version made (pglock.ErrSchemaDrift:
+// Repair mends functions), or holds pglock's objects with no version recorded (ErrSchemaDrift
+// too: Force records it), and a role that may not create objects in the schema
+// (pglock.ErrPermissionDenied).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	return run(ctx, pool, readyForUp, func(m *migrate.Migrate) error { return step(m, +1, AllSteps) })
 }
@@ -73,10 +76,16 @@ func readyForUp(ctx context.Context, conn *pgxpool.Conn) error {
 	if err := found.migratable(); err != nil {
 		return err
 	}
+	if len(found.Pending) == 0 {
+		return nil // nothing to apply: drift is for status to tell
+	}
+	if found.Version == 0 && len(found.Drift) > 0 {
+		return found.unrecordedError()
+	}
 	if len(found.Drift) > 0 {
 		return found.driftError()
 	}
-	if len(found.Pending) > 0 && !found.mayCreate {
+	if !found.mayCreate {
 		return errs.Errorf("%w: role %s may not create objects in schema %s: migrate as the schema's owner, or GRANT CREATE ON SCHEMA %s TO %s",
 			pglock.ErrPermissionDenied, found.role, found.schema, found.schema, found.role)
 	}
@@ -108,7 +117,9 @@ func Repair(ctx context.Context, pool *pgxpool.Pool) error {
 			if err := q.SearchOnlySchema(ctx, found.schema); err != nil { // as every file starts
 				return err
 			}
-			_, err := db.Translating(tx).Exec(ctx, statements)
+			// SECURITY DEFINER functions are made only where no other role can shadow what they
+			// call, as every migration checks (pglock.ErrUnsafeSchema).
+			_, err := db.Translating(tx).Exec(ctx, statements+"SELECT pglock_check_schema_is_safe();")
 			return err
 		})
 		if err != nil {
@@ -177,9 +188,10 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (Status, error) {
 // inspection is what inspect found: the Status, and what the migrations need to know besides.
 type inspection struct {
 	Status
-	schema    string
-	role      string
-	mayCreate bool // in schema
+	schema     string
+	role       string
+	mayCreate  bool // in schema
+	unrecorded uint // with Version 0: the version whose objects are installed exactly, if any
 }
 
 // inspect reads what is installed, in one read-only transaction, so on one session: the schema
@@ -207,28 +219,19 @@ func inspect(ctx context.Context, conn interface {
 			return err
 		}
 		found.role, found.mayCreate = privilege.Role, privilege.MayCreate
-		if !exists {
-			return nil
+		if exists {
+			row, err := q.MigrationVersion(ctx)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return err
+			case row.Version >= 0: // golang-migrate writes -1 for "none" when a down to 0 fails
+				found.Version, found.Dirty = uint(row.Version), row.Dirty
+			default:
+				found.Dirty = row.Dirty
+			}
 		}
-		row, err := q.MigrationVersion(ctx)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return err
-		case row.Version >= 0: // golang-migrate writes -1 for "none" when a first migration fails
-			found.Version, found.Dirty = uint(row.Version), row.Dirty
-		default:
-			found.Dirty = row.Dirty
-		}
-		if found.Version == 0 || found.Dirty || found.Version > Latest() {
-			return nil
-		}
-		live, err := installed(ctx, q, scope.Schema)
-		if err != nil {
-			return err
-		}
-		found.Drift, err = drift(found.Version, live)
-		return err
+		return found.compare(ctx, q)
 	})
 	if err != nil {
 		return inspection{}, errs.Errorf("read migration version: %w", err)
@@ -244,21 +247,54 @@ func inspect(ctx context.Context, conn interface {
 	return found, err
 }
 
+// compare reads pglock's objects into found.Drift, against what found.Version made: unless
+// that version is dirty or unknown here, and unless nothing at all is installed.
+func (found *inspection) compare(ctx context.Context, q *db.Queries) error {
+	if found.Dirty || found.Version > Latest() {
+		return nil
+	}
+	live, err := installed(ctx, q, found.schema)
+	if err != nil || (found.Version == 0 && len(live) == 0) {
+		return err
+	}
+	if found.Version > 0 {
+		found.Drift, err = drift(found.Version, live)
+		return err
+	}
+	for version := uint(1); version <= Latest() && found.unrecorded == 0; version++ {
+		if differences, err := drift(version, live); err == nil && len(differences) == 0 {
+			found.unrecorded = version
+		}
+	}
+	found.Drift, err = drift(0, live) // every object unexpected
+	return err
+}
+
 // migratable refuses a version these files cannot take further: a dirty one, or a newer one.
 func (found inspection) migratable() error {
 	switch {
 	case found.Version > found.Latest:
 		return errs.Errorf("%w: version %d of pglock's SQL is installed, and this module's newest is %d (a later release installed it): use that release, or migrate down with it first",
 			pglock.ErrSchemaTooNew, found.Version, found.Latest)
+	case found.Dirty && found.Version == 0:
+		return errs.Errorf("%w: a migration failed and changed nothing (each file is one transaction): fix its cause, then record what is installed, `pglockctl migrate force 0` if the first up failed, `force 1` if the down from 1 did (migrations.Force), and migrate again",
+			pglock.ErrSchemaDirty)
 	case found.Dirty:
-		previous := 0
-		if found.Version > 0 {
-			previous = int(found.Version) - 1
-		}
-		return errs.Errorf("%w: the migration to version %d failed, and changed nothing (each file is one transaction): fix its cause, then `pglockctl migrate force %d` (migrations.Force) and migrate up again",
-			pglock.ErrSchemaDirty, found.Version, previous)
+		// golang-migrate marks the version it was going to, up or down.
+		return errs.Errorf("%w: a migration to version %d failed and changed nothing (each file is one transaction): fix its cause, then record what is installed, `pglockctl migrate force %d` if it went up, `force %d` if it went down (migrations.Force), and migrate again",
+			pglock.ErrSchemaDirty, found.Version, found.Version-1, found.Version+1)
 	}
 	return nil
+}
+
+// unrecordedError says that pglock's objects are there with no version recorded, and which.
+func (found inspection) unrecordedError() error {
+	if found.unrecorded == 0 {
+		return errs.Errorf("%w: schema %s holds pglock's objects (%s, …) but no version is recorded, and they match no version of these files: `pglockctl migrate status` lists them",
+			pglock.ErrSchemaDrift, found.schema, found.Drift[0].Name)
+	}
+	return errs.Errorf("%w: schema %s holds version %d of pglock's SQL but no version is recorded (applied with psql?): record it with `pglockctl migrate force %d` (migrations.Force), then migrate up",
+		pglock.ErrSchemaDrift, found.schema, found.unrecorded, found.unrecorded)
 }
 
 // driftError names what differs (the first ten of them) and the way out.
@@ -284,8 +320,7 @@ func (found inspection) driftError() error {
 }
 
 // functionsOf is what makes version's functions again: the statements of its up file that make
-// a function or say who may call it, made with CREATE OR REPLACE, after the line that starts
-// every file (the schema, in search_path).
+// a function or say who may call it, made with CREATE OR REPLACE (sqlfile.Functions).
 func functionsOf(version uint) (string, error) {
 	src, err := iofs.New(files, ".")
 	if err != nil {
@@ -301,18 +336,11 @@ func functionsOf(version uint) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	statements, err := sqlfile.Split(string(text))
+	functions, err := sqlfile.Functions(string(text))
 	if err != nil {
 		return "", errs.Errorf("version %d's up file: %w", version, err)
 	}
-	var b strings.Builder
-	for _, s := range statements {
-		if s.IsFunction() {
-			b.WriteString(s.Replacing().Text)
-			b.WriteString("\n")
-		}
-	}
-	return b.String(), nil
+	return functions, nil
 }
 
 // Latest is the newest version these files provide.

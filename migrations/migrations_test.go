@@ -190,9 +190,9 @@ func TestInstallIntoAChosenSchema(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, release.Released)
 
-	status, err := migrations.Version(ctx, d.Pool)
-	require.NoError(t, err)
-	require.Equal(t, status.Latest, status.Version)
+	requireUpToDate(t, d.Pool) // no drift either: the schema's name is in no hash, even where "pglock." is in a definition
+	require.NoError(t, migrations.Repair(ctx, d.Pool))
+	requireUpToDate(t, d.Pool)
 }
 
 // A schema whose name needs quoting ("Locks Here", not locks_here) gets everything, and the
@@ -480,6 +480,17 @@ func TestMigrationsRunNoCodeOfRolesThatMayCreateInTheSchema(t *testing.T) {
 		{"install", fresh, up, false},
 		{"install, pg_catalog searched last", fresh, up, true},
 		{"already up to date", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, up, false},
+		{"upgrade from v0.1.0", func(t *testing.T) *testdb.DB {
+			d := testdb.New(t, nil)
+			require.NoError(t, migrations.Down(context.Background(), d.Pool, int(migrations.Latest())-1))
+			return d
+		}, up, false},
+		{"status and repair", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, func(ctx context.Context, pool *pgxpool.Pool) error {
+			if _, err := migrations.Version(ctx, pool); err != nil {
+				return err
+			}
+			return migrations.Repair(ctx, pool)
+		}, false},
 		{"remove", func(t *testing.T) *testdb.DB { return testdb.New(t, nil) }, func(ctx context.Context, pool *pgxpool.Pool) error {
 			return migrations.Down(ctx, pool, migrations.AllSteps)
 		}, false},
@@ -622,12 +633,17 @@ func plantTraps(t *testing.T, d *testdb.DB) string {
 		CREATE FUNCTION public.pg_advisory_lock(bigint) RETURNS void LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
 		CREATE FUNCTION public.pg_advisory_unlock(bigint) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
 		CREATE FUNCTION public.current_database() RETURNS name LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text::name';
+		CREATE FUNCTION public.hijacked_names(name, name) RETURNS boolean LANGUAGE sql AS 'SELECT public.hijacked(0, 0)';
+		CREATE OPERATOR public.~~ (LEFTARG = name, RIGHTARG = name, FUNCTION = public.hijacked_names);
+		CREATE FUNCTION public.hijacked_concat(name, name) RETURNS text LANGUAGE sql AS 'SELECT public.hijacked(0, 0)::text';
+		CREATE OPERATOR public.|| (LEFTARG = name, RIGHTARG = name, FUNCTION = public.hijacked_concat);
 		RESET ROLE`, creator))
 	require.NoError(t, err)
 	for _, trap := range []string{
 		"SELECT 1259::oid = 0", "SELECT 2200::oid = 'public'::regnamespace", "SELECT 1::oid = 'now()'::regprocedure",
 		"SELECT format('%I, pg_temp', current_schema())", "SELECT acldefault('n', 10)", "SELECT convert_to('x', 'UTF8')",
 		"SELECT pg_advisory_lock('1')", "SELECT pg_advisory_unlock('1')", "SELECT count(1) FROM pg_class",
+		"SELECT relname LIKE 'pglock%' FROM pg_class", "SELECT relname || 'x' FROM pg_class",
 	} {
 		_, err = d.Pool.Exec(ctx, trap)
 		require.ErrorContains(t, err, "hijacked", "the trap is set: %s", trap)

@@ -119,22 +119,25 @@ func buildWorkers(t *testing.T) (oldWorker, newWorker string) {
 }
 
 type workerProcess struct {
-	name string
-	cmd  *exec.Cmd
-	out  bytes.Buffer
-	done chan error
+	name   string
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan struct{} // closed once Wait returned, with err
+	err    error
 }
 
 func startWorker(t *testing.T, binary, url, name string) *workerProcess {
 	t.Helper()
-	w := &workerProcess{name: name, cmd: exec.Command(binary, "-url", url, "-name", name), done: make(chan error, 1)}
+	w := &workerProcess{name: name, cmd: exec.Command(binary, "-url", url, "-name", name), exited: make(chan struct{})}
 	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.out
 	require.NoError(t, w.cmd.Start())
-	go func() { w.done <- w.cmd.Wait() }()
+	go func() { w.err = w.cmd.Wait(); close(w.exited) }()
 	t.Cleanup(func() {
-		if w.cmd.ProcessState == nil {
+		select {
+		case <-w.exited:
+		default:
 			w.cmd.Process.Kill()
-			<-w.done
+			<-w.exited
 		}
 	})
 	return w
@@ -144,7 +147,8 @@ func startWorker(t *testing.T, binary, url, name string) *workerProcess {
 func (w *workerProcess) stop(t *testing.T) {
 	t.Helper()
 	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, testdb.Receive(t, w.done), "%s: %s", w.name, w.out.String())
+	testdb.Receive(t, w.exited)
+	require.NoError(t, w.err, "%s: %s", w.name, w.out.String())
 }
 
 // output is what the worker printed; read it once the worker has exited.

@@ -94,10 +94,14 @@ func TestUpRefusesWhatItShouldNotMigrate(t *testing.T) {
 			execSQL(t, d.Pool, "ALTER TABLE distributed_locks ADD COLUMN note text")
 			return d.Pool
 		}, pglock.ErrSchemaDrift, []string{"table distributed_locks changed", "restore tables and indexes by hand"}},
+		{"v0.1.0 applied with psql, no version recorded", func(t *testing.T, d *testdb.DB) *pgxpool.Pool {
+			execSQL(t, d.Pool, "DROP TABLE pglock_schema_migrations")
+			return d.Pool
+		}, pglock.ErrSchemaDrift, []string{"holds version 1 of pglock's SQL but no version is recorded", "pglockctl migrate force 1"}},
 		{"a dirty version", func(t *testing.T, d *testdb.DB) *pgxpool.Pool {
 			execSQL(t, d.Pool, "UPDATE pglock_schema_migrations SET dirty = true")
 			return d.Pool
-		}, pglock.ErrSchemaDirty, []string{"pglockctl migrate force 0"}},
+		}, pglock.ErrSchemaDirty, []string{"`pglockctl migrate force 0` if it went up, `force 2` if it went down"}},
 		{"a version a later release installed", func(t *testing.T, d *testdb.DB) *pgxpool.Pool {
 			execSQL(t, d.Pool, fmt.Sprintf("UPDATE pglock_schema_migrations SET version = %d", migrations.Latest()+1))
 			return d.Pool
@@ -126,6 +130,19 @@ func TestUpRefusesWhatItShouldNotMigrate(t *testing.T) {
 			require.Equal(t, before, dumpSchema(t, d.URL()), "nothing changed")
 		})
 	}
+}
+
+// With nothing to apply, Up changes nothing and refuses nothing: an application that calls Up at
+// every start keeps starting on a drifted schema, which status reports.
+func TestUpWithNothingToApplyLeavesDriftToStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testdb.New(t, nil)
+	execSQL(t, d.Pool, "CREATE INDEX mine ON distributed_locks (acquired_at)")
+	require.NoError(t, migrations.Up(ctx, d.Pool))
+	status, err := migrations.Version(ctx, d.Pool)
+	require.NoError(t, err)
+	require.Equal(t, []migrations.Difference{{Kind: "index", Name: "mine", Change: "unexpected"}}, status.Drift)
 }
 
 // Repair makes the installed version's functions again: edited, dropped or at the version's

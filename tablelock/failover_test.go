@@ -117,7 +117,7 @@ func (l *failoverLoad) run(ctx context.Context, locker *tablelock.Locker, pool *
 // clients' address is moved to it (as a virtual IP is). With synchronous replication nothing
 // acknowledged is lost. With asynchronous replication what the standby had not received is
 // lost, grants and writes alike. Either way no token is handed out twice, with no step between
-// the promotion and the clients (the promoted standby's timeline is in its tokens: 000006), and
+// the promotion and the clients (the promoted standby's timeline is in its tokens: pglock_next_token), and
 // fencing keeps every name's writes in token order.
 func TestFailover(t *testing.T) {
 	t.Parallel()

@@ -88,39 +88,58 @@ func (q *Queries) MigrationVersion(ctx context.Context) (PglockSchemaMigration, 
 }
 
 const schemaObjects = `-- name: SchemaObjects :many
-WITH target AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1::pg_catalog.varchar),
-ours AS (SELECT c.oid, c.relname, c.relkind FROM pg_catalog.pg_class c, target
-          WHERE c.relnamespace = target.oid AND c.relname <> 'pglock_schema_migrations'
-            AND (c.relname LIKE 'pglock\_%' OR c.relname = ANY ($2::text[])))
-SELECT 'function'::text AS kind,
-       (p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')')::text AS name,
-       pg_catalog.md5(pg_catalog.concat_ws(E'\n', pg_catalog.pg_get_function_result(p.oid), l.lanname,
-           p.provolatile, p.proisstrict, p.prosecdef, p.proparallel,
-           pg_catalog.replace(pg_catalog.array_to_string(p.proconfig, E'\n'), pg_catalog.quote_ident($1::pg_catalog.text), '<schema>'),
+WITH target AS (
+    SELECT n.oid, pg_catalog.quote_ident(n.nspname) AS quoted
+      FROM pg_catalog.pg_namespace n
+     WHERE n.nspname OPERATOR(pg_catalog.=) $1::pg_catalog.varchar
+),
+ours AS (
+    SELECT c.oid, c.relname, c.relkind, target.quoted
+      FROM pg_catalog.pg_class c, target
+     WHERE c.relnamespace OPERATOR(pg_catalog.=) target.oid
+       AND c.relname OPERATOR(pg_catalog.<>) 'pglock_schema_migrations'::pg_catalog.name
+       AND (c.relname OPERATOR(pg_catalog.~~) 'pglock\_%'::pg_catalog.text
+            OR c.relname OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.varchar[]))
+)
+SELECT 'function'::pg_catalog.varchar AS kind,
+       pg_catalog.concat(p.proname, '(', pg_catalog.pg_get_function_identity_arguments(p.oid), ')')::pg_catalog.varchar AS name,
+       pg_catalog.md5(pg_catalog.concat_ws(E'\n', pg_catalog.pg_get_function_arguments(p.oid),
+           pg_catalog.pg_get_function_result(p.oid), l.lanname, p.provolatile, p.proisstrict, p.prosecdef, p.proparallel,
+           pg_catalog.replace(pg_catalog.array_to_string(p.proconfig, E'\n'),
+                              pg_catalog.concat('search_path=', target.quoted, ','), 'search_path=<schema>,'),
            p.prosrc, pg_catalog.pg_get_function_sqlbody(p.oid))) AS hash
   FROM pg_catalog.pg_proc p
-  JOIN pg_catalog.pg_language l ON l.oid = p.prolang, target
- WHERE p.pronamespace = target.oid AND (p.proname LIKE 'pglock\_%' OR p.proname = ANY ($2::text[]))
+  JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang, target
+ WHERE p.pronamespace OPERATOR(pg_catalog.=) target.oid
+   AND (p.proname OPERATOR(pg_catalog.~~) 'pglock\_%'::pg_catalog.text
+        OR p.proname OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.varchar[]))
 UNION ALL
-SELECT (CASE o.relkind WHEN 'S' THEN 'sequence' WHEN 'c' THEN 'type' ELSE 'table' END)::text, o.relname::text,
+SELECT (CASE WHEN o.relkind OPERATOR(pg_catalog.=) 'S'::pg_catalog."char" THEN 'sequence'
+             WHEN o.relkind OPERATOR(pg_catalog.=) 'c'::pg_catalog."char" THEN 'type'
+             ELSE 'table' END)::pg_catalog.varchar,
+       o.relname::pg_catalog.varchar,
        pg_catalog.md5(pg_catalog.concat_ws(E'\n', o.relkind,
-           (SELECT pg_catalog.string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
-                       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
-                       || coalesce(' default ' || pg_catalog.pg_get_expr(d.adbin, d.adrelid), ''), E'\n' ORDER BY a.attnum)
+           (SELECT pg_catalog.string_agg(pg_catalog.concat(a.attname, ' ', pg_catalog.format_type(a.atttypid, a.atttypmod),
+                                                           CASE WHEN a.attnotnull THEN ' not null' END,
+                                                           CASE WHEN d.adbin IS NOT NULL THEN ' default ' END,
+                                                           pg_catalog.pg_get_expr(d.adbin, d.adrelid)), E'\n' ORDER BY a.attnum)
               FROM pg_catalog.pg_attribute a
-              LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-             WHERE a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped),
-           (SELECT pg_catalog.string_agg(k.conname || ' ' || pg_catalog.pg_get_constraintdef(k.oid), E'\n' ORDER BY k.conname)
-              FROM pg_catalog.pg_constraint k WHERE k.conrelid = o.oid),
-           (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM pg_catalog.pg_class c WHERE c.oid = o.oid)))
-  FROM ours o WHERE o.relkind IN ('r', 'p', 'S', 'c')
+              LEFT JOIN pg_catalog.pg_attrdef d
+                ON d.adrelid OPERATOR(pg_catalog.=) a.attrelid AND d.adnum OPERATOR(pg_catalog.=) a.attnum
+             WHERE a.attrelid OPERATOR(pg_catalog.=) o.oid AND a.attnum OPERATOR(pg_catalog.>) 0::pg_catalog.int2
+               AND NOT a.attisdropped),
+           (SELECT pg_catalog.string_agg(pg_catalog.concat(k.conname, ' ', pg_catalog.pg_get_constraintdef(k.oid)), E'\n' ORDER BY k.conname)
+              FROM pg_catalog.pg_constraint k WHERE k.conrelid OPERATOR(pg_catalog.=) o.oid),
+           (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) o.oid)))
+  FROM ours o
+ WHERE o.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,S,c}'::pg_catalog."char"[])
 UNION ALL
-SELECT 'index'::text, i.relname::text,
-       pg_catalog.md5(pg_catalog.replace(pg_catalog.pg_get_indexdef(x.indexrelid),
-                                         pg_catalog.quote_ident($1::pg_catalog.text) || '.', ''))
+SELECT 'index'::pg_catalog.varchar, i.relname::pg_catalog.varchar,
+       pg_catalog.md5(pg_catalog.replace(pg_catalog.replace(pg_catalog.pg_get_indexdef(x.indexrelid),
+           pg_catalog.concat(' ON ONLY ', t.quoted, '.'), ' ON ONLY '), pg_catalog.concat(' ON ', t.quoted, '.'), ' ON '))
   FROM pg_catalog.pg_index x
-  JOIN ours t ON t.oid = x.indrelid
-  JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+  JOIN ours t ON t.oid OPERATOR(pg_catalog.=) x.indrelid
+  JOIN pg_catalog.pg_class i ON i.oid OPERATOR(pg_catalog.=) x.indexrelid
 ORDER BY 1, 2
 `
 
@@ -136,11 +155,14 @@ type SchemaObjectsRow struct {
 }
 
 // SchemaObjects describes pglock's objects in the schema, each by a hash of what defines it,
-// the same whatever the schema's name: functions (their result, language, attributes, settings
-// and body), tables, partitions, composite types and sequences (their columns, constraints and
-// partition bounds) and indexes (their definition). Names outside the pglock_ prefix are those
-// of @legacy_names (the seed's). Run it after SearchOnlySchema, which puts pg_catalog first:
-// then even its operators are pg_catalog's.
+// the same whatever the schema's name: functions (their arguments with defaults, result,
+// language, attributes, settings and body), tables, partitions, composite types and sequences
+// (their columns, constraints and partition bounds) and indexes (their definition). Privileges
+// are not compared: they name roles. Names outside the pglock_ prefix are those of
+// @legacy_names (the seed's). It runs as whoever migrates or asks for the status, so, as
+// everything here, it names pg_catalog's functions and operators: a role that may create
+// objects in the schema could define a closer match (a LIKE for two names, say).
+// An index's definition names its table with the schema: that name goes, and nothing else.
 func (q *Queries) SchemaObjects(ctx context.Context, arg SchemaObjectsParams) ([]SchemaObjectsRow, error) {
 	rows, err := q.db.Query(ctx, schemaObjects, arg.Schema, arg.LegacyNames)
 	if err != nil {

@@ -154,7 +154,7 @@ func readFunctions() ([]byte, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		for _, s := range statements {
-			if strings.HasPrefix(strings.ToUpper(s.Text), "CREATE FUNCTION") {
+			if s.CreatesOnly() {
 				return nil, fmt.Errorf("%s: %.60s…: functions are made with CREATE OR REPLACE FUNCTION, so that every version can make them again", path, s.Text)
 			}
 		}
@@ -188,27 +188,17 @@ func previousUp(number string) (string, error) {
 	return previous, nil
 }
 
-// functionsOf is what makes the functions of the version whose up file is name: each of its
-// statements that makes a function or says who may call it, made with CREATE OR REPLACE.
+// functionsOf is what makes the functions of the version whose up file is name again.
 func functionsOf(name string) ([]byte, error) {
 	text, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		return nil, err
 	}
-	statements, err := sqlfile.Split(string(text))
+	functions, err := sqlfile.Functions(string(text))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "-- ==== The functions of %s, made again ====\n", name)
-	for _, s := range statements {
-		if s.IsFunction() {
-			b.WriteString("\n")
-			b.WriteString(s.Replacing().Text)
-			b.WriteString("\n")
-		}
-	}
-	return b.Bytes(), nil
+	return fmt.Appendf(nil, "-- ==== The functions of %s, made again ====\n\n%s", name, strings.TrimSuffix(functions, "\n")), nil
 }
 
 // unchangedSinceRelease fails when the functions differ from those the released up file makes.

@@ -39,10 +39,7 @@ func Split(script string) ([]Statement, error) {
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", line(i), err)
 			}
-			if start < 0 {
-				start = i
-			}
-			i = end
+			i = end // before a statement, as a line comment, not part of it
 		case c == '\'' || c == '"':
 			if start < 0 {
 				start = i
@@ -127,18 +124,41 @@ func blockCommentEnd(script string, i int) (int, error) {
 	return 0, fmt.Errorf("/* is never closed")
 }
 
-// functionStatement matches what defines a function or says who may call it.
-var functionStatement = regexp.MustCompile(`(?is)^(CREATE\s+(OR\s+REPLACE\s+)?FUNCTION|(GRANT|REVOKE)\s.*\sON\s+FUNCTION\s|COMMENT\s+ON\s+FUNCTION|ALTER\s+FUNCTION)\b`)
+// functionStatement matches what makes a function or says who may call it. Not ALTER FUNCTION:
+// a rename or a move belongs to a version's changes, and could not run twice.
+var functionStatement = regexp.MustCompile(`(?is)^(CREATE\s+(OR\s+REPLACE\s+)?FUNCTION|(GRANT|REVOKE)\s.*\sON\s+FUNCTION\s|COMMENT\s+ON\s+FUNCTION)\b`)
 
-// IsFunction says whether s creates or replaces a function, grants or revokes its EXECUTE,
-// comments on it or alters it.
+// IsFunction says whether s creates or replaces a function, grants or revokes its EXECUTE, or
+// comments on it.
 func (s Statement) IsFunction() bool { return functionStatement.MatchString(s.Text) }
 
 var createFunction = regexp.MustCompile(`(?i)^CREATE\s+FUNCTION\b`)
+
+// CreatesOnly says whether s is a CREATE FUNCTION without OR REPLACE, which fails where the
+// function exists.
+func (s Statement) CreatesOnly() bool { return createFunction.MatchString(s.Text) }
 
 // Replacing is s with CREATE FUNCTION turned into CREATE OR REPLACE FUNCTION: the same
 // function, made again over whatever body is installed.
 func (s Statement) Replacing() Statement {
 	s.Text = createFunction.ReplaceAllString(s.Text, "CREATE OR REPLACE FUNCTION")
 	return s
+}
+
+// Functions is what makes script's functions again: each of its statements that makes a
+// function or says who may call it, in order, made with CREATE OR REPLACE, each followed by a
+// blank line.
+func Functions(script string) (string, error) {
+	statements, err := Split(script)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, s := range statements {
+		if s.IsFunction() {
+			b.WriteString(s.Replacing().Text)
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String(), nil
 }

@@ -17,6 +17,7 @@ func TestSplitFindsEachStatementWhateverHidesASemicolon(t *testing.T) {
 		{"comments above are not the statement's", "-- one\n-- two;\n\nSELECT 1;", []Statement{{Text: "SELECT 1;"}}},
 		{"a comment inside", "SELECT 1 -- ;\n;", []Statement{{Text: "SELECT 1 -- ;\n;"}}},
 		{"a block comment, nested", "SELECT /* ; /* ; */ ; */ 1;", []Statement{{Text: "SELECT /* ; /* ; */ ; */ 1;"}}},
+		{"a block comment above is not the statement's", "/* a; b */\nCREATE FUNCTION f();", []Statement{{Text: "CREATE FUNCTION f();"}}},
 		{"a string with a doubled quote", "SELECT 'it''s; fine';", []Statement{{Text: "SELECT 'it''s; fine';"}}},
 		{"an escape string", `SELECT E'\';', 1;`, []Statement{{Text: `SELECT E'\';', 1;`}}},
 		{"a standard string ending in a backslash", `SELECT '\'; SELECT 2;`, []Statement{{Text: `SELECT '\';`}, {Text: "SELECT 2;"}}},
@@ -51,6 +52,7 @@ func TestFunctionStatementsAreMadeAgainInPlace(t *testing.T) {
 		"REVOKE ALL ON FUNCTION f() FROM PUBLIC;":                                    true,
 		"GRANT EXECUTE ON FUNCTION f() TO app;":                                      true,
 		"COMMENT ON FUNCTION f() IS 'x';":                                            true,
+		"ALTER FUNCTION f() RENAME TO g;":                                            false,
 		"CREATE TABLE functions (id int);":                                           false,
 		"DROP FUNCTION f();":                                                         false,
 		"REVOKE ALL ON TABLE t FROM PUBLIC;":                                         false,
@@ -59,4 +61,11 @@ func TestFunctionStatementsAreMadeAgainInPlace(t *testing.T) {
 	}
 	require.Equal(t, "CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;",
 		Statement{Text: "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$;"}.Replacing().Text)
+	require.True(t, Statement{Text: "CREATE\nFUNCTION f();"}.CreatesOnly())
+	require.False(t, Statement{Text: "CREATE OR REPLACE FUNCTION f();"}.CreatesOnly())
+
+	functions, err := Functions("CREATE TABLE t (id int);\n/* f */ CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n" +
+		"REVOKE ALL ON FUNCTION f() FROM PUBLIC;\nSELECT f();\nALTER FUNCTION f() RENAME TO g;\n")
+	require.NoError(t, err)
+	require.Equal(t, "CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1; $$;\n\nREVOKE ALL ON FUNCTION f() FROM PUBLIC;\n\n", functions)
 }

@@ -1,6 +1,6 @@
--- Checks every other function relies on: the schema is safe, names and holders are valid, TTLs are in range, arrays agree.
+-- Checks every other function relies on: the schema is safe, names and holders are valid, TTLs are
+-- in range, arrays agree.
 
--- ==== Checks ====
 -- SECURITY DEFINER functions are only as safe as the schema they resolve names in: a role that
 -- may create objects there can shadow what they call (an exact-type length(varchar) beats
 -- pg_catalog's length(text)) and run code as the owner. Refuse a schema every role may write.

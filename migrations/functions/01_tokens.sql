@@ -1,4 +1,5 @@
--- Fencing tokens: drawn from a sequence, with the server's timeline as an epoch, so that no token repeats across a promotion.
+-- Fencing tokens: drawn from a sequence, with the server's timeline as an epoch, so that no token
+-- repeats across a promotion.
 
 -- The timeline this server writes WAL on: 1 for a cluster never promoted, one more with each
 -- promotion. Read from the name of the WAL segment being written, which a promoted server

@@ -1,4 +1,5 @@
--- Lease locks in distributed_locks: acquire, queue, renew, release and hand off, fence, and the seed's functions.
+-- Lease locks in distributed_locks: acquire, queue, renew, release and hand off, fence, and the
+-- seed's functions.
 
 -- The one acquire, as one pglock_acquisition value rather than a set of one row, so that a
 -- query can call it inside an expression: PostgreSQL sets such a call up far more cheaply than

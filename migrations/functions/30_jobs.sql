@@ -58,8 +58,8 @@ $$;
 -- Writes the claim pending in this transaction, if any: finished at p_finished_at and kept
 -- p_window_ms from then if it is the claim of (p_scope, p_key) with p_fencing_token, and then
 -- announces it (the insert tells whether the key has waiters, saving a statement) and returns
--- true; otherwise unfinished and kept from its start by its claim's window, as a transactional
--- claim used to write its record.
+-- true; otherwise unfinished (status 'succeeded', no finish time) and kept from its start by
+-- its claim's window, as a claim under another isolation level writes it.
 CREATE OR REPLACE FUNCTION pglock_job_write_pending(p_scope varchar, p_key text, p_fencing_token bigint,
                                          p_finished_at timestamptz, p_window_ms bigint)
 RETURNS boolean

@@ -2,8 +2,8 @@
 // the SQL under running instances (TestUpgradeUnderRunningInstancesLosesNothing). It uses only
 // API that v0.1.0 has too, so that the same source builds against v0.1.0 and against this tree.
 //
-// It holds lock-0 for as long as it can, takes and releases lock-1 to lock-3 in turn, runs the
-// job keys job-0, job-1, ... inside transactions, and the schedule "tick" every second, writing
+// It holds lock-0 for as long as it can, takes and releases lock-1 to lock-3 in turn, runs a job
+// key for every 25 ms inside transactions, and the schedule "tick" every second, writing
 // each effect into upgrade_effects; it prints "LOST <name>" when a lock is lost. SIGTERM stops
 // it, releasing what it holds.
 package main
@@ -113,6 +113,9 @@ func (w worker) hold(ctx context.Context, locker *tablelock.Locker, name string)
 			return err
 		}
 		if err := w.fenced(ctx, lk); err != nil {
+			if ctx.Err() != nil { // stopped while taking it: a handoff as the holder stopped
+				return lk.Release(context.WithoutCancel(ctx))
+			}
 			return err
 		}
 		select {
@@ -138,6 +141,9 @@ func (w worker) cycle(ctx context.Context, locker *tablelock.Locker) error {
 			return err
 		default:
 			if err := w.fenced(ctx, lk); err != nil {
+				if ctx.Err() != nil {
+					return lk.Release(context.WithoutCancel(ctx))
+				}
 				return err
 			}
 			sleep(ctx, 50*time.Millisecond)
@@ -155,11 +161,12 @@ func (w worker) cycle(ctx context.Context, locker *tablelock.Locker) error {
 	return nil
 }
 
-// jobs runs job-0, job-1, ... each inside a transaction that writes its effect: every instance
-// delivers every key, and each effect must be written once.
+// jobs runs a job for every 25 ms of the clock, each inside a transaction that writes its
+// effect: every instance delivers the current key, again and again while it is current, and
+// each effect must be written once. An instance that starts late joins at the current key.
 func (w worker) jobs(ctx context.Context, deduper *jobs.Deduper) error {
-	for i := 0; ctx.Err() == nil; i++ {
-		key := fmt.Sprintf("job-%d", i)
+	for ctx.Err() == nil {
+		key := fmt.Sprintf("job-%d", time.Now().UnixMilli()/25)
 		_, err := deduper.RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO upgrade_effects (instance, kind, key) VALUES ($1, 'job', $2)", w.name, key)
 			return err
@@ -167,7 +174,7 @@ func (w worker) jobs(ctx context.Context, deduper *jobs.Deduper) error {
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("job %s: %w", key, err)
 		}
-		sleep(ctx, 10*time.Millisecond)
+		sleep(ctx, 5*time.Millisecond)
 	}
 	return nil
 }
