@@ -6,14 +6,14 @@ STATICCHECK := $(BIN)/staticcheck
 GOTESTSUM := $(BIN)/gotestsum
 
 # go test through gotestsum: a line per package as it ends, a failed test's output as it fails.
-# Each run's events go to bin/test-<run>.json; when tests fail, internal/testreport prints from
+# Each run's events go to bin/test-<run>.json; when tests fail, internal/cmd/testreport prints from
 # all of them, last, every failed test by package with what it said (without the logs of the code
 # under test), so that the end of a failed run names each test and says why.
 gotest = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --hide-summary=skipped,failed --jsonfile $(BIN)/test-$(1).json --
-TESTREPORT = { cat $(BIN)/test-*.json | $(GO) -C $(CURDIR) run ./internal/testreport /dev/stdin; exit 1; }
+TESTREPORT = { cat $(BIN)/test-*.json | $(GO) -C $(CURDIR) run ./internal/cmd/testreport /dev/stdin; exit 1; }
 
 # Modules of their own under the root, so that what they bring never enters the library's graph.
-NESTED := internal/containerdb internal/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
+NESTED := internal/containerdb internal/cmd/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
 
 # Most tests wait (on leases, handoffs, a server starting) far more than they compute: four at a
 # time per package keeps both cores busy. The shared server's connections (100 by default) hold
@@ -63,17 +63,17 @@ lint: $(STATICCHECK)
 	cd bench && $(GO) vet ./... && $(STATICCHECK) ./...
 
 ## generate: write what is generated from the SQL people edit: the migrations golang-migrate and
-## psql apply, from migrations/versions/ and migrations/functions/ (internal/migrationgen);
+## psql apply, from migrations/versions/ and migrations/functions/ (internal/cmd/migrationgen);
 ## internal/db/ from queries/ and those migrations (sqlc); and what each version installs
 ## (migrations/schema/, read from databases migrated to it: it needs PostgreSQL, as the tests do).
 generate: $(SQLC)
-	$(GO) run ./internal/migrationgen
+	$(GO) run ./internal/cmd/migrationgen
 	$(SQLC) generate
 	$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations -update
 
 ## check-generated: fail when a generated file is not what make generate would write.
 check-generated: $(SQLC)
-	@$(GO) run ./internal/migrationgen -check
+	@$(GO) run ./internal/cmd/migrationgen -check
 	@$(SQLC) diff || { echo "internal/db/ is stale: run 'make generate' and commit the result"; exit 1; }
 	@$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations >$(BIN)/manifests.log 2>&1 || { cat $(BIN)/manifests.log; echo "migrations/schema/ is not what make generate writes (above: why)"; exit 1; }
 
@@ -82,7 +82,7 @@ check-generated: $(SQLC)
 demo:
 	@tools/setup.sh demo
 	$(GO) build -o $(BIN)/ ./cmd/pglockctl
-	$(GO) -C internal/demo build -o $(BIN)/demo .
+	$(GO) -C internal/cmd/demo build -o $(BIN)/demo .
 	$(BIN)/demo
 
 ## chaos: worker processes doing fenced critical sections, cron, job deliveries and leader
@@ -91,7 +91,7 @@ demo:
 ## then the evidence is checked in the database. CHAOS_DURATION=60s is the short mode CI runs.
 CHAOS_DURATION ?= 60s
 chaos:
-	$(GO) build -o bin/ ./internal/chaos
+	$(GO) build -o bin/ ./internal/cmd/chaos
 	bin/chaos -duration $(CHAOS_DURATION)
 
 ## ha: the chaos workers on two PostgreSQL nodes under Patroni with one etcd (Debian's patroni and
@@ -102,7 +102,7 @@ chaos:
 HA_DURATION ?= 30s
 ha:
 	@tools/setup.sh ha
-	$(GO) build -o bin/ ./internal/chaos
+	$(GO) build -o bin/ ./internal/cmd/chaos
 	bin/chaos -ha sync -duration $(HA_DURATION)
 	bin/chaos -ha async -duration $(HA_DURATION)
 

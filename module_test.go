@@ -10,7 +10,7 @@ import (
 
 // An importer's module graph holds every requirement of this go.mod (module graph pruning
 // keeps our requirements, not theirs): few, and none of the test tooling that lives in modules
-// of its own (internal/containerdb, internal/demo, bench, tools).
+// of its own (internal/containerdb, internal/cmd/demo, bench, tools).
 func TestGoModStaysLeanForImporters(t *testing.T) {
 	t.Parallel()
 	content, err := os.ReadFile("go.mod")

@@ -1,5 +1,5 @@
 // Package sqlfile splits PostgreSQL scripts into statements, for the tools that assemble
-// pglock's migrations from the SQL people edit (internal/migrationgen) and for the migrator
+// pglock's migrations from the SQL people edit (internal/cmd/migrationgen) and for the migrator
 // that re-creates an installed version's functions (migrations.Repair).
 package sqlfile
 

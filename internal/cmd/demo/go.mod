@@ -1,11 +1,11 @@
-module github.com/pglock/pglock/internal/demo
+module github.com/pglock/pglock/internal/cmd/demo
 
 go 1.26.0
 
 replace (
-	github.com/pglock/pglock => ../../
-	github.com/pglock/pglock/internal/containerdb => ../containerdb
-	github.com/pglock/pglock/otelpglock => ../../otelpglock
+	github.com/pglock/pglock => ../../../
+	github.com/pglock/pglock/internal/containerdb => ../../containerdb
+	github.com/pglock/pglock/otelpglock => ../../../otelpglock
 )
 
 require (

@@ -1,0 +1,76 @@
+package pglock_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The module's packages in layers (docs/architecture.md), each importing only those below it:
+//
+//   - programs: package main, under cmd/ or internal/cmd/;
+//   - the operator layer (internal/ops, console) and the test harnesses: named in above, they
+//     may import anything but programs;
+//   - the public packages: the root and its subpackages, importing the root, each other, and
+//     the machinery; never a harness;
+//   - the machinery: the rest of internal/, below the public packages, importing the root's
+//     vocabulary and other machinery only.
+func TestPackagesImportOnlyTheLayersBelowThem(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/pglock/pglock"
+	above := map[string]string{ // what lives under internal/ above the public packages, and why
+		module + "/internal/ops":         "the operator layer: what pglockctl and the console read and do",
+		module + "/console":              "the operator layer's web console, public to be mounted",
+		module + "/internal/testdb":      "test harness: databases, clusters, PgBouncer, Patroni",
+		module + "/internal/testredis":   "test harness: redis-server",
+		module + "/internal/consoletest": "test harness: a seeded console",
+		module + "/internal/locktest":    "test harness: the Locker conformance suite",
+		module + "/internal/benchkit":    "test harness: benchmarks against their baselines",
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}|{{.Name}}|{{join .Imports \",\"}}", "./...").Output()
+	require.NoError(t, err)
+	layer := func(path, name string) string {
+		switch {
+		case name == "main":
+			return "program"
+		case above[path] != "":
+			return "above"
+		case strings.HasPrefix(path, module+"/internal/"):
+			return "machinery"
+		default:
+			return "public"
+		}
+	}
+	names := map[string]string{}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, line := range lines {
+		fields := strings.SplitN(line, "|", 3)
+		names[fields[0]] = fields[1]
+	}
+	for _, line := range lines {
+		fields := strings.SplitN(line, "|", 3)
+		path, name := fields[0], fields[1]
+		from := layer(path, name)
+		if from == "program" {
+			require.True(t, strings.HasPrefix(path, module+"/cmd/") || strings.HasPrefix(path, module+"/internal/cmd/"),
+				"%s is a program: it lives under cmd/ or internal/cmd/, not among the packages", path)
+		}
+		for _, imported := range strings.Split(fields[2], ",") {
+			importedName, ours := names[imported]
+			if !ours {
+				continue // the standard library, or another module
+			}
+			to := layer(imported, importedName)
+			switch {
+			case to == "program":
+				t.Errorf("%s imports the program %s", path, imported)
+			case from == "public" && to == "above":
+				t.Errorf("%s, a public package, imports %s (%s)", path, imported, above[imported])
+			case from == "machinery" && to != "machinery" && imported != module:
+				t.Errorf("%s, machinery, imports %s (%s): machinery imports the root's vocabulary and other machinery only", path, imported, to)
+			}
+		}
+	}
+}
