@@ -1,7 +1,11 @@
 package pglock_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,4 +77,69 @@ func TestPackagesImportOnlyTheLayersBelowThem(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every read and action of pglockctl and the console goes through internal/ops, the one operator
+// layer: neither calls a function of the primitives' packages (nor internal/db's queries)
+// itself. Their types and constants are theirs to name.
+func TestOperatorsReadAndActThroughOneLayer(t *testing.T) {
+	t.Parallel()
+	functions := map[string]map[string]bool{} // by package name: its exported functions
+	for _, dir := range []string{"advisory", "cron", "jobs", "leader", "ratelimit", "tablelock"} {
+		functions[dir] = exportedFunctions(t, dir)
+	}
+	functions["db"] = map[string]bool{"New": true, "Translating": true}
+	for _, dir := range []string{"console", "cmd/pglockctl"} {
+		for _, file := range goFiles(t, dir) {
+			ast.Inspect(file.ast, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+					if pkg, ok := sel.X.(*ast.Ident); ok && functions[pkg.Name][sel.Sel.Name] {
+						t.Errorf("%s: calls %s.%s: pglockctl and the console read and act through internal/ops", file.name, pkg.Name, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+type goFile struct {
+	name string
+	ast  *ast.File
+}
+
+// goFiles parses dir's non-test Go files.
+func goFiles(t *testing.T, dir string) []goFile {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	var files []goFile
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		require.NoError(t, err)
+		files = append(files, goFile{path, f})
+	}
+	require.NotEmpty(t, files, dir)
+	return files
+}
+
+// exportedFunctions names the exported functions (not methods) of the package in dir.
+func exportedFunctions(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, file := range goFiles(t, dir) {
+		for _, decl := range file.ast.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.IsExported() {
+				names[fn.Name.Name] = true
+			}
+		}
+	}
+	return names
 }

@@ -11,10 +11,7 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/advisory"
-	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/ops"
-	"github.com/pglock/pglock/leader"
 )
 
 // An action is something an operator does from the console: the same effect as a pglockctl
@@ -92,7 +89,7 @@ var actions = map[string]action{
 		explain: "From its next tick, every instance records its ticks as skipped, with your note, until it is resumed.",
 		exists:  scheduleExists,
 		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
-			if err := cron.Pause(r.Context(), c.pool, f.Get("name"), f.Get("note"), by); err != nil {
+			if err := ops.Pause(r.Context(), c.pool, f.Get("name"), f.Get("note"), by); err != nil {
 				return "", "", err
 			}
 			return fmt.Sprintf("Paused %q: %s", f.Get("name"), f.Get("note")), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
@@ -103,7 +100,7 @@ var actions = map[string]action{
 		explain: "It runs again from its next tick; ticks that came while it was paused stay skipped.",
 		exists:  scheduleExists,
 		do: func(c *console, r *http.Request, f url.Values, _ string) (string, string, error) {
-			if err := cron.Resume(r.Context(), c.pool, f.Get("name")); err != nil {
+			if err := ops.Resume(r.Context(), c.pool, f.Get("name")); err != nil {
 				return "", "", err
 			}
 			return fmt.Sprintf("Resumed %q.", f.Get("name")), "schedule?name=" + url.QueryEscape(f.Get("name")), nil
@@ -114,7 +111,7 @@ var actions = map[string]action{
 		explain: "A manual run is queued, and starts on some instance as soon as its turn comes (it is never one of the schedule's ticks).",
 		exists:  scheduleExists,
 		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
-			id, err := cron.Trigger(r.Context(), c.pool, f.Get("name"), by)
+			id, err := ops.Trigger(r.Context(), c.pool, f.Get("name"), by)
 			if err != nil {
 				return "", "", err
 			}
@@ -130,7 +127,7 @@ var actions = map[string]action{
 			if err != nil {
 				return "", err
 			}
-			n, err := cron.PreviewBackfill(r.Context(), c.pool, f.Get("name"), from, to)
+			n, err := ops.PreviewBackfill(r.Context(), c.pool, f.Get("name"), from, to)
 			if err != nil {
 				return "", err
 			}
@@ -141,7 +138,7 @@ var actions = map[string]action{
 			if err != nil {
 				return "", "", err
 			}
-			n, err := cron.Backfill(r.Context(), c.pool, f.Get("name"), from, to, by)
+			n, err := ops.Backfill(r.Context(), c.pool, f.Get("name"), from, to, by)
 			if err != nil {
 				return "", "", err
 			}
@@ -152,7 +149,7 @@ var actions = map[string]action{
 		title: "Make the leader of election %q resign (term %s)", fields: []string{"election", "term"},
 		explain: "Its lock is released: the leader is told at its next renewal and must stop, and the next candidate is elected with a larger term.",
 		exists: func(c *console, r *http.Request, f url.Values) error {
-			err := tableLockHeld(c, r, leader.LockName(f.Get("election")))
+			err := tableLockHeld(c, r, ops.ElectionLock(f.Get("election")))
 			if errors.Is(err, pglock.ErrNotFound) { // named by the election, not its lock
 				err = fmt.Errorf("%w: election %q has no leader", pglock.ErrNotFound, f.Get("election"))
 			}
@@ -165,7 +162,7 @@ var actions = map[string]action{
 			if err != nil {
 				return "", "", fmt.Errorf("%w: term %q is not a term", pglock.ErrInvalidArgument, f.Get("term"))
 			}
-			rel, err := ops.ForceRelease(r.Context(), c.pool, leader.LockName(election), &term)
+			rel, err := ops.Resign(r.Context(), c.pool, election, &term)
 			if errors.Is(err, pglock.ErrNotHeld) { // gone, not changed: as an unknown election
 				return "", "", fmt.Errorf("%w: election %q has no leader: nothing was done", pglock.ErrNotFound, election)
 			}
@@ -187,21 +184,6 @@ var actions = map[string]action{
 				n.ExpiredLocks, n.ExpiredWaiters, n.ExpiredJobs, n.ExpiredCronRuns), "", nil
 		},
 	},
-}
-
-// advisoryKey reads an advisory key as the locks page writes it: a bigint, or "NS,ID" for a
-// pair of ints.
-func advisoryKey(s string) (advisory.Key, error) {
-	if id, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return advisory.Int64Key(id), nil
-	}
-	nsText, idText, ok := strings.Cut(s, ",")
-	ns, err1 := strconv.ParseInt(nsText, 10, 32)
-	id, err2 := strconv.ParseInt(idText, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return advisory.Key{}, fmt.Errorf("%w: key %q is not an advisory key (a bigint, or NS,ID)", pglock.ErrInvalidArgument, s)
-	}
-	return advisory.PairKey(int32(ns), int32(id)), nil
 }
 
 // tableLockHeld is nil if someone holds the table lock name, else an error matching
@@ -228,7 +210,7 @@ func advisoryHolder(c *console, r *http.Request, f url.Values) (int32, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: pid %q is not a process id", pglock.ErrInvalidArgument, f.Get("pid"))
 	}
-	key, err := advisoryKey(f.Get("key"))
+	key, err := ops.ParseAdvisoryKey(f.Get("key"))
 	if err != nil {
 		return 0, err
 	}
@@ -376,7 +358,7 @@ func (c *console) failWith(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, pglock.ErrNotFound):
 		c.fail(w, r, http.StatusNotFound, err)
-	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, ops.ErrChanged), errors.Is(err, pglock.ErrNoLeader):
+	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, pglock.ErrNoLeader), errors.Is(err, pglock.ErrLocked):
 		c.fail(w, r, http.StatusConflict, err)
 	case errors.Is(err, pglock.ErrInvalidArgument), errors.Is(err, pglock.ErrInvalidName):
 		c.fail(w, r, http.StatusBadRequest, err)

@@ -20,7 +20,6 @@ import (
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/ops"
-	"github.com/pglock/pglock/leader"
 )
 
 // parsePages parses each page with the layout it shares.
@@ -144,12 +143,12 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	schedules, err := cron.List(ctx, c.pool)
+	schedules, err := ops.Schedules(ctx, c.pool)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	leaders, err := leader.List(ctx, c.pool)
+	leaders, err := ops.Leaders(ctx, c.pool)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -238,7 +237,7 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *console) schedules(w http.ResponseWriter, r *http.Request) {
-	renderList(c, w, r, "cron", "Cron", cron.List)
+	renderList(c, w, r, "cron", "Cron", ops.Schedules)
 }
 
 // renderList renders the page name of a list read, with the database's time.
@@ -292,7 +291,7 @@ func (c *console) schedule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *console) leaders(w http.ResponseWriter, r *http.Request) {
-	renderList(c, w, r, "leaders", "Leaders", leader.List)
+	renderList(c, w, r, "leaders", "Leaders", ops.Leaders)
 }
 
 func (c *console) jobs(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/notify"
+	"github.com/pglock/pglock/tablelock"
 )
 
 // Leader is an election's leader as the database has it. (ForceResign's leaves Since and
@@ -85,15 +86,15 @@ func ForceResign(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, 
 	if err := checkArgs(pool, name); err != nil {
 		return Leader{}, err
 	}
-	released, err := db.New(db.Translating(pool)).ForceReleaseLock(ctx, lockPrefix+name)
+	released, err := tablelock.ForceRelease(ctx, pool, lockPrefix+name, nil)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, pglock.ErrNotHeld):
 		return Leader{}, errs.Errorf("%w: election %q", pglock.ErrNoLeader, name)
 	case err != nil:
 		return Leader{}, errs.Errorf("force %q to resign: %w", name, err)
 	}
-	return Leader{Election: name, Holder: released.HolderID, Instance: released.Instance,
-		Term: released.FencingToken, ExpiresAt: released.ExpiresAt}, nil
+	return Leader{Election: name, Holder: released.Holder, Instance: released.Instance,
+		Term: released.Token, ExpiresAt: released.ExpiresAt}, nil
 }
 
 func leaderOf(r db.ListLeadersRow) Leader {

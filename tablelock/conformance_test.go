@@ -41,7 +41,7 @@ func TestConformance(t *testing.T) {
 			return a.AsLocker(opts), b.AsLocker(opts)
 		},
 		ForceRelease: func(t *testing.T, name string) {
-			_, err := db(t).Pool.Exec(context.Background(), `SELECT force_release_lock($1)`, name)
+			_, err := tablelock.ForceRelease(context.Background(), db(t).Pool, name, nil)
 			require.NoError(t, err)
 		},
 		Waiting: func(t *testing.T, name string) int {

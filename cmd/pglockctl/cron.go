@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pglock/pglock/cron"
-	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/ops"
 )
 
 func (a *app) cronCommand() *cobra.Command {
@@ -30,11 +30,11 @@ func (a *app) cronCommand() *cobra.Command {
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				list, err := cron.List(ctx, pool)
+				list, err := ops.Schedules(ctx, pool)
 				if err != nil {
 					return err
 				}
-				now, err := db.New(db.Translating(pool)).DatabaseNow(ctx)
+				now, err := ops.DatabaseNow(ctx, pool)
 				if err != nil {
 					return err
 				}
@@ -53,7 +53,7 @@ func (a *app) cronCommand() *cobra.Command {
 				return usagef("--limit must be positive")
 			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				runs, err := cron.History(ctx, pool, arguments[0], limit)
+				runs, err := ops.History(ctx, pool, arguments[0], limit)
 				if err != nil {
 					return err
 				}
@@ -73,7 +73,7 @@ func (a *app) cronCommand() *cobra.Command {
 				return usagef("--note must say why the schedule is paused")
 			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				if err := cron.Pause(ctx, pool, arguments[0], note, by); err != nil {
+				if err := ops.Pause(ctx, pool, arguments[0], note, by); err != nil {
 					return err
 				}
 				_, err := fmt.Fprintf(a.stdout, "paused %q: %s\n", arguments[0], note)
@@ -89,7 +89,7 @@ func (a *app) cronCommand() *cobra.Command {
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				if err := cron.Resume(ctx, pool, arguments[0]); err != nil {
+				if err := ops.Resume(ctx, pool, arguments[0]); err != nil {
 					return err
 				}
 				_, err := fmt.Fprintf(a.stdout, "resumed %q\n", arguments[0])
@@ -104,7 +104,7 @@ func (a *app) cronCommand() *cobra.Command {
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				id, err := cron.Trigger(ctx, pool, arguments[0], by)
+				id, err := ops.Trigger(ctx, pool, arguments[0], by)
 				if err != nil {
 					return err
 				}
@@ -132,7 +132,7 @@ func (a *app) cronCommand() *cobra.Command {
 				return usagef("--to is before --from")
 			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				n, err := cron.Backfill(ctx, pool, arguments[0], start, end, by)
+				n, err := ops.Backfill(ctx, pool, arguments[0], start, end, by)
 				if err != nil {
 					return err
 				}

@@ -89,11 +89,7 @@ func (a *app) jobsCommand() *cobra.Command {
 						key, j.Status, j.Attempts, j.Token)
 					return errForgetNotConfirmed
 				}
-				d, err := jobs.New(pool, &jobs.Config{AppName: "pglockctl", Scope: scope})
-				if err != nil {
-					return err
-				}
-				if err := d.Forget(ctx, key); err != nil {
+				if err := ops.Forget(ctx, pool, scope, key); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "forgot %q (%s, %d attempts, token %d)\n", key, j.Status, j.Attempts, j.Token)

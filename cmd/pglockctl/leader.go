@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/ops"
 	"github.com/pglock/pglock/leader"
 )
 
@@ -29,11 +29,11 @@ func (a *app) leaderCommand() *cobra.Command {
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				leaders, err := leader.List(ctx, pool)
+				leaders, err := ops.Leaders(ctx, pool)
 				if err != nil {
 					return err
 				}
-				now, err := db.New(db.Translating(pool)).DatabaseNow(ctx)
+				now, err := ops.DatabaseNow(ctx, pool)
 				if err != nil {
 					return err
 				}
@@ -55,7 +55,7 @@ func (a *app) leaderCommand() *cobra.Command {
 				return usagef("%q is not an election's name (1 to %d bytes of UTF-8 without NUL)", name, leader.MaxNameLen)
 			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				l, err := leader.Current(ctx, pool, name)
+				l, err := ops.Leader(ctx, pool, name)
 				if err != nil {
 					return err
 				}
@@ -63,11 +63,11 @@ func (a *app) leaderCommand() *cobra.Command {
 					fmt.Fprintf(a.stdout, "would depose the leader of %q: %s (%s), term %d\n", name, l.Holder, orDash(l.Instance), l.Term)
 					return errResignNotConfirmed
 				}
-				deposed, err := leader.ForceResign(ctx, pool, name)
+				deposed, err := ops.Resign(ctx, pool, name, &l.Term)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "deposed the leader of %q: %s (%s), term %d\n", name, deposed.Holder, orDash(deposed.Instance), deposed.Term)
+				fmt.Fprintf(a.stdout, "deposed the leader of %q: %s (%s), term %d\n", name, deposed.Holder, orDash(deposed.Instance), deposed.Token)
 				return nil
 			})
 		},

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -112,16 +110,13 @@ func (a *app) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, key advis
 }
 
 // parseKey reads a bigint, "NS,ID", or else a name.
+// parseKey reads --advisory: a key as ops.ParseAdvisoryKey reads it, or else (and always with a
+// namespace) a name.
 func parseKey(s, namespace string) advisory.Key {
-	if id, err := strconv.ParseInt(s, 10, 64); err == nil && namespace == "" {
-		return advisory.Int64Key(id)
-	}
-	if nsText, idText, ok := strings.Cut(s, ","); ok && namespace == "" {
-		ns, err1 := strconv.ParseInt(nsText, 10, 32)
-		id, err2 := strconv.ParseInt(idText, 10, 32)
-		if err1 == nil && err2 == nil {
-			return advisory.PairKey(int32(ns), int32(id))
+	if namespace == "" {
+		if key, err := ops.ParseAdvisoryKey(s); err == nil {
+			return key
 		}
 	}
-	return advisory.NamespacedKey(namespace, s)
+	return ops.AdvisoryName(namespace, s)
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
@@ -13,51 +14,55 @@ import (
 	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/jobs"
+	"github.com/pglock/pglock/leader"
+	"github.com/pglock/pglock/tablelock"
 )
 
 // Released is the holding a force-release ended.
-type Released struct {
-	Holder, Instance string
-	Token            int64
-	HandedOff        bool // to the next waiter; else the waiters were woken
-}
-
-// ErrChanged means that what an operator acted on changed since they saw it: nothing was done.
-var ErrChanged = errors.New("pglock: changed meanwhile")
+type Released = tablelock.Released
 
 // ForceRelease releases the table lock name from whoever holds it, or, when token is not nil,
-// only from the holding with that token (ErrChanged otherwise), checked and released in one
-// transaction: pglock.ErrNotHeld if nobody holds it (released meanwhile).
+// only from the holding with that token (tablelock.ForceRelease: pglock.ErrNotHeld when nobody
+// holds it, pglock.ErrLocked when another holding does).
 func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, token *int64) (Released, error) {
-	if err := pglock.ValidateName(name); err != nil {
-		return Released{}, err
+	var opts *tablelock.ForceReleaseOptions
+	if token != nil {
+		opts = &tablelock.ForceReleaseOptions{Token: *token}
 	}
-	var out Released
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(db.Translating(tx))
-		if token != nil {
-			held, err := q.LockTokenForUpdate(ctx, name)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				return fmt.Errorf("%w: %q was released meanwhile: nothing was done", pglock.ErrNotHeld, name)
-			case err != nil:
-				return err
-			case held != *token:
-				return fmt.Errorf("%w: %q changed hands meanwhile (token %d now, not %d): nothing was done", ErrChanged, name, held, *token)
-			}
-		}
-		r, err := q.ForceReleaseLock(ctx, name)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: %q was released meanwhile", pglock.ErrNotHeld, name)
-		}
-		if err != nil {
-			return err
-		}
-		out = Released{Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken, HandedOff: r.HandedOff}
-		return nil
-	})
-	return out, db.Translate(err)
+	return tablelock.ForceRelease(ctx, pool, name, opts)
 }
+
+// Resign deposes the leader of election, or, when term is not nil, only the leader of that
+// term: pglock.ErrNoLeader (and ErrNotHeld) when there is none, pglock.ErrLocked when another
+// term leads. The next candidate is elected at once with a higher term.
+func Resign(ctx context.Context, pool *pgxpool.Pool, election string, term *int64) (Released, error) {
+	if err := pglock.ValidateName(election); err != nil || len(election) > leader.MaxNameLen {
+		return Released{}, fmt.Errorf("%w: %q is not an election's name (1 to %d bytes of UTF-8 without NUL)", pglock.ErrInvalidName, election, leader.MaxNameLen)
+	}
+	released, err := ForceRelease(ctx, pool, leader.LockName(election), term)
+	if errors.Is(err, pglock.ErrNotHeld) {
+		return Released{}, fmt.Errorf("%w: election %q: %w", pglock.ErrNoLeader, election, err)
+	}
+	return released, err
+}
+
+// ParseAdvisoryKey reads an advisory key as operators write it and the locks page shows it: a
+// bigint, or NS,ID for a pair of ints.
+func ParseAdvisoryKey(s string) (advisory.Key, error) {
+	if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return advisory.Int64Key(id), nil
+	}
+	nsText, idText, ok := strings.Cut(s, ",")
+	ns, err1 := strconv.ParseInt(nsText, 10, 32)
+	id, err2 := strconv.ParseInt(idText, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return advisory.Key{}, fmt.Errorf("%w: %q is not an advisory key (a bigint, or NS,ID)", pglock.ErrInvalidArgument, s)
+	}
+	return advisory.PairKey(int32(ns), int32(id)), nil
+}
+
+// AdvisoryName is the key of an advisory lock taken by name, in namespace ("" for none).
+func AdvisoryName(namespace, name string) advisory.Key { return advisory.NamespacedKey(namespace, name) }
 
 // AdvisoryHolders are the sessions that hold key (granted, in any mode).
 func AdvisoryHolders(ctx context.Context, pool *pgxpool.Pool, key advisory.Key) ([]advisory.LockInfo, error) {

@@ -42,6 +42,38 @@ func Schedule(ctx context.Context, pool *pgxpool.Pool, name string, before *cron
 	return cron.ScheduleInfo{}, nil, false, time.Time{}, fmt.Errorf("%w: no schedule %q", pglock.ErrNotFound, name)
 }
 
+// Schedules lists every schedule, with its next fire times and last run (cron.List).
+func Schedules(ctx context.Context, pool *pgxpool.Pool) ([]cron.ScheduleInfo, error) {
+	return cron.List(ctx, pool)
+}
+
+// History is a schedule's limit newest runs (cron.History).
+func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([]cron.RunRecord, error) {
+	return cron.History(ctx, pool, name, limit)
+}
+
+// Pause, Resume, Trigger, Backfill and PreviewBackfill are the schedule actions, as cron
+// defines them, by the operator by.
+func Pause(ctx context.Context, pool *pgxpool.Pool, name, note, by string) error {
+	return cron.Pause(ctx, pool, name, note, by)
+}
+
+func Resume(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	return cron.Resume(ctx, pool, name)
+}
+
+func Trigger(ctx context.Context, pool *pgxpool.Pool, name, by string) (int64, error) {
+	return cron.Trigger(ctx, pool, name, by)
+}
+
+func Backfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time, by string) (int, error) {
+	return cron.Backfill(ctx, pool, name, from, to, by)
+}
+
+func PreviewBackfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time) (int, error) {
+	return cron.PreviewBackfill(ctx, pool, name, from, to)
+}
+
 // Instance is a scheduler instance, and its host's clock as it last measured it.
 type Instance struct {
 	Name        string
