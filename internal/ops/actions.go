@@ -62,7 +62,9 @@ func ParseAdvisoryKey(s string) (advisory.Key, error) {
 }
 
 // AdvisoryName is the key of an advisory lock taken by name, in namespace ("" for none).
-func AdvisoryName(namespace, name string) advisory.Key { return advisory.NamespacedKey(namespace, name) }
+func AdvisoryName(namespace, name string) advisory.Key {
+	return advisory.NamespacedKey(namespace, name)
+}
 
 // AdvisoryHolders are the sessions that hold key (granted, in any mode).
 func AdvisoryHolders(ctx context.Context, pool *pgxpool.Pool, key advisory.Key) ([]advisory.LockInfo, error) {
