@@ -4,7 +4,7 @@
 // Session-level locks live on a Session: one connection taken from the pool and pinned until
 // Close, which may hold any number of locks. The connection is health-checked; when it dies,
 // every lock on it is gone, and Lost() says so (and WithLock's function sees its context
-// canceled with cause pglock.ErrLockLost). The connection goes back to the pool only when it
+// canceled with cause [pglock.ErrLockLost]). The connection goes back to the pool only when it
 // provably holds nothing; otherwise it is closed. Session locks need a session-pooled
 // connection: they do not work behind PgBouncer in transaction pooling mode.
 //

@@ -15,12 +15,12 @@
 //     dies), the next delivery runs again. No lease, and no round trip beyond the claim.
 //   - Run and Do, for effects elsewhere: the claim commits first, and fn runs under a lease
 //     that is renewed in the background. If the lease is lost, fn's context is canceled with
-//     cause pglock.ErrLockLost, and that attempt may no longer record an outcome (its fencing
+//     cause [pglock.ErrLockLost], and that attempt may no longer record an outcome (its fencing
 //     token no longer matches), so a stale runner never marks done what another now runs. A
 //     runner that crashes leaves its claim to be taken over once the lease expires.
 //
 // A failed attempt leaves the key to the next delivery, until Options.MaxAttempts, after which
-// deliveries get an error matching pglock.ErrGaveUp until the key is forgotten. Records are
+// deliveries get an error matching [pglock.ErrGaveUp] until the key is forgotten. Records are
 // kept for Options.Window (7 days by default) after their outcome; Collect deletes older ones.
 //
 // docs/jobs.md says what exactly-once means here, and what it cannot mean.

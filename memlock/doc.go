@@ -1,4 +1,4 @@
-// Package memlock is an in-memory pglock.Locker for the unit tests of code that takes locks:
+// Package memlock is an in-memory [pglock.Locker] for the unit tests of code that takes locks:
 // the same behaviour as a table lock (tokens that increase, waiters served in order, a TTL
 // kept by heartbeats, Lost closed when the lock is force-released or its lease runs out,
 // WithLock), in one process, with no database, on a clock the test can drive.

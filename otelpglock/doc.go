@@ -1,7 +1,7 @@
 // Package otelpglock turns pglock's events into OpenTelemetry metrics and spans.
 //
 // pglock's core knows nothing of OpenTelemetry: each package reports what happens through its
-// Config.Observer, one pglock.Event shape for all of them. This module, which depends on the
+// Config.Observer, one [pglock.Event] shape for all of them. This module, which depends on the
 // OpenTelemetry API alone, is such an Observer. Give one to every package of a process:
 //
 //	obs, err := otelpglock.New(nil) // the global MeterProvider and TracerProvider

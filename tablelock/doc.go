@@ -10,7 +10,7 @@
 // no renewal has succeeded for the TTL less a safety margin, counted from the start of the last
 // successful request on this process's monotonic clock, so always before the database could give it
 // to someone else. Loss closes Lost() and sets Err(), and cancels a WithLock function's context
-// with cause pglock.ErrLockLost. A lock lives until it is released or lost, whatever happens to
+// with cause [pglock.ErrLockLost]. A lock lives until it is released or lost, whatever happens to
 // the context it was acquired with.
 //
 // Acquire waits in a queue kept in the database: a release hands the lock straight to the
@@ -22,7 +22,7 @@
 //
 // AcquireSemaphore and TryAcquireSemaphore take one of N places of a counting semaphore: each
 // place is a Lock like the others (a lease, a token, Lost, Fence), and waiters are served in
-// order (docs/semaphore.md). AsLocker gives a Locker as the interface pglock.Locker, which
+// order (docs/semaphore.md). AsLocker gives a Locker as the interface [pglock.Locker], which
 // package memlock implements in memory for unit tests.
 //
 // For writes that must not come from a holder whose lock was lost, Lock.Fence verifies inside
