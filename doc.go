@@ -26,9 +26,9 @@
 //     mounted in an application's own server); cmd/pglockctl shows operators who holds what, and
 //     lets them release, resign, pause, trigger and migrate.
 //
-// What works inside the caller's transaction has a form for database/sql too, for a *sql.Tx of
-// any PostgreSQL driver: tablelock's FenceSQL and VerifyFenceSQL, leader's FenceSQL, jobs'
-// RunTxSQL, advisory's XactLockSQL.
+// What works inside the caller's transaction has a form for database/sql too, for any
+// PostgreSQL driver: tablelock's FenceSQL and VerifyFenceSQL, leader's FenceSQL and advisory's
+// XactLockSQL take a *sql.Tx, and jobs' RunTxSQL a *sql.DB.
 //
 // Modules of their own, so that what they bring never enters an importer's module graph:
 // otelpglock turns pglock's events into OpenTelemetry metrics and spans; gocronlock is

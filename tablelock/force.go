@@ -24,7 +24,9 @@ type Released struct {
 // ForceReleaseOptions narrow a ForceRelease; nil releases whoever holds the lock.
 type ForceReleaseOptions struct {
 	// Token releases only the holding with this fencing token: an operator who saw one holder
-	// does not release the next by mistake. 0: whoever holds it.
+	// does not release the next by mistake. 0: whoever holds it. The check locks the lock's row
+	// (SELECT ... FOR UPDATE), which needs UPDATE on distributed_locks besides EXECUTE on
+	// force_release_lock.
 	Token int64
 }
 
@@ -41,6 +43,9 @@ func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, opts *Fo
 	if err := pglock.ValidateName(name); err != nil {
 		return Released{}, err
 	}
+	if opts != nil && opts.Token < 0 {
+		return Released{}, errs.Errorf("%w: token %d: tokens are positive", pglock.ErrInvalidArgument, opts.Token)
+	}
 	var out Released
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(db.Translating(tx))
@@ -48,16 +53,16 @@ func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, opts *Fo
 			held, err := q.LockTokenForUpdate(ctx, name)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
-				return errs.Errorf("%w: %q was released meanwhile: nothing was done", pglock.ErrNotHeld, name)
+				return errs.Errorf("%w: it was released meanwhile: nothing was done", pglock.ErrNotHeld)
 			case err != nil:
 				return err
 			case held != opts.Token:
-				return errs.Errorf("%w: %q changed hands meanwhile (token %d now, not %d): nothing was done", pglock.ErrLocked, name, held, opts.Token)
+				return errs.Errorf("%w: it changed hands meanwhile (token %d now, not %d): nothing was done", pglock.ErrLocked, held, opts.Token)
 			}
 		}
 		r, err := q.ForceReleaseLock(ctx, name)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errs.Errorf("%w: nobody holds %q", pglock.ErrNotHeld, name)
+			return errs.Errorf("%w: nobody holds it", pglock.ErrNotHeld)
 		}
 		if err != nil {
 			return err

@@ -41,8 +41,36 @@ func TestForceReleaseEndsOnlyTheHoldingItNames(t *testing.T) {
 
 	_, err = tablelock.ForceRelease(ctx, d.Pool, "stuck", nil)
 	require.ErrorIs(t, err, pglock.ErrNotHeld, "a free lock")
+	_, err = tablelock.ForceRelease(ctx, d.Pool, "stuck", &tablelock.ForceReleaseOptions{Token: lk.Token()})
+	require.ErrorIs(t, err, pglock.ErrNotHeld, "the holding named, released meanwhile")
+	_, err = tablelock.ForceRelease(ctx, d.Pool, "stuck", &tablelock.ForceReleaseOptions{Token: -1})
+	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	_, err = tablelock.ForceRelease(ctx, d.Pool, "", nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidName)
 	_, err = tablelock.ForceRelease(ctx, nil, "stuck", nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+}
+
+// A lock with a waiter is handed to it, with a higher token, when its holding is force-released.
+func TestForceReleaseHandsTheLockToTheNextWaiter(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	held, err := newLocker(t, d.Pool, nil).TryAcquire(ctx, "stuck", nil)
+	require.NoError(t, err)
+	waiter := newLocker(t, d.NewPool(t, nil), nil)
+	acquired := make(chan *tablelock.Lock, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, "stuck", nil)
+		if err == nil {
+			acquired <- lk
+		}
+	}()
+	waitForQueue(t, d.Pool, 1)
+
+	released, err := tablelock.ForceRelease(ctx, d.Pool, "stuck", nil)
+	require.NoError(t, err)
+	require.True(t, released.HandedOff)
+	require.Equal(t, held.Token(), released.Token)
+	require.Greater(t, testdb.Receive(t, acquired).Token(), held.Token())
 }

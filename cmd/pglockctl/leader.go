@@ -63,7 +63,7 @@ func (a *app) leaderCommand() *cobra.Command {
 					fmt.Fprintf(a.stdout, "would depose the leader of %q: %s (%s), term %d\n", name, l.Holder, orDash(l.Instance), l.Term)
 					return errResignNotConfirmed
 				}
-				deposed, err := ops.Resign(ctx, pool, name, &l.Term)
+				deposed, err := ops.Resign(ctx, pool, name, nil)
 				if err != nil {
 					return err
 				}

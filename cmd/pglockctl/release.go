@@ -109,7 +109,6 @@ func (a *app) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, key advis
 	return nil
 }
 
-// parseKey reads a bigint, "NS,ID", or else a name.
 // parseKey reads --advisory: a key as ops.ParseAdvisoryKey reads it, or else (and always with a
 // namespace) a name.
 func parseKey(s, namespace string) advisory.Key {

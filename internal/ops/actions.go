@@ -13,6 +13,7 @@ import (
 	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/jobs"
 	"github.com/pglock/pglock/leader"
 	"github.com/pglock/pglock/tablelock"
@@ -27,6 +28,9 @@ type Released = tablelock.Released
 func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, token *int64) (Released, error) {
 	var opts *tablelock.ForceReleaseOptions
 	if token != nil {
+		if *token <= 0 { // tablelock's 0 is "whoever holds it": never what an operator saw
+			return Released{}, errs.Errorf("%w: token %d is not a fencing token", pglock.ErrInvalidArgument, *token)
+		}
 		opts = &tablelock.ForceReleaseOptions{Token: *token}
 	}
 	return tablelock.ForceRelease(ctx, pool, name, opts)
@@ -37,11 +41,14 @@ func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, token *i
 // term leads. The next candidate is elected at once with a higher term.
 func Resign(ctx context.Context, pool *pgxpool.Pool, election string, term *int64) (Released, error) {
 	if err := pglock.ValidateName(election); err != nil || len(election) > leader.MaxNameLen {
-		return Released{}, fmt.Errorf("%w: %q is not an election's name (1 to %d bytes of UTF-8 without NUL)", pglock.ErrInvalidName, election, leader.MaxNameLen)
+		return Released{}, errs.Errorf("%w: %q is not an election's name (1 to %d bytes of UTF-8 without NUL)", pglock.ErrInvalidName, election, leader.MaxNameLen)
 	}
 	released, err := ForceRelease(ctx, pool, leader.LockName(election), term)
-	if errors.Is(err, pglock.ErrNotHeld) {
-		return Released{}, fmt.Errorf("%w: election %q: %w", pglock.ErrNoLeader, election, err)
+	switch {
+	case errors.Is(err, pglock.ErrNotHeld):
+		return Released{}, errs.Errorf("%w: election %q has none: nothing was done (%w)", pglock.ErrNoLeader, election, err)
+	case errors.Is(err, pglock.ErrLocked):
+		return Released{}, errs.Errorf("election %q has a new term: nothing was done (%w)", election, err)
 	}
 	return released, err
 }

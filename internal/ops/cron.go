@@ -52,24 +52,27 @@ func History(ctx context.Context, pool *pgxpool.Pool, name string, limit int) ([
 	return cron.History(ctx, pool, name, limit)
 }
 
-// Pause, Resume, Trigger, Backfill and PreviewBackfill are the schedule actions, as cron
-// defines them, by the operator by.
+// Pause pauses a schedule, with the operator's note (cron.Pause).
 func Pause(ctx context.Context, pool *pgxpool.Pool, name, note, by string) error {
 	return cron.Pause(ctx, pool, name, note, by)
 }
 
+// Resume resumes a paused schedule (cron.Resume).
 func Resume(ctx context.Context, pool *pgxpool.Pool, name string) error {
 	return cron.Resume(ctx, pool, name)
 }
 
+// Trigger asks for a manual run of a schedule; answers its id (cron.Trigger).
 func Trigger(ctx context.Context, pool *pgxpool.Pool, name, by string) (int64, error) {
 	return cron.Trigger(ctx, pool, name, by)
 }
 
+// Backfill queues the ticks of [from, to] that have no run; answers how many (cron.Backfill).
 func Backfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time, by string) (int, error) {
 	return cron.Backfill(ctx, pool, name, from, to, by)
 }
 
+// PreviewBackfill says how many ticks Backfill would queue (cron.PreviewBackfill).
 func PreviewBackfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time) (int, error) {
 	return cron.PreviewBackfill(ctx, pool, name, from, to)
 }
