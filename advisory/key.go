@@ -32,7 +32,7 @@ type Key struct {
 	err             error  // why they cannot make a key
 }
 
-// StringKey is the key of a name (see Key). The name follows pglock.ValidateName.
+// StringKey is the key of a name (see Key). The name follows [pglock.ValidateName].
 func StringKey(name string) Key { return NamespacedKey("", name) }
 
 // NamespacedKey is the key of name inside namespace (see Key); an empty namespace is none.

@@ -140,7 +140,7 @@ func setKeepAlive(conn net.Conn, every time.Duration) {
 
 // Lock waits for the exclusive lock on key. If ctx ends first, the wait is canceled on the
 // server too (no request of ours is left in pg_locks), and the error matches
-// pglock.ErrLockTimeout when ctx's deadline passed. Locking a key the session holds stacks:
+// [pglock.ErrLockTimeout] when ctx's deadline passed. Locking a key the session holds stacks:
 // each Lock needs its own Unlock, as in PostgreSQL.
 func (s *Session) Lock(ctx context.Context, key Key) error {
 	return s.wait(ctx, key, false, time.Now())
@@ -152,7 +152,7 @@ func (s *Session) RLock(ctx context.Context, key Key) error {
 }
 
 // TryLock takes the exclusive lock on key if it is free, else returns an error matching
-// pglock.ErrLocked.
+// [pglock.ErrLocked].
 func (s *Session) TryLock(ctx context.Context, key Key) error {
 	return s.try(ctx, key, false, time.Now())
 }
@@ -162,10 +162,10 @@ func (s *Session) TryRLock(ctx context.Context, key Key) error {
 	return s.try(ctx, key, true, time.Now())
 }
 
-// Unlock releases one hold of the exclusive lock on key; pglock.ErrNotHeld if there is none.
+// Unlock releases one hold of the exclusive lock on key; [pglock.ErrNotHeld] if there is none.
 func (s *Session) Unlock(ctx context.Context, key Key) error { return s.unlock(ctx, key, false) }
 
-// RUnlock releases one hold of the shared lock on key; pglock.ErrNotHeld if there is none.
+// RUnlock releases one hold of the shared lock on key; [pglock.ErrNotHeld] if there is none.
 func (s *Session) RUnlock(ctx context.Context, key Key) error { return s.unlock(ctx, key, true) }
 
 // PID is the process id of the session's backend, as pg_locks and pg_stat_activity show it.
@@ -175,7 +175,7 @@ func (s *Session) PID() uint32 { return s.pid }
 func (s *Session) Lost() <-chan struct{} { return s.lostCtx.Done() }
 
 // Err returns nil while the session is alive, and once it is lost an error matching
-// pglock.ErrLockLost that says why.
+// [pglock.ErrLockLost] that says why.
 func (s *Session) Err() error {
 	if s.lostCtx.Err() == nil {
 		return nil

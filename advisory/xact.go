@@ -17,7 +17,7 @@ import (
 
 // XactLock waits for the exclusive lock on key for the rest of tx: it is released when tx
 // commits or rolls back, and cannot be released before. For a wait limit, use a ctx deadline
-// or SET LOCAL lock_timeout in tx; either way the error matches pglock.ErrLockTimeout.
+// or SET LOCAL lock_timeout in tx; either way the error matches [pglock.ErrLockTimeout].
 func XactLock(ctx context.Context, tx pgx.Tx, key Key) error {
 	return xactWait(ctx, inTx(tx), key, false)
 }
@@ -28,7 +28,7 @@ func RXactLock(ctx context.Context, tx pgx.Tx, key Key) error {
 }
 
 // TryXactLock takes the exclusive lock on key for the rest of tx if it is free, else returns
-// an error matching pglock.ErrLocked.
+// an error matching [pglock.ErrLocked].
 func TryXactLock(ctx context.Context, tx pgx.Tx, key Key) error {
 	return xactTry(ctx, inTx(tx), key, false)
 }
@@ -112,8 +112,8 @@ func WithXactLock(ctx context.Context, pool *pgxpool.Pool, key Key, opts *XactOp
 }
 
 // WithLock opens a Session on pool, waits for the exclusive lock on key, runs fn, unlocks and
-// closes the session. fn's context is canceled, with cause pglock.ErrLockLost, if the session
-// is lost meanwhile; WithLock then returns an error matching pglock.ErrLockLost too.
+// closes the session. fn's context is canceled, with cause [pglock.ErrLockLost], if the session
+// is lost meanwhile; WithLock then returns an error matching [pglock.ErrLockLost] too.
 func WithLock(ctx context.Context, pool *pgxpool.Pool, key Key, cfg *Config, fn func(ctx context.Context) error) (err error) {
 	if _, err := key.lock(false); err != nil {
 		return err

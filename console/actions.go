@@ -187,7 +187,7 @@ var actions = map[string]action{
 }
 
 // tableLockHeld is nil if someone holds the table lock name, else an error matching
-// pglock.ErrNotFound.
+// [pglock.ErrNotFound].
 func tableLockHeld(c *console, r *http.Request, name string) error {
 	locks, _, err := ops.Lock(r.Context(), c.pool, name)
 	if err == nil && len(locks.TableLocks) == 0 {
@@ -197,14 +197,14 @@ func tableLockHeld(c *console, r *http.Request, name string) error {
 }
 
 // scheduleExists is nil if the schedule the form names exists, else an error matching
-// pglock.ErrNotFound.
+// [pglock.ErrNotFound].
 func scheduleExists(c *console, r *http.Request, f url.Values) error {
 	_, _, _, _, err := ops.Schedule(r.Context(), c.pool, f.Get("name"), nil, 1)
 	return err
 }
 
 // advisoryHolder is the backend the form names, if it holds the advisory lock the form names
-// (an error matching pglock.ErrNotFound if not).
+// (an error matching [pglock.ErrNotFound] if not).
 func advisoryHolder(c *console, r *http.Request, f url.Values) (int32, error) {
 	pid, err := strconv.ParseInt(f.Get("pid"), 10, 32)
 	if err != nil {

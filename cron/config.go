@@ -144,7 +144,7 @@ func (c *Config) withDefaults() Config {
 	return cfg
 }
 
-// validate checks a Config after withDefaults, with errors matching pglock.ErrInvalidArgument.
+// validate checks a Config after withDefaults, with errors matching [pglock.ErrInvalidArgument].
 func (c *Config) validate() error {
 	if c.PollInterval < 10*time.Millisecond {
 		return errs.Errorf("%w: Config.PollInterval (%s) must be at least 10ms", pglock.ErrInvalidArgument, c.PollInterval)
@@ -182,7 +182,7 @@ func (o *Options) withDefaults() Options {
 	return opts
 }
 
-// settings checks o (after withDefaults), with errors matching pglock.ErrInvalidArgument, and
+// settings checks o (after withDefaults), with errors matching [pglock.ErrInvalidArgument], and
 // returns what the scheduler keeps of it.
 func (o *Options) settings() (settings, *time.Location, error) {
 	opts := o.withDefaults()

@@ -36,7 +36,7 @@ const MaxBackfill = 10000
 
 // Pause stops every instance from starting the schedule's ticks from its next tick on: they
 // are recorded skipped, with note, until Resume. Manual and backfilled runs still run. An
-// unknown name gets an error matching pglock.ErrNotFound.
+// unknown name gets an error matching [pglock.ErrNotFound].
 func Pause(ctx context.Context, pool *pgxpool.Pool, name, note, by string) error {
 	q, err := queries(pool)
 	if err != nil {

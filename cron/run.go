@@ -143,7 +143,7 @@ func (s *Scheduler) renewMany(ctx context.Context, due []lease.Due) ([]lease.Ren
 }
 
 // explainLoss tells a run why its row is no longer running: if a newer run replaced it, its
-// context is canceled with that cause (pglock.ErrReplaced) before the lease is declared lost.
+// context is canceled with that cause ([pglock.ErrReplaced]) before the lease is declared lost.
 func (s *Scheduler) explainLoss(ctx context.Context, id int64) {
 	r, err := s.queries.GetCronRun(ctx, id)
 	if err == nil && r.Status == "canceled" {

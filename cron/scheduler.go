@@ -20,8 +20,8 @@ import (
 )
 
 // Func is a schedule's job. Its ctx ends when the run must stop: its lease was lost
-// (pglock.ErrLockLost), a newer run replaced it (pglock.ErrReplaced), its timeout passed, or
-// Stop gave up waiting (pglock.ErrClosed); context.Cause says which.
+// ([pglock.ErrLockLost]), a newer run replaced it ([pglock.ErrReplaced]), its timeout passed, or
+// Stop gave up waiting ([pglock.ErrClosed]); context.Cause says which.
 type Func func(ctx context.Context, run Run) error
 
 // Scheduler runs this instance's schedules. Its methods are safe for concurrent use.
@@ -95,8 +95,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 // and, across instances, naming the same job), spec (robfig/cron syntax: five fields, or six
 // with seconds first; descriptors such as @hourly and @every 10s; an optional CRON_TZ= or TZ=
 // prefix), and the job. A nil opts means the defaults. Bad input gets an error matching
-// pglock.ErrInvalidName, pglock.ErrInvalidSpec, pglock.ErrInvalidTTL or
-// pglock.ErrInvalidArgument, and nothing is written. The schedule is registered in the database
+// [pglock.ErrInvalidName], [pglock.ErrInvalidSpec], [pglock.ErrInvalidTTL] or
+// [pglock.ErrInvalidArgument], and nothing is written. The schedule is registered in the database
 // at Start, or at once (in the background) once started.
 func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if err := pglock.ValidateName(name); err != nil {
@@ -128,7 +128,7 @@ func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 
 // Remove stops this instance from firing the schedule; a run under way goes on. The schedule
 // stays in the database (other instances may still have it; one that none has is shown as
-// orphaned). It returns an error matching pglock.ErrNotFound if it was not added.
+// orphaned). It returns an error matching [pglock.ErrNotFound] if it was not added.
 func (s *Scheduler) Remove(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,7 +195,7 @@ func (s *Scheduler) abandonStart() {
 // Stop stops firing (a claim under way completes, and what it claimed runs, unless ctx ends
 // first: a claim cut short after it committed leaves its runs to be recorded abandoned), waits
 // for running runs until ctx ends, then cancels them (the cause
-// matches pglock.ErrClosed) and waits for them to return, and for their outcomes to be
+// matches [pglock.ErrClosed]) and waits for them to return, and for their outcomes to be
 // recorded (fn must honour its ctx); a canceled run that returns an error is recorded
 // canceled, one that returns nil ran. The error is ctx's if runs had to be canceled. A Stop
 // while another is under way waits for it as long as its own ctx allows.

@@ -27,7 +27,7 @@ const maxSpecLen = 1024
 
 // parseSpec parses spec as robfig/cron's parser does (five fields or six with seconds first,
 // descriptors, a CRON_TZ= or TZ= prefix), reading it in loc unless it names its own zone.
-// Errors match pglock.ErrInvalidSpec and say what is wrong. Leading and trailing spaces do not
+// Errors match [pglock.ErrInvalidSpec] and say what is wrong. Leading and trailing spaces do not
 // count.
 func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, err error) {
 	invalid := func(format string, args ...any) error {

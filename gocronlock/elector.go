@@ -23,7 +23,7 @@ type Elector struct {
 	err      error // Run's
 }
 
-// NewElector campaigns in election on pool, as leader.New and Run do with cfg, until ctx ends or
+// NewElector campaigns in election on pool, as [leader.New] and Run do with cfg, until ctx ends or
 // Close is called.
 func NewElector(ctx context.Context, pool *pgxpool.Pool, election string, cfg *leader.Config) (*Elector, error) {
 	l, err := leader.New(pool, election, cfg)
@@ -43,8 +43,8 @@ func NewElector(ctx context.Context, pool *pgxpool.Pool, election string, cfg *l
 }
 
 // IsLeader returns nil while this Elector leads: elected, and its lease valid by this process's
-// monotonic clock less its safety margin (leader.Elector.IsLeader), without a round trip; else an
-// error matching pglock.ErrNotHeld, which makes gocron skip the run.
+// monotonic clock less its safety margin ([leader.Elector.IsLeader]), without a round trip; else an
+// error matching [pglock.ErrNotHeld], which makes gocron skip the run.
 func (e *Elector) IsLeader(context.Context) error {
 	if e.leader.IsLeader() {
 		return nil

@@ -100,7 +100,7 @@ func (l *Locker) Every(interval time.Duration) (*Locker, error) {
 func (l *Locker) MinHold() time.Duration { return l.minHold }
 
 // Lock takes the lock of the job named key for one run, if no other run holds it (an error
-// matching pglock.ErrLocked otherwise, which makes gocron skip the run: gocron's AfterLockError
+// matching [pglock.ErrLocked] otherwise, which makes gocron skip the run: gocron's AfterLockError
 // listener sees it, and any other error).
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	lk, err := l.locker.TryAcquire(ctx, l.opts.Prefix+key, &tablelock.AcquireOptions{TTL: l.opts.TTL,
@@ -133,7 +133,7 @@ type run struct {
 }
 
 // Unlock ends the run: the lock goes once it has been held for the minimum hold, and is no
-// longer renewed. It returns an error matching pglock.ErrLockLost if the lock was lost.
+// longer renewed. It returns an error matching [pglock.ErrLockLost] if the lock was lost.
 func (r *run) Unlock(ctx context.Context) error {
 	if !r.once.CompareAndSwap(false, true) {
 		return errorf("%w: this run's lock of %q was unlocked already", pglock.ErrNotHeld, r.lk.Name())

@@ -119,7 +119,7 @@ func (c *Config) withDefaults() Config {
 	return cfg
 }
 
-// validate checks a Config after withDefaults, with errors matching pglock.ErrInvalidArgument.
+// validate checks a Config after withDefaults, with errors matching [pglock.ErrInvalidArgument].
 func (c *Config) validate() error {
 	if err := checkScope(c.Scope); err != nil {
 		return errs.Errorf("%w: Config.Scope %w", pglock.ErrInvalidArgument, err)
@@ -160,7 +160,7 @@ func (o *Options) withDefaults(cfg Config) Options {
 }
 
 // newRequest checks key and opts (after withDefaults), with errors matching
-// pglock.ErrInvalidArgument.
+// [pglock.ErrInvalidArgument].
 func (d *Deduper) newRequest(key string, o *Options) (request, error) {
 	opts := o.withDefaults(d.cfg)
 	invalid := func(format string, args ...any) (request, error) {
@@ -195,7 +195,7 @@ func (d *Deduper) newRequest(key string, o *Options) (request, error) {
 	}, nil
 }
 
-// checkKey refuses what cannot be a job key, with an error matching pglock.ErrInvalidArgument.
+// checkKey refuses what cannot be a job key, with an error matching [pglock.ErrInvalidArgument].
 func checkKey(key string) error {
 	var problem string
 	switch {

@@ -128,11 +128,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 
 // Run delivers key: unless it succeeded before or runs elsewhere, it claims it and runs fn
 // under a lease, then records the outcome. It is for effects outside this database (RunTx is
-// for those in it). fn's context is canceled with cause pglock.ErrLockLost if the lease is
-// lost; Run then returns an error matching pglock.ErrLockLost too, and if another delivery
+// for those in it). fn's context is canceled with cause [pglock.ErrLockLost] if the lease is
+// lost; Run then returns an error matching [pglock.ErrLockLost] too, and if another delivery
 // took the key over meanwhile, this attempt's outcome is not recorded. fn's error is returned
-// (the record failed: the next delivery retries), as is an error matching pglock.ErrGaveUp
-// or pglock.ErrFingerprintMismatch when nothing ran.
+// (the record failed: the next delivery retries), as is an error matching [pglock.ErrGaveUp]
+// or [pglock.ErrFingerprintMismatch] when nothing ran.
 func (d *Deduper) Run(ctx context.Context, key string, opts *Options, fn func(ctx context.Context) error) (Result, error) {
 	if fn == nil {
 		return Result{}, errs.Errorf("%w: nil fn", pglock.ErrInvalidArgument)
@@ -143,7 +143,7 @@ func (d *Deduper) Run(ctx context.Context, key string, opts *Options, fn func(ct
 // Do is Run for a function with a result: the result is saved, as JSON, with the outcome, and
 // a duplicate delivery gets it back (decoded into T) with OutcomeAlreadyDone. A result that cannot be
 // saved (JSON cannot encode it, or it holds the NUL character, which PostgreSQL cannot) is
-// returned with an error matching pglock.ErrInvalidArgument; the job still counts as done, and
+// returned with an error matching [pglock.ErrInvalidArgument]; the job still counts as done, and
 // duplicates get T's zero value.
 func Do[T any](ctx context.Context, d *Deduper, key string, opts *Options, fn func(ctx context.Context) (T, error)) (T, Result, error) {
 	var v T
@@ -174,7 +174,7 @@ func Do[T any](ctx context.Context, d *Deduper, key string, opts *Options, fn fu
 	return v, res, errors.Join(err, unsaved)
 }
 
-// Status returns key's record in Config.Scope, or an error matching pglock.ErrNotFound.
+// Status returns key's record in Config.Scope, or an error matching [pglock.ErrNotFound].
 func (d *Deduper) Status(ctx context.Context, key string) (Record, error) {
 	if err := checkKey(key); err != nil {
 		return Record{}, err
@@ -191,7 +191,7 @@ func (d *Deduper) Status(ctx context.Context, key string) (Record, error) {
 
 // Forget deletes key's record in Config.Scope, so that its next delivery runs it again (after
 // waiting for a RunTx attempt under way to end); a Run attempt under way loses its lease. It
-// returns an error matching pglock.ErrNotFound when there was no record.
+// returns an error matching [pglock.ErrNotFound] when there was no record.
 func (d *Deduper) Forget(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err

@@ -29,7 +29,7 @@ type Leader struct {
 	Candidates int       // how many candidates wait
 }
 
-// Current returns the leader of election name, or an error matching pglock.ErrNoLeader.
+// Current returns the leader of election name, or an error matching [pglock.ErrNoLeader].
 func Current(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, error) {
 	l, _, err := current(ctx, pool, name)
 	return l, err
@@ -81,7 +81,7 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]Leader, error) {
 // leader is told at its next renewal (within a third of its TTL), and the next candidate is
 // elected at once with a higher term. It returns the leader it deposed (whoever led when it
 // ran: not necessarily the one an earlier Current saw), or an error matching
-// pglock.ErrNoLeader.
+// [pglock.ErrNoLeader].
 func ForceResign(ctx context.Context, pool *pgxpool.Pool, name string) (Leader, error) {
 	if err := checkArgs(pool, name); err != nil {
 		return Leader{}, err

@@ -91,7 +91,7 @@ type Elector struct {
 	changed  chan struct{}           // wakes the OnNewLeader watcher
 }
 
-// DefaultTTL is Config.TTL's default: shorter than a lock's (pglock.DefaultTTL), so that a
+// DefaultTTL is Config.TTL's default: shorter than a lock's ([pglock.DefaultTTL]), so that a
 // crashed leader is replaced sooner (docs/leader.md).
 const DefaultTTL = 15 * time.Second
 
@@ -319,7 +319,7 @@ func (e *Elector) Resign(ctx context.Context) error {
 }
 
 // IsLeader reports whether this Elector leads now, without a round trip: elected, and its lease
-// valid by this process's monotonic clock less its safety margin (tablelock.Lock.Deadline), so
+// valid by this process's monotonic clock less its safety margin ([tablelock.Lock.Deadline]), so
 // never once a successor could be elected. Leadership taken away by force (ForceResign) is
 // noticed at the next renewal: Fence is the check to trust for a write.
 func (e *Elector) IsLeader() bool { return e.Term() != 0 }
@@ -336,8 +336,8 @@ func (e *Elector) Term() int64 {
 
 // Fence verifies, inside tx, that this Elector still leads with its current term, and keeps it
 // so until tx ends (no successor can be elected before), bounding tx on the server as
-// tablelock.Lock.Fence does. Write after Fence, and commit at once. It returns an error
-// matching pglock.ErrNotHeld when the Elector does not lead, and pglock.ErrLockLost when it
+// [tablelock.Lock.Fence] does. Write after Fence, and commit at once. It returns an error
+// matching [pglock.ErrNotHeld] when the Elector does not lead, and [pglock.ErrLockLost] when it
 // has just lost leadership (which ends it). Work begun in an earlier term that may outlive it
 // should compare that term with Term as well: an Elector elected again fences for its new term.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
@@ -348,7 +348,7 @@ func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 }
 
 // FenceSQL is Fence for a database/sql transaction, of any PostgreSQL driver, as
-// tablelock.Lock.FenceSQL is.
+// [tablelock.Lock.FenceSQL] is.
 func (e *Elector) FenceSQL(ctx context.Context, tx *sql.Tx) error {
 	q, err := db.InSQLTx(tx)
 	if err != nil {

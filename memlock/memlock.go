@@ -62,7 +62,7 @@ type Config struct {
 	Clock Clock
 }
 
-// Locker is an in-memory pglock.Locker. Its methods are safe for concurrent use; any number of
+// Locker is an in-memory [pglock.Locker]. Its methods are safe for concurrent use; any number of
 // goroutines may share one, as instances share a database.
 type Locker struct {
 	timing lease.Timing
@@ -106,7 +106,7 @@ func New(cfg *Config) (*Locker, error) {
 }
 
 // TryAcquire takes the lock if it is free and nobody waits for it, or returns an error
-// matching pglock.ErrLocked.
+// matching [pglock.ErrLocked].
 func (l *Locker) TryAcquire(_ context.Context, name string) (pglock.Lock, error) {
 	if err := pglock.ValidateName(name); err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (l *Locker) TryAcquire(_ context.Context, name string) (pglock.Lock, error)
 }
 
 // Acquire waits until it holds the lock, in the order of arrival, or ctx is done (an error
-// matching pglock.ErrLockTimeout at ctx's deadline).
+// matching [pglock.ErrLockTimeout] at ctx's deadline).
 func (l *Locker) Acquire(ctx context.Context, name string) (pglock.Lock, error) {
 	if err := pglock.ValidateName(name); err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (pglock.Lock, error) 
 }
 
 // WithLock acquires the lock as Acquire does, runs fn, and releases it. fn's ctx is canceled
-// with cause pglock.ErrLockLost if the lock is lost; WithLock then returns that error too.
+// with cause [pglock.ErrLockLost] if the lock is lost; WithLock then returns that error too.
 func (l *Locker) WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	lk, err := l.Acquire(ctx, name)
 	if err != nil {
@@ -220,7 +220,7 @@ func (l *Locker) Partition() (heal func()) {
 }
 
 // Close ends every lock still held, as tablelock.Locker.Close does: each is declared lost (its
-// Err matches pglock.ErrLockLost and pglock.ErrClosed) and freed, and its heartbeats stop.
+// Err matches [pglock.ErrLockLost] and [pglock.ErrClosed]) and freed, and its heartbeats stop.
 // Waiters get the freed locks as usual; a test calls Close when it is done with the Locker.
 func (l *Locker) Close() {
 	l.mu.Lock()
@@ -291,8 +291,8 @@ func (lk *Lock) errNotHeld(what string) error {
 }
 
 // Release gives the lock up, to the first waiter if there is one. An error matching
-// pglock.ErrLockLost means it had been lost; a second Release returns one matching
-// pglock.ErrNotHeld.
+// [pglock.ErrLockLost] means it had been lost; a second Release returns one matching
+// [pglock.ErrNotHeld].
 func (lk *Lock) Release(context.Context) error {
 	if !lk.keeper.Stop() {
 		if err := lk.Err(); err != nil {

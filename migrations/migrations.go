@@ -58,11 +58,11 @@ type Status struct {
 // own lock, which only something outside pglock holds (golang-migrate's CLI, say).
 //
 // Up first refuses, changing nothing, a database it should not migrate: one whose installed
-// version is dirty (pglock.ErrSchemaDirty) or newer than these files (pglock.ErrSchemaTooNew);
-// with migrations to apply, one that drifted from what its version made (pglock.ErrSchemaDrift:
+// version is dirty ([pglock.ErrSchemaDirty]) or newer than these files ([pglock.ErrSchemaTooNew]);
+// with migrations to apply, one that drifted from what its version made ([pglock.ErrSchemaDrift]:
 // Repair mends functions), or holds pglock's objects with no version recorded (ErrSchemaDrift
 // too: Force records it), and a role that may not create objects in the schema
-// (pglock.ErrPermissionDenied).
+// ([pglock.ErrPermissionDenied]).
 func Up(ctx context.Context, pool *pgxpool.Pool) error {
 	return run(ctx, pool, readyForUp, func(m *migrate.Migrate) error { return step(m, +1, AllSteps) })
 }
@@ -93,9 +93,9 @@ func readyForUp(ctx context.Context, conn *pgxpool.Conn) error {
 }
 
 // Repair makes the functions of the installed version again, in one transaction, as its
-// migration made them: the way out of pglock.ErrSchemaDrift when functions were edited,
+// migration made them: the way out of [pglock.ErrSchemaDrift] when functions were edited,
 // dropped or replaced by hand (their edits are lost). It drops nothing, and mends no table
-// or index: when those differ, it returns pglock.ErrSchemaDrift naming them.
+// or index: when those differ, it returns [pglock.ErrSchemaDrift] naming them.
 func Repair(ctx context.Context, pool *pgxpool.Pool) error {
 	return run(ctx, pool, func(ctx context.Context, conn *pgxpool.Conn) error {
 		found, err := inspect(ctx, conn)

@@ -60,7 +60,7 @@ type Options struct {
 	WaitBuckets, RunBuckets []float64
 }
 
-// Observer is a pglock.Observer that records metrics and spans. Safe for concurrent use; one
+// Observer is a [pglock.Observer] that records metrics and spans. Safe for concurrent use; one
 // serves every package of a process.
 type Observer struct {
 	tracer trace.Tracer

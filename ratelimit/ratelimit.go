@@ -119,7 +119,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 
 // Wait takes one event of key under limit, waiting until it fits: in one round trip it reserves
 // the next slot, then sleeps until it. A slot further away than ctx's deadline is not reserved:
-// Wait then returns at once an error matching pglock.ErrRateLimited (a *LimitedError saying
+// Wait then returns at once an error matching [pglock.ErrRateLimited] (a *LimitedError saying
 // how long it would have waited). If ctx ends while Wait sleeps, the reserved slot goes unused.
 func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (err error) {
 	if l.events != nil {
@@ -170,7 +170,7 @@ func (l *Limiter) take(ctx context.Context, key string, limit Limit, maxWaitUs i
 }
 
 // observe reports a decision that waited wait and ended with err: nil when allowed, matching
-// pglock.ErrRateLimited when denied.
+// [pglock.ErrRateLimited] when denied.
 func (l *Limiter) observe(ctx context.Context, key string, wait time.Duration, err error) {
 	if l.events == nil {
 		return
@@ -196,5 +196,5 @@ func (e *LimitedError) Error() string {
 	return fmt.Sprintf("%v: %q fits again in %s, past the deadline", pglock.ErrRateLimited, e.Key, e.RetryAfter)
 }
 
-// Unwrap makes a LimitedError match pglock.ErrRateLimited.
+// Unwrap makes a LimitedError match [pglock.ErrRateLimited].
 func (e *LimitedError) Unwrap() error { return pglock.ErrRateLimited }

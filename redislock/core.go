@@ -238,8 +238,8 @@ func (c *core) withLock(ctx context.Context, h *held, err error, fn func(ctx con
 	return errors.Join(fnErr, h.release(context.Background()))
 }
 
-// close ends every lock still held (declared lost: pglock.ErrClosed) and releases it, ends the
-// acquisitions under way with pglock.ErrClosed (their waiters leave the queue), and waits for
+// close ends every lock still held (declared lost: [pglock.ErrClosed]) and releases it, ends the
+// acquisitions under way with [pglock.ErrClosed] (their waiters leave the queue), and waits for
 // the background work to end; the cleanups in it are cut short once ctx ends.
 func (c *core) close(ctx context.Context) error {
 	c.mu.Lock()
@@ -281,8 +281,8 @@ type held struct {
 	keeper *lease.Keeper
 }
 
-// release gives the lock up: an error matching pglock.ErrLockLost if it had been lost, one
-// matching pglock.ErrNotHeld if it was released before.
+// release gives the lock up: an error matching [pglock.ErrLockLost] if it had been lost, one
+// matching [pglock.ErrNotHeld] if it was released before.
 func (h *held) release(ctx context.Context) error {
 	if !h.keeper.Stop() {
 		if lost := h.keeper.Err(); lost != nil {

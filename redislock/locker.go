@@ -33,21 +33,21 @@ func New(client redis.UniversalClient, opts *Options) (*Locker, error) {
 }
 
 // TryAcquire takes the lock if it is free and nobody waits for it, or returns an error matching
-// pglock.ErrLocked.
+// [pglock.ErrLocked].
 func (l *Locker) TryAcquire(ctx context.Context, name string) (*Lock, error) {
 	h, err := l.c.take(ctx, name, false, true)
 	return lockOf(h), err
 }
 
 // Acquire waits until it holds the lock, in the order of arrival, or ctx is done (an error
-// matching pglock.ErrLockTimeout at ctx's deadline).
+// matching [pglock.ErrLockTimeout] at ctx's deadline).
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lock, error) {
 	h, err := l.c.take(ctx, name, true, true)
 	return lockOf(h), err
 }
 
 // WithLock acquires the lock as Acquire does, runs fn, and releases it. fn's ctx is canceled,
-// with cause pglock.ErrLockLost, if the lock is lost meanwhile; WithLock then returns that error
+// with cause [pglock.ErrLockLost], if the lock is lost meanwhile; WithLock then returns that error
 // too.
 func (l *Locker) WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	h, err := l.c.take(ctx, name, true, true)
@@ -63,7 +63,7 @@ type Holder struct {
 	ExpiresIn  time.Duration  // unless renewed
 }
 
-// Holder returns who holds name, or an error matching pglock.ErrNotFound if nobody does.
+// Holder returns who holds name, or an error matching [pglock.ErrNotFound] if nobody does.
 func (l *Locker) Holder(ctx context.Context, name string) (Holder, error) {
 	if err := pglock.ValidateName(name); err != nil {
 		return Holder{}, err
@@ -111,11 +111,11 @@ func (l *Locker) ForceRelease(ctx context.Context, name string) (bool, error) {
 }
 
 // Close ends every lock still held, as tablelock.Locker.Close does: each is declared lost (its
-// Err matches pglock.ErrLockLost and pglock.ErrClosed) and released, and waiting acquisitions
-// end with pglock.ErrClosed. It does not close the client.
+// Err matches [pglock.ErrLockLost] and [pglock.ErrClosed]) and released, and waiting acquisitions
+// end with [pglock.ErrClosed]. It does not close the client.
 func (l *Locker) Close(ctx context.Context) error { return l.c.close(ctx) }
 
-// AsLocker returns l as a pglock.Locker.
+// AsLocker returns l as a [pglock.Locker].
 func (l *Locker) AsLocker() pglock.Locker {
 	return asLocker{
 		take: func(ctx context.Context, name string, wait bool) (*held, error) {
@@ -168,17 +168,17 @@ func (lk *Lock) Token() int64 { return lk.h.token }
 // Lost is closed once the lock is lost; Err then says why.
 func (lk *Lock) Lost() <-chan struct{} { return lk.h.keeper.Lost() }
 
-// Err is nil until the lock is lost, then an error matching pglock.ErrLockLost.
+// Err is nil until the lock is lost, then an error matching [pglock.ErrLockLost].
 func (lk *Lock) Err() error { return lk.h.keeper.Err() }
 
 // Deadline is when, on this process's clock, the lock will be declared lost unless renewed.
 func (lk *Lock) Deadline() time.Time { return lk.h.keeper.Deadline() }
 
-// Release gives the lock up, waking the first waiter. An error matching pglock.ErrLockLost
-// means it had been lost; a second Release returns one matching pglock.ErrNotHeld.
+// Release gives the lock up, waking the first waiter. An error matching [pglock.ErrLockLost]
+// means it had been lost; a second Release returns one matching [pglock.ErrNotHeld].
 func (lk *Lock) Release(ctx context.Context) error { return lk.h.release(ctx) }
 
-// asLocker is a Locker or Redlock as a pglock.Locker.
+// asLocker is a Locker or Redlock as a [pglock.Locker].
 type asLocker struct {
 	take     func(ctx context.Context, name string, wait bool) (*held, error)
 	withLock func(ctx context.Context, name string, fn func(ctx context.Context) error) error
@@ -203,7 +203,7 @@ func (asLocker) lock(h *held, err error) (pglock.Lock, error) {
 	return heldLock{h}, nil
 }
 
-// heldLock is a held lock as a pglock.Lock: its Token panics for a lock without fencing tokens.
+// heldLock is a held lock as a [pglock.Lock]: its Token panics for a lock without fencing tokens.
 type heldLock struct{ *held }
 
 func (l heldLock) Name() string                      { return l.name }

@@ -79,7 +79,7 @@ type config struct {
 }
 
 // newConfig checks opts (nil for the defaults); every mistake is an error matching
-// pglock.ErrInvalidArgument (pglock.ErrInvalidTTL for the TTL) that names the field. redlock
+// [pglock.ErrInvalidArgument] ([pglock.ErrInvalidTTL] for the TTL) that names the field. redlock
 // says the margin must cover the clock drift allowance.
 func newConfig(opts *Options, redlock bool) (config, error) {
 	var o Options

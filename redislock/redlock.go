@@ -54,14 +54,14 @@ func NewRedlock(clients []redis.UniversalClient, opts *Options) (*Redlock, error
 }
 
 // TryAcquire takes the lock if a majority of the nodes give it, or returns an error matching
-// pglock.ErrLocked (if a node said another holds it) or saying which nodes failed.
+// [pglock.ErrLocked] (if a node said another holds it) or saying which nodes failed.
 func (r *Redlock) TryAcquire(ctx context.Context, name string) (*RedlockLock, error) {
 	h, err := r.c.take(ctx, name, false, false)
 	return redlockOf(h), err
 }
 
 // Acquire waits until it holds the lock or ctx is done (an error matching
-// pglock.ErrLockTimeout at ctx's deadline). Waiters are not served in order: a release wakes one
+// [pglock.ErrLockTimeout] at ctx's deadline). Waiters are not served in order: a release wakes one
 // waiter per node, and whoever gets a majority first holds it.
 func (r *Redlock) Acquire(ctx context.Context, name string) (*RedlockLock, error) {
 	h, err := r.c.take(ctx, name, true, false)
@@ -69,7 +69,7 @@ func (r *Redlock) Acquire(ctx context.Context, name string) (*RedlockLock, error
 }
 
 // WithLock acquires the lock as Acquire does, runs fn, and releases it. fn's ctx is canceled,
-// with cause pglock.ErrLockLost, when a majority renewal fails until the validity ends;
+// with cause [pglock.ErrLockLost], when a majority renewal fails until the validity ends;
 // WithLock then returns that error too.
 func (r *Redlock) WithLock(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	h, err := r.c.take(ctx, name, true, false)
@@ -99,8 +99,8 @@ func (r *Redlock) ForceRelease(ctx context.Context, name string) (bool, error) {
 // Close ends every lock still held, as Locker.Close does. It does not close the clients.
 func (r *Redlock) Close(ctx context.Context) error { return r.c.close(ctx) }
 
-// AsLocker returns r as a pglock.Locker. Its locks' Token panics with an error matching
-// pglock.ErrNoFencingToken.
+// AsLocker returns r as a [pglock.Locker]. Its locks' Token panics with an error matching
+// [pglock.ErrNoFencingToken].
 func (r *Redlock) AsLocker() pglock.Locker {
 	return asLocker{
 		take: func(ctx context.Context, name string, wait bool) (*held, error) {
@@ -129,15 +129,15 @@ func (lk *RedlockLock) Name() string { return lk.h.name }
 // why.
 func (lk *RedlockLock) Lost() <-chan struct{} { return lk.h.keeper.Lost() }
 
-// Err is nil until the lock is lost, then an error matching pglock.ErrLockLost.
+// Err is nil until the lock is lost, then an error matching [pglock.ErrLockLost].
 func (lk *RedlockLock) Err() error { return lk.h.keeper.Err() }
 
 // Deadline is when, on this process's clock, the lock will be declared lost unless renewed:
 // the end of its validity time less the safety margin.
 func (lk *RedlockLock) Deadline() time.Time { return lk.h.keeper.Deadline() }
 
-// Release gives the lock up on every node. An error matching pglock.ErrLockLost means it had
-// been lost; a second Release returns one matching pglock.ErrNotHeld.
+// Release gives the lock up on every node. An error matching [pglock.ErrLockLost] means it had
+// been lost; a second Release returns one matching [pglock.ErrNotHeld].
 func (lk *RedlockLock) Release(ctx context.Context) error { return lk.h.release(ctx) }
 
 // quorum is Redlock's store: every operation goes to all nodes at once, each bounded by

@@ -105,7 +105,7 @@ func (c *Config) withDefaults() Config {
 }
 
 // validate checks a Config after withDefaults: every mistake is found here, as an error matching
-// pglock.ErrInvalidArgument that names the field, so that no acquisition fails later for one.
+// [pglock.ErrInvalidArgument] that names the field, so that no acquisition fails later for one.
 func (c *Config) validate() error {
 	invalid := func(field, format string, args ...any) error {
 		return errs.Errorf("%w: Config."+field+" "+format, append([]any{pglock.ErrInvalidArgument}, args...)...)

@@ -20,7 +20,7 @@ type Stats struct {
 }
 
 // LockedError is the error of an acquisition that found the lock held. It matches
-// pglock.ErrLocked.
+// [pglock.ErrLocked].
 type LockedError struct {
 	Name      string
 	Holder    string         // the holder's id; for a free lock kept for a waiter, the waiter's

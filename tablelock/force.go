@@ -32,10 +32,10 @@ type ForceReleaseOptions struct {
 
 // ForceRelease ends the holding of the table lock name, for operators (pglockctl release): the
 // next waiter gets it with a higher token, or the waiters are woken, and the holder learns at
-// its next renewal that it lost the lock (pglock.CauseForceReleased); its fenced writes fail
+// its next renewal that it lost the lock ([pglock.CauseForceReleased]); its fenced writes fail
 // from now on. Checked and released in one transaction. Nothing is done, and the error says
-// why, when nobody holds it (pglock.ErrNotHeld) or, with opts.Token, another holding does
-// (pglock.ErrLocked).
+// why, when nobody holds it ([pglock.ErrNotHeld]) or, with opts.Token, another holding does
+// ([pglock.ErrLocked]).
 func ForceRelease(ctx context.Context, pool *pgxpool.Pool, name string, opts *ForceReleaseOptions) (Released, error) {
 	if pool == nil {
 		return Released{}, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)

@@ -81,12 +81,12 @@ func (lk *Lock) Deadline() time.Time { return lk.lease.Deadline() }
 func (lk *Lock) Lost() <-chan struct{} { return lk.lease.Lost() }
 
 // Err returns nil while the lock is held or was released normally, and once it is lost an
-// error matching pglock.ErrLockLost that says why.
+// error matching [pglock.ErrLockLost] that says why.
 func (lk *Lock) Err() error { return lk.lease.Err() }
 
 // Extend renews the lease for ttl from now, in one round trip, and keeps renewing it with that
 // TTL. A heartbeat under way finishes first; ctx bounds that wait too. On a lock no longer held
-// it returns an error matching pglock.ErrLockLost.
+// it returns an error matching [pglock.ErrLockLost].
 func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	t, err := lk.l.cfg.timing(ttl)
 	if err != nil {
@@ -98,7 +98,7 @@ func (lk *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // Release gives the lock up, in one round trip: to the first waiter if there is one, else
 // freeing it. If ctx ends first, or the connection fails, it returns that error and tries again
 // in the background (Close waits for that); the lock is no longer renewed either way. An error
-// matching pglock.ErrLockLost means the lock had been lost, signalled or not; nothing done
+// matching [pglock.ErrLockLost] means the lock had been lost, signalled or not; nothing done
 // under it since its last renewal is safe.
 func (lk *Lock) Release(ctx context.Context) error { return lk.release(ctx, 0) }
 
@@ -183,7 +183,7 @@ func (lk *Lock) releaseLater(held time.Duration) bool {
 // tx ends: no release, renewal, handoff or takeover of the lock can commit before. Write to the
 // protected resource in tx after Fence, and keep tx short: the lock's renewals pass over it
 // while tx holds its row, and are tried again until it ends (others' are not held up). It
-// returns an error matching pglock.ErrLockLost (and signals the loss) when the lock is lost.
+// returns an error matching [pglock.ErrLockLost] (and signals the loss) when the lock is lost.
 //
 // Fence also bounds tx on the server, so that a client that stops talking mid-transaction (a
 // frozen VM, a silent partition) cannot keep the lock from others for hours: for the rest of

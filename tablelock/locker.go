@@ -108,7 +108,7 @@ func (l *Locker) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewe
 }
 
 // TryAcquire takes the lock if it is free, in one round trip, or returns a *LockedError
-// (matching pglock.ErrLocked) describing its holder.
+// (matching [pglock.ErrLocked]) describing its holder.
 func (l *Locker) TryAcquire(ctx context.Context, name string, opts *AcquireOptions) (lk *Lock, err error) {
 	if l.events != nil {
 		defer l.observeAcquire(ctx, pglock.PrimitiveLock, name, false, time.Now(), &lk, &err)
@@ -176,8 +176,8 @@ func (l *Locker) Acquire(ctx context.Context, name string, opts *AcquireOptions)
 }
 
 // WithLock acquires the lock as Acquire does, runs fn, and releases the lock. fn's context is
-// canceled, with cause pglock.ErrLockLost, if the lock is lost while fn runs; WithLock then
-// returns an error matching pglock.ErrLockLost as well as any error of fn's.
+// canceled, with cause [pglock.ErrLockLost], if the lock is lost while fn runs; WithLock then
+// returns an error matching [pglock.ErrLockLost] as well as any error of fn's.
 func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions, fn func(ctx context.Context) error) error {
 	lk, err := l.Acquire(ctx, name, opts)
 	if err != nil {
@@ -230,14 +230,14 @@ func (l *Locker) lagging(lag time.Duration, saturated bool) {
 	}
 }
 
-// Close stops the TryAcquire and Acquire calls under way (they return pglock.ErrClosed) and
+// Close stops the TryAcquire and Acquire calls under way (they return [pglock.ErrClosed]) and
 // releases every lock the Locker holds, declaring each lost first (Err matches
-// pglock.ErrLockLost and pglock.ErrClosed, and WithLock functions see their context canceled):
+// [pglock.ErrLockLost] and [pglock.ErrClosed], and WithLock functions see their context canceled):
 // a lock released by Close may be someone else's a moment later. Requests that were under way
 // settle in the background (what they took is given back), and Close waits for them and its
 // other goroutines as long as ctx allows: with the database unreachable, background releases
 // retry until their TTL runs out, so bound ctx to shut down sooner. (A TryAcquire still waiting
-// for a connection from the pool returns pglock.ErrClosed once it has one.) It returns the
+// for a connection from the pool returns [pglock.ErrClosed] once it has one.) It returns the
 // errors of the releases. A Close while another runs returns when that one does, or when its
 // own ctx ends.
 func (l *Locker) Close(ctx context.Context) error {
@@ -440,7 +440,7 @@ func lockedError(name, holder, instance string, metadata json.RawMessage, expire
 	return e
 }
 
-// AsLocker returns l as a pglock.Locker whose every acquisition uses opts, for code that takes
+// AsLocker returns l as a [pglock.Locker] whose every acquisition uses opts, for code that takes
 // locks through that interface (and is tested with package memlock).
 func (l *Locker) AsLocker(opts *AcquireOptions) pglock.Locker { return boundLocker{l, opts} }
 
@@ -461,7 +461,7 @@ func (g boundLocker) WithLock(ctx context.Context, name string, fn func(ctx cont
 	return g.l.WithLock(ctx, name, g.opts, fn)
 }
 
-// asLock keeps a nil *Lock from becoming a non-nil pglock.Lock.
+// asLock keeps a nil *Lock from becoming a non-nil [pglock.Lock].
 func asLock(lk *Lock, err error) (pglock.Lock, error) {
 	if err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ const SemaphorePrefix = "pglock.semaphore/"
 
 // TryAcquireSemaphore takes one of permits places of the semaphore name, in one round trip,
 // if fewer than permits are held and nobody waits ahead; otherwise it returns an error
-// matching pglock.ErrLocked. A place is a *Lock like any other: renewed, lost, fenced and
+// matching [pglock.ErrLocked]. A place is a *Lock like any other: renewed, lost, fenced and
 // released as a table lock is, with a token from the same sequence. Its Name is its row's,
 // "pglock.semaphore/<name>/<holder>", as pglockctl list shows it. Changing permits for a name
 // applies to later acquisitions; holders keep their places.

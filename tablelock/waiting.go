@@ -280,7 +280,7 @@ func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renew
 }
 
 // waitContext is the context of a wait: it ends at timeout (when positive, with cause
-// errWaitTimeout), and when Close begins (with cause pglock.ErrClosed), whatever the caller's
+// errWaitTimeout), and when Close begins (with cause [pglock.ErrClosed]), whatever the caller's
 // ctx, canceling a poll under way too. Call done when the wait is over.
 func (l *Locker) waitContext(ctx context.Context, timeout time.Duration) (_ context.Context, done func()) {
 	cancelTimeout := context.CancelFunc(func() {})
@@ -304,7 +304,7 @@ func (l *Locker) wakeLocalHolder(holder string) {
 }
 
 // waitError is the error of a wait whose ctx ended, reported as an event too. A wait that ran
-// out of time matches pglock.ErrLockTimeout, as in every pglock package.
+// out of time matches [pglock.ErrLockTimeout], as in every pglock package.
 func (l *Locker) waitError(ctx context.Context, req request, start time.Time, timeout time.Duration, locked *LockedError) error {
 	cause := context.Cause(ctx)
 	var err error

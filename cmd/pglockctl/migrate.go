@@ -116,7 +116,7 @@ func (a *app) printStatus(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
-// showStatus prints what migrations.Version reports, and returns it.
+// showStatus prints what [migrations.Version] reports, and returns it.
 func (a *app) showStatus(ctx context.Context, pool *pgxpool.Pool) (migrations.Status, error) {
 	status, err := migrations.Version(ctx, pool)
 	if err != nil {
