@@ -27,8 +27,8 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs TO %[1]s;
 		GRANT EXECUTE ON FUNCTION
 			pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar),
-			pglock_cron_seen(varchar[], varchar, bigint, bigint),
-			pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean),
+			pglock_cron_seen_clock(varchar[], varchar, bigint, bigint),
+			pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean),
 			pglock_cron_renew(bigint, bigint, bigint), pglock_cron_renew_many(bigint[], bigint[], bigint[]),
 			pglock_cron_finish(bigint, bigint, text, text),
 			pglock_cron_collect() TO %[1]s;

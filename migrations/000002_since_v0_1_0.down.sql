@@ -9,8 +9,8 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coa
 -- not carried over: apply this with no RunTx running.
 
 DROP FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz);
-DROP FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
-DROP FUNCTION pglock_cron_seen(varchar[], varchar, bigint, bigint);
+DROP FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
+DROP FUNCTION pglock_cron_seen_clock(varchar[], varchar, bigint, bigint);
 DROP FUNCTION pglock_job_require_claim(timestamptz, varchar, text);
 DROP FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint);
 DROP FUNCTION pglock_job_announce(varchar, text);

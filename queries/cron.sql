@@ -8,14 +8,14 @@ SELECT pglock_cron_register(@name, @spec, @time_zone, @overlap, @catch_up, @catc
 -- SeenCronSchedules answers the names that have no schedule any more, and records this
 -- instance's clock offset.
 -- name: SeenCronSchedules :many
-SELECT s::varchar AS name FROM pglock_cron_seen(@names::varchar[], @instance, @offset_us::bigint, @uncertainty_us::bigint) AS s;
+SELECT s::varchar AS name FROM pglock_cron_seen_clock(@names::varchar[], @instance, @offset_us::bigint, @uncertainty_us::bigint) AS s;
 
 -- With report, the claim also returns the runs it recorded skipped or abandoned.
 -- name: ClaimCronTicks :many
-SELECT c.* FROM pglock_cron_claim(@instance, @names::varchar[], @seen::timestamptz[], @until::timestamptz[],
-                                  @ttl_ms::bigint[], @tick_names::varchar[], @tick_times::timestamptz[],
-                                  @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[],
-                                  @report::boolean) AS c;
+SELECT c.* FROM pglock_cron_claim_reporting(@instance, @names::varchar[], @seen::timestamptz[], @until::timestamptz[],
+                                            @ttl_ms::bigint[], @tick_names::varchar[], @tick_times::timestamptz[],
+                                            @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[],
+                                            @report::boolean) AS c;
 
 -- RenewCronRuns renews the leases of many runs in one statement (pglock_cron_renew_many): a row
 -- per run, in the order given, with its outcome

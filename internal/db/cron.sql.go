@@ -28,10 +28,10 @@ func (q *Queries) BackfillCronSchedule(ctx context.Context, arg BackfillCronSche
 }
 
 const claimCronTicks = `-- name: ClaimCronTicks :many
-SELECT c.outcome, c.schedule, c.id, c.scheduled_time, c.kind, c.attempt, c.fencing_token, c.lease_expires_at, c.accounted_until, c.db_now FROM pglock_cron_claim($1, $2::varchar[], $3::timestamptz[], $4::timestamptz[],
-                                  $5::bigint[], $6::varchar[], $7::timestamptz[],
-                                  $8::text[], $9::timestamptz[], $10::bigint[],
-                                  $11::boolean) AS c
+SELECT c.outcome, c.schedule, c.id, c.scheduled_time, c.kind, c.attempt, c.fencing_token, c.lease_expires_at, c.accounted_until, c.db_now FROM pglock_cron_claim_reporting($1, $2::varchar[], $3::timestamptz[], $4::timestamptz[],
+                                            $5::bigint[], $6::varchar[], $7::timestamptz[],
+                                            $8::text[], $9::timestamptz[], $10::bigint[],
+                                            $11::boolean) AS c
 `
 
 type ClaimCronTicksParams struct {
@@ -440,7 +440,7 @@ func (q *Queries) ResumeCronSchedule(ctx context.Context, name string) error {
 }
 
 const seenCronSchedules = `-- name: SeenCronSchedules :many
-SELECT s::varchar AS name FROM pglock_cron_seen($1::varchar[], $2, $3::bigint, $4::bigint) AS s
+SELECT s::varchar AS name FROM pglock_cron_seen_clock($1::varchar[], $2, $3::bigint, $4::bigint) AS s
 `
 
 type SeenCronSchedulesParams struct {

@@ -90,8 +90,9 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_cron_seen(varchar[], varchar) FROM PUBLIC;
 
--- As the one above, and records the instance's clock offset in pglock_instances.
-CREATE OR REPLACE FUNCTION pglock_cron_seen(p_names varchar[], p_instance varchar, p_offset_us bigint, p_uncertainty_us bigint)
+-- As pglock_cron_seen, and records the instance's clock offset in pglock_instances: what
+-- schedulers call since v0.1.0.
+CREATE OR REPLACE FUNCTION pglock_cron_seen_clock(p_names varchar[], p_instance varchar, p_offset_us bigint, p_uncertainty_us bigint)
 RETURNS SETOF varchar
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -111,7 +112,7 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_cron_seen(varchar[], varchar, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_seen_clock(varchar[], varchar, bigint, bigint) FROM PUBLIC;
 
 -- Starts a run: a new row, or a pending one (p_id), under a new token and lease.
 CREATE OR REPLACE FUNCTION pglock_cron_start(p_schedule varchar, p_id bigint, p_time timestamptz, p_kind text,
@@ -167,7 +168,7 @@ REVOKE ALL ON FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz) FROM 
 -- (pglock_cron_recorded). Missed ticks need no report: the claiming instance planned them.
 -- Schedules' rows are locked in name order, and nothing else a claim locks is waited for while
 -- it holds one that another claim could want first, so claims never deadlock.
-CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
+CREATE OR REPLACE FUNCTION pglock_cron_claim_reporting(p_instance varchar, p_names varchar[], p_seen timestamptz[],
     p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
     p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[], p_report boolean)
 RETURNS SETOF pglock_cron_claimed
@@ -344,9 +345,9 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_cron_claim(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean) FROM PUBLIC;
 
--- The signature v0.1.0's schedulers call: the claim without reports.
+-- What v0.1.0's schedulers call: the claim without reports.
 CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
     p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
     p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[])
@@ -354,8 +355,8 @@ RETURNS SETOF pglock_cron_claimed
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
-    SELECT * FROM pglock_cron_claim(p_instance, p_names, p_seen, p_until, p_ttl_ms, p_tick_names, p_tick_times,
-                                    p_tick_kinds, p_missed_until, p_missed_counts, false)
+    SELECT * FROM pglock_cron_claim_reporting(p_instance, p_names, p_seen, p_until, p_ttl_ms, p_tick_names,
+                                              p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts, false)
 $$;
 
 -- Renews a run's lease; NULL once the run is no longer running under this token.

@@ -1,7 +1,7 @@
 -- What changed in tables and types since v0.1.0 (000001); the functions are in functions/.
 --
 -- Schedulers report their host clock against the database's, with the schedules they still
--- have (pglock_cron_seen's second overload), for operators: pglock_instances.
+-- have (pglock_cron_seen_clock), for operators: pglock_instances.
 --
 -- A RunTx delivery writes its job's record once: a transactional claim of a key without a record
 -- leaves the record it would write in the transaction-local setting pglock.job_claim
