@@ -199,7 +199,7 @@ type inspection struct {
 func inspect(ctx context.Context, conn interface {
 	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 }) (inspection, error) {
-	var found inspection
+	found := inspection{Status: Status{Latest: Latest()}}
 	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := db.New(db.Translating(tx))
 		scope, err := q.MigrationScope(ctx)
@@ -238,7 +238,6 @@ func inspect(ctx context.Context, conn interface {
 	}
 
 	err = eachVersion(func(src source.Driver, version uint) {
-		found.Latest = version
 		// A dirty version did not finish: it is pending too.
 		if version > found.Version || (found.Dirty && version == found.Version) {
 			found.Pending = append(found.Pending, upFileName(src, version))
@@ -250,7 +249,7 @@ func inspect(ctx context.Context, conn interface {
 // compare reads pglock's objects into found.Drift, against what found.Version made: unless
 // that version is dirty or unknown here, and unless nothing at all is installed.
 func (found *inspection) compare(ctx context.Context, q *db.Queries) error {
-	if found.Dirty || found.Version > Latest() {
+	if found.Dirty || found.Version > found.Latest {
 		return nil
 	}
 	live, err := installed(ctx, q, found.schema)
@@ -261,7 +260,7 @@ func (found *inspection) compare(ctx context.Context, q *db.Queries) error {
 		found.Drift, err = drift(found.Version, live)
 		return err
 	}
-	for version := uint(1); version <= Latest() && found.unrecorded == 0; version++ {
+	for version := uint(1); version <= found.Latest && found.unrecorded == 0; version++ {
 		if differences, err := drift(version, live); err == nil && len(differences) == 0 {
 			found.unrecorded = version
 		}
