@@ -13,7 +13,14 @@ gotest = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --
 TESTREPORT = { cat $(BIN)/test-*.json | $(GO) -C $(CURDIR) run ./internal/cmd/testreport /dev/stdin; exit 1; }
 
 # Modules of their own under the root, so that what they bring never enters the library's graph.
-NESTED := internal/containerdb internal/cmd/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
+NESTED := internal/cmd/release internal/containerdb internal/cmd/demo internal/databasesql otelpglock gocronlock redislock console/browsertest
+
+# The library, tools/ and bench/ build on their own go.mod alone, as an importer's go command
+# selects their requirements. The nested modules build in go.work's workspace: they require the
+# next version of the library, which go.work stands in for until the release tags it
+# (RELEASING.md).
+export GOWORK := off
+WORKSPACE := GOWORK=$(CURDIR)/go.work
 
 # Most tests wait (on leases, handoffs, a server starting) far more than they compute: four at a
 # time per package keeps both cores busy. The shared server's connections (100 by default) hold
@@ -34,7 +41,8 @@ test-main: $(GOTESTSUM)
 	$(call gotest,main) -race -count=1 $(PARALLEL) -timeout 10m ./...
 
 test-nested: $(GOTESTSUM)
-	for m in $(NESTED) bench; do (cd $$m && $(call gotest,$$(echo $$m | tr / -)) -race -count=1 $(PARALLEL) -timeout 10m ./...) || exit 1; done
+	for m in $(NESTED); do (cd $$m && $(WORKSPACE) $(call gotest,$$(echo $$m | tr / -)) -race -count=1 $(PARALLEL) -timeout 10m ./...) || exit 1; done
+	cd bench && $(call gotest,bench) -race -count=1 $(PARALLEL) -timeout 10m ./...
 
 ## test-loaded: the packages whose tests wait on leases, heartbeats, deadlines and rate limits,
 ## run again while two CPU burners (stress-ng) take both cores of a 2-core machine: a test that
@@ -52,24 +60,28 @@ test-loaded: setup $(GOTESTSUM)
 setup:
 	@tools/setup.sh test
 
-## lint: gofmt, go vet, staticcheck, and a tidy go.mod.
+## lint: gofmt, go vet, staticcheck; and each module of go.work as the release will publish it
+## (internal/cmd/release check: no replace, tidy against a module proxy holding the next
+## version, the go line its requirements need).
 lint: $(STATICCHECK)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt wants to change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
-	$(GO) mod tidy -diff
-	for m in $(NESTED); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) mod tidy -diff) || exit 1; done
+	for m in $(NESTED); do (cd $$m && $(WORKSPACE) $(GO) vet ./... && $(WORKSPACE) $(STATICCHECK) ./...) || exit 1; done
+	$(WORKSPACE) $(GO) -C internal/cmd/release run . check
 	cd bench && $(GO) vet ./... && $(STATICCHECK) ./...
 
 ## generate: write what is generated from the SQL people edit: the migrations golang-migrate and
 ## psql apply, from migrations/versions/ and migrations/functions/ (internal/cmd/migrationgen);
 ## internal/db/ from queries/ and those migrations (sqlc); and what each version installs
-## (migrations/schema/, read from databases migrated to it: it needs PostgreSQL, as the tests do).
+## (migrations/schema/, read from databases migrated to it: it needs PostgreSQL, as the tests do);
+## and every module's go.mod and go.sum, tidied against the release's proxy.
 generate: $(SQLC)
 	$(GO) run ./internal/cmd/migrationgen
 	$(SQLC) generate
 	$(GO) test -count=1 -run '^TestSchemaManifestsAreCurrent$$' ./migrations -update
+	$(WORKSPACE) $(GO) -C internal/cmd/release run . tidy
 
 ## check-generated: fail when a generated file is not what make generate would write.
 check-generated: $(SQLC)
@@ -82,7 +94,7 @@ check-generated: $(SQLC)
 demo:
 	@tools/setup.sh demo
 	$(GO) build -o $(BIN)/ ./cmd/pglockctl
-	$(GO) -C internal/cmd/demo build -o $(BIN)/demo .
+	$(WORKSPACE) $(GO) -C internal/cmd/demo build -o $(BIN)/demo .
 	$(BIN)/demo
 
 ## chaos: worker processes doing fenced critical sections, cron, job deliveries and leader
@@ -135,7 +147,7 @@ bench:
 ## database, into docs/console/.
 screenshots: setup
 	mkdir -p docs/console
-	PGLOCK_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) -C console/browsertest test -count=1 -run TestEveryPageLoadsCleanlyInABrowser .
+	PGLOCK_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(WORKSPACE) $(GO) -C console/browsertest test -count=1 -run TestEveryPageLoadsCleanlyInABrowser .
 
 ## bench-packages: each package's benchmarks, each comparing pglock with its baseline in the same
 ## run. A failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of
@@ -145,7 +157,7 @@ bench-packages:
 	$(GO) test -run '^$$' -bench ResignHandoff -benchtime 300x ./leader/
 	$(GO) test -run '^$$' -bench CrashFailover -benchtime 5x ./leader/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./cron/
-	$(GO) -C otelpglock test -run '^$$' -bench . -benchtime 3000x .
+	$(WORKSPACE) $(GO) -C otelpglock test -run '^$$' -bench . -benchtime 3000x .
 
 tools: $(SQLC) $(STATICCHECK) $(GOTESTSUM)
 

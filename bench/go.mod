@@ -18,7 +18,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/lib/pq v1.12.3
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/pglock/pglock/internal/containerdb v0.0.0-00010101000000-000000000000
 	github.com/pglock/pglock/redislock v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0

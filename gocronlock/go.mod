@@ -2,12 +2,10 @@ module github.com/pglock/pglock/gocronlock
 
 go 1.25.11
 
-replace github.com/pglock/pglock => ../
-
 require (
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -243,6 +243,7 @@ func TestBadInputIsRefused(t *testing.T) {
 		for _, want := range tt.want {
 			require.ErrorIs(t, err, want, tt.name)
 		}
+		require.Equal(t, 1, strings.Count(err.Error(), "pglock: "), "%s: the text says pglock once: %v", tt.name, err)
 	}
 	locker, err := gocronlock.NewLocker(l, time.Second, nil)
 	require.NoError(t, err)

@@ -144,9 +144,22 @@ func (r *run) Unlock(ctx context.Context) error {
 	return r.lk.ReleaseAfter(ctx, r.minHold)
 }
 
-// errorf is fmt.Errorf for this package's own errors, with pglock's prefix.
+// errorf is fmt.Errorf for this package's own errors: "pglock: gocronlock: " before format, and
+// "pglock: " taken off the front of each error among args (errors.Is and errors.As still see
+// it whole), so that the text says "pglock: " once, as every pglock package's does.
 func errorf(format string, args ...any) error {
+	for i, arg := range args {
+		if err, ok := arg.(error); ok && strings.HasPrefix(err.Error(), "pglock: ") {
+			args[i] = unprefixed{err}
+		}
+	}
 	return fmt.Errorf("pglock: gocronlock: "+format, args...)
 }
+
+// unprefixed is err without "pglock: " in its text.
+type unprefixed struct{ err error }
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), "pglock: ") }
+func (u unprefixed) Unwrap() error { return u.err }
 
 var _ gocron.Locker = (*Locker)(nil)

@@ -2,11 +2,9 @@ module github.com/pglock/pglock/otelpglock
 
 go 1.26.0
 
-replace github.com/pglock/pglock => ../
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0

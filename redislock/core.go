@@ -7,11 +7,7 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/internal/backoff"
-	"github.com/pglock/pglock/internal/clock"
-	"github.com/pglock/pglock/internal/errs"
-	"github.com/pglock/pglock/internal/ident"
-	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/lease"
 )
 
 // store is how a core takes, keeps and gives up locks: on one node (Locker), or by a quorum of
@@ -65,14 +61,14 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		return nil, err
 	}
 	if !c.taking.Begin() {
-		return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
+		return nil, errorf("acquire %q: %w", name, pglock.ErrClosed)
 	}
 	defer c.taking.End()
 	// Close ends the attempts under way too, and waits for them.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(c.ctx, func() { cancel(pglock.ErrClosed) })()
-	holder := ident.NewHolderID()
+	holder := newHolderID()
 	if !wait {
 		start := time.Now()
 		a, err := c.store.attempt(ctx, name, holder, "")
@@ -80,16 +76,16 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		case err != nil:
 			c.abandon(name, holder, "") // it may have been taken before the answer was lost
 			if errors.Is(context.Cause(ctx), pglock.ErrClosed) {
-				return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
+				return nil, errorf("acquire %q: %w", name, pglock.ErrClosed)
 			}
 			return nil, err
 		case !a.held:
-			return nil, errs.Errorf("%w: %q", pglock.ErrLocked, name)
+			return nil, errorf("%w: %q", pglock.ErrLocked, name)
 		}
 		return c.hold(name, holder, a.token, fenced, start)
 	}
 
-	waiter := ident.NewHolderID()
+	waiter := newHolderID()
 	woken := make(chan struct{}, 1)
 	c.mu.Lock()
 	c.waiters[waiter] = woken
@@ -99,7 +95,7 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 		delete(c.waiters, waiter)
 		c.mu.Unlock()
 	}()
-	polling := backoff.Capped{First: 10 * time.Millisecond, Max: c.cfg.maxPoll}
+	polling := lease.Backoff{First: 10 * time.Millisecond, Max: c.cfg.maxPoll}
 	var lastErr error
 	for polls := 1; ; polls++ {
 		start := time.Now()
@@ -124,14 +120,14 @@ func (c *core) take(ctx context.Context, name string, wait bool, fenced bool) (*
 			err := context.Cause(ctx)
 			switch {
 			case errors.Is(err, pglock.ErrClosed):
-				return nil, errs.Errorf("acquire %q: %w", name, err)
+				return nil, errorf("acquire %q: %w", name, err)
 			case errors.Is(ctx.Err(), context.DeadlineExceeded): // whatever cause the caller gave
-				err = errs.Errorf("%w: %w", pglock.ErrLockTimeout, err)
+				err = errorf("%w: %w", pglock.ErrLockTimeout, err)
 			}
 			if lastErr != nil {
-				return nil, errs.Errorf("acquire %q: %w (the last attempt: %w)", name, err, lastErr)
+				return nil, errorf("acquire %q: %w (the last attempt: %w)", name, err, lastErr)
 			}
-			return nil, errs.Errorf("acquire %q: %w", name, err)
+			return nil, errorf("acquire %q: %w", name, err)
 		}
 		timer.Stop()
 	}
@@ -157,7 +153,7 @@ func (c *core) releaseLater(name, holder string) bool {
 		ctx, cancel := context.WithTimeout(c.cleanup, c.cfg.timing.TTL)
 		defer cancel()
 		retries := lease.RetryBackoff(c.cfg.timing.Heartbeat)
-		for n := 1; retries.Sleep(ctx, clock.Real, n); n++ {
+		for n := 1; retries.Sleep(ctx, n); n++ {
 			if _, err := c.store.release(ctx, name, holder, false); err == nil {
 				return
 			}
@@ -180,7 +176,7 @@ func (c *core) hold(name, holder string, token int64, fenced bool, start time.Ti
 	if c.closed {
 		c.mu.Unlock()
 		c.abandon(name, holder, "")
-		return nil, errs.Errorf("acquire %q: %w", name, pglock.ErrClosed)
+		return nil, errorf("acquire %q: %w", name, pglock.ErrClosed)
 	}
 	c.held[h] = struct{}{}
 	c.mu.Unlock()
@@ -255,7 +251,7 @@ func (c *core) close(ctx context.Context) error {
 	c.mu.Unlock()
 	var failed []error
 	for _, h := range held {
-		h.keeper.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %q was released by Close", pglock.ErrLockLost, pglock.ErrClosed, h.name))
+		h.keeper.Lose(pglock.CauseClosed, errorf("%w: %w: %q was released by Close", pglock.ErrLockLost, pglock.ErrClosed, h.name))
 		if h.keeper.Stop() {
 			if _, err := c.store.release(ctx, h.name, h.holder, false); err != nil && !c.releaseLater(h.name, h.holder) {
 				failed = append(failed, err)
@@ -288,7 +284,7 @@ func (h *held) release(ctx context.Context) error {
 		if lost := h.keeper.Err(); lost != nil {
 			return lost
 		}
-		return errs.Errorf("%w: %q was already released", pglock.ErrNotHeld, h.name)
+		return errorf("%w: %q was already released", pglock.ErrNotHeld, h.name)
 	}
 	h.c.forget(h)
 	// Released even when lost: a lock declared lost while renewals failed may still be ours
@@ -302,12 +298,12 @@ func (h *held) release(ctx context.Context) error {
 	case err != nil && released:
 		return nil // released; what a node that did not answer still has is released in the background
 	case err != nil && retried:
-		return errs.Errorf("release %q (trying again in the background): %w", h.name, err)
+		return errorf("release %q (trying again in the background): %w", h.name, err)
 	case err != nil:
-		return errs.Errorf("release %q (it stays held until its TTL runs out): %w", h.name, err)
+		return errorf("release %q (it stays held until its TTL runs out): %w", h.name, err)
 	}
 	if !released {
-		lost := errs.Errorf("%w: %w: %q was no longer held at release (force-released, or expired)", pglock.ErrLockLost, pglock.ErrNotHeld, h.name)
+		lost := errorf("%w: %w: %q was no longer held at release (force-released, or expired)", pglock.ErrLockLost, pglock.ErrNotHeld, h.name)
 		h.keeper.LostBeforeStop(lost)
 		return lost
 	}

@@ -2,10 +2,8 @@ module github.com/pglock/pglock/redislock
 
 go 1.26.0
 
-replace github.com/pglock/pglock => ../
-
 require (
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/internal/errs"
 )
 
 // Locker takes named locks on one Redis server (or Redis Cluster). Create one per process and
@@ -22,7 +21,7 @@ type Locker struct {
 // New returns a Locker on client. A nil opts means the defaults.
 func New(client redis.UniversalClient, opts *Options) (*Locker, error) {
 	if isNil(client) {
-		return nil, errs.Errorf("%w: nil Redis client", pglock.ErrInvalidArgument)
+		return nil, errorf("%w: nil Redis client", pglock.ErrInvalidArgument)
 	}
 	cfg, err := newConfig(opts, false)
 	if err != nil {
@@ -75,11 +74,11 @@ func (l *Locker) Holder(ctx context.Context, name string) (Holder, error) {
 		info, ttl = p.HGetAll(ctx, k.info), p.PTTL(ctx, k.lock)
 		return nil
 	}); err != nil {
-		return Holder{}, errs.Errorf("holder of %q: %w", name, err)
+		return Holder{}, errorf("holder of %q: %w", name, err)
 	}
 	fields := info.Val()
 	if ttl.Val() <= 0 || len(fields) == 0 {
-		return Holder{}, errs.Errorf("%w: %q is not held", pglock.ErrNotFound, name)
+		return Holder{}, errorf("%w: %q is not held", pglock.ErrNotFound, name)
 	}
 	h := Holder{Instance: fields["instance"], ExpiresIn: ttl.Val()}
 	h.Token, _ = strconv.ParseInt(fields["token"], 10, 64)
@@ -218,6 +217,6 @@ func (l heldLock) Token() int64 {
 }
 
 func errNoToken(name string) error {
-	return errs.Errorf("%w: %q is a Redlock lock; Redlock's nodes cannot agree on a number that only grows, so nothing it "+
+	return errorf("%w: %q is a Redlock lock; Redlock's nodes cannot agree on a number that only grows, so nothing it "+
 		"returned could fence a write (docs/redis.md)", pglock.ErrNoFencingToken, name)
 }

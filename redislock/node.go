@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/pglock/pglock/internal/errs"
 )
 
 //go:embed lua
@@ -75,10 +73,10 @@ func (n *node) attempt(ctx context.Context, name, holder, waiter string, fair, f
 		holder, n.cfg.timing.TTL.Milliseconds(), waiter, n.cfg.place.Milliseconds(), flag(fair), flag(fenced),
 		n.cfg.instance, n.cfg.metadata).Int64Slice()
 	if err != nil {
-		return attempt{}, errs.Errorf("acquire %q: %w", name, err)
+		return attempt{}, errorf("acquire %q: %w", name, err)
 	}
 	if len(reply) != 2 {
-		return attempt{}, errs.Errorf("acquire %q: unexpected answer %v", name, reply)
+		return attempt{}, errorf("acquire %q: unexpected answer %v", name, reply)
 	}
 	if reply[0] == 1 {
 		return attempt{held: true, token: reply[1]}, nil
@@ -91,7 +89,7 @@ func (n *node) extend(ctx context.Context, name, holder string, ttl time.Duratio
 	k := keysOf(n.cfg.prefix, name)
 	state, err := extendScript.Run(ctx, n.client, []string{k.lock, k.info}, holder, ttl.Milliseconds()).Int64()
 	if err != nil {
-		return 0, errs.Errorf("renew %q: %w", name, err)
+		return 0, errorf("renew %q: %w", name, err)
 	}
 	return state, nil
 }
@@ -100,7 +98,7 @@ func (n *node) extend(ctx context.Context, name, holder string, ttl time.Duratio
 func (n *node) retake(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
 	taken, err := n.client.SetNX(ctx, keysOf(n.cfg.prefix, name).lock, holder, ttl).Result()
 	if err != nil {
-		return false, errs.Errorf("renew %q: %w", name, err)
+		return false, errorf("renew %q: %w", name, err)
 	}
 	return taken, nil
 }
@@ -116,7 +114,7 @@ func (n *node) release(ctx context.Context, name, holder string, giveBack bool) 
 	released, err := releaseScript.Run(ctx, n.client, []string{k.lock, k.info, k.queue, k.alive, k.releasedBy(holder)},
 		holder, n.channel, mark.Milliseconds()).Int64()
 	if err != nil {
-		return false, errs.Errorf("release %q: %w", name, err)
+		return false, errorf("release %q: %w", name, err)
 	}
 	return released == 1, nil
 }
@@ -132,7 +130,7 @@ func (n *node) waiting(ctx context.Context, name string) (int, error) {
 	k := keysOf(n.cfg.prefix, name)
 	count, err := waitingScript.Run(ctx, n.client, []string{k.queue, k.alive}).Int()
 	if err != nil {
-		return 0, errs.Errorf("waiting for %q: %w", name, err)
+		return 0, errorf("waiting for %q: %w", name, err)
 	}
 	return count, nil
 }

@@ -9,9 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/internal/errs"
-	"github.com/pglock/pglock/internal/ident"
-	"github.com/pglock/pglock/internal/lease"
+	"github.com/pglock/pglock/lease"
 )
 
 // The defaults of Options, and the TTLs a lock may have.
@@ -87,13 +85,13 @@ func newConfig(opts *Options, redlock bool) (config, error) {
 		o = *opts
 	}
 	invalid := func(field, format string, args ...any) error {
-		return errs.Errorf("%w: Options."+field+" "+format, append([]any{pglock.ErrInvalidArgument}, args...)...)
+		return errorf("%w: Options."+field+" "+format, append([]any{pglock.ErrInvalidArgument}, args...)...)
 	}
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
 	if o.TTL < 0 {
-		return config{}, errs.Errorf("%w: %w: Options.TTL (%s) is not positive", pglock.ErrInvalidArgument, pglock.ErrInvalidTTL, o.TTL)
+		return config{}, errorf("%w: %w: Options.TTL (%s) is not positive", pglock.ErrInvalidArgument, pglock.ErrInvalidTTL, o.TTL)
 	}
 	if o.SafetyMargin < 0 {
 		return config{}, invalid("SafetyMargin", "(%s) is negative", o.SafetyMargin)
@@ -103,7 +101,7 @@ func newConfig(opts *Options, redlock bool) (config, error) {
 	}
 	t, err := lease.NewTiming(o.TTL, o.HeartbeatInterval, o.SafetyMargin)
 	if err != nil {
-		return config{}, errs.Errorf("%w: Options.TTL, HeartbeatInterval, SafetyMargin: %w", pglock.ErrInvalidArgument, err)
+		return config{}, errorf("%w: Options.TTL, HeartbeatInterval, SafetyMargin: %w", pglock.ErrInvalidArgument, err)
 	}
 	if redlock {
 		t.Margin = max(t.Margin, drift(t.TTL))
@@ -131,7 +129,7 @@ func newConfig(opts *Options, redlock bool) (config, error) {
 	if redlock && c.nodeTimeout >= t.TTL-t.Margin {
 		return config{}, invalid("NodeTimeout", "(%s) leaves no validity in a TTL of %s less its margin", c.nodeTimeout, t.TTL)
 	}
-	if c.instance, err = ident.Instance(o.AppName); err != nil {
+	if c.instance, err = instanceName(o.AppName); err != nil {
 		return config{}, invalid("AppName", "%w", err)
 	}
 	if o.Metadata != nil {

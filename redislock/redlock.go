@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pglock/pglock"
-	"github.com/pglock/pglock/internal/errs"
 )
 
 // Redlock takes named locks on N independent Redis servers (3, 5, 7…) with the Redlock
@@ -27,7 +26,7 @@ type Redlock struct {
 // server of its own. A nil opts means the defaults.
 func NewRedlock(clients []redis.UniversalClient, opts *Options) (*Redlock, error) {
 	if len(clients) < 3 || len(clients)%2 == 0 {
-		return nil, errs.Errorf("%w: Redlock needs an odd number of nodes, at least 3, not %d", pglock.ErrInvalidArgument, len(clients))
+		return nil, errorf("%w: Redlock needs an odd number of nodes, at least 3, not %d", pglock.ErrInvalidArgument, len(clients))
 	}
 	cfg, err := newConfig(opts, true)
 	if err != nil {
@@ -37,14 +36,14 @@ func NewRedlock(clients []redis.UniversalClient, opts *Options) (*Redlock, error
 	seen := map[any]int{}
 	for i, client := range clients {
 		if isNil(client) {
-			return nil, errs.Errorf("%w: Redlock node %d: nil Redis client", pglock.ErrInvalidArgument, i)
+			return nil, errorf("%w: Redlock node %d: nil Redis client", pglock.ErrInvalidArgument, i)
 		}
 		id := any(client)
 		if c, ok := client.(*redis.Client); ok {
 			id = c.Options().Addr // two clients of one server are one node
 		}
 		if j, ok := seen[id]; ok {
-			return nil, errs.Errorf("%w: Redlock nodes %d and %d are the same server (%v)", pglock.ErrInvalidArgument, j, i, id)
+			return nil, errorf("%w: Redlock nodes %d and %d are the same server (%v)", pglock.ErrInvalidArgument, j, i, id)
 		}
 		seen[id] = i
 		nodes[i] = &node{client: client, cfg: &cfg, channel: cfg.prefix + ":released"}
@@ -207,7 +206,7 @@ func (q *quorum) attempt(ctx context.Context, name, holder, waiter string) (atte
 	if busy > 0 {
 		return attempt{retryIn: retryIn}, nil
 	}
-	return attempt{}, errs.Errorf("acquire %q: %d of %d nodes gave it, a majority is %d: %w",
+	return attempt{}, errorf("acquire %q: %d of %d nodes gave it, a majority is %d: %w",
 		name, taken, len(q.nodes), q.majority(), errors.Join(failed...))
 }
 
@@ -247,7 +246,7 @@ func (q *quorum) renew(ctx context.Context, name, holder string, ttl time.Durati
 	if gone > len(q.nodes)-q.majority() {
 		return time.Time{}, false, nil // a majority can no longer be this holder's
 	}
-	return time.Time{}, false, errs.Errorf("renew %q: %d of %d nodes renewed it, a majority is %d: %w",
+	return time.Time{}, false, errorf("renew %q: %d of %d nodes renewed it, a majority is %d: %w",
 		name, renewed, len(q.nodes), q.majority(), errors.Join(failed...))
 }
 
@@ -274,7 +273,7 @@ func (q *quorum) release(ctx context.Context, name, holder string, giveBack bool
 		return false, nil
 	}
 	if len(failed) > 0 {
-		return released > 0, errs.Errorf("release %q: %d of %d nodes did not answer: %w", name, len(failed), len(q.nodes), errors.Join(failed...))
+		return released > 0, errorf("release %q: %d of %d nodes did not answer: %w", name, len(failed), len(q.nodes), errors.Join(failed...))
 	}
 	return released > 0, nil
 }

@@ -2,13 +2,11 @@ module github.com/pglock/pglock/console/browsertest
 
 go 1.25.11
 
-replace github.com/pglock/pglock => ../../
-
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -2,10 +2,8 @@ module github.com/pglock/pglock/internal/containerdb
 
 go 1.25.11
 
-replace github.com/pglock/pglock => ../../
-
 require (
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/testcontainers/testcontainers-go v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.44.0
 )

@@ -2,14 +2,12 @@ module github.com/pglock/pglock/internal/databasesql
 
 go 1.25.11
 
-replace github.com/pglock/pglock => ../../
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/lib/pq v1.12.3
 	github.com/mattn/go-sqlite3 v1.14.53
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -2,17 +2,11 @@ module github.com/pglock/pglock/internal/cmd/demo
 
 go 1.26.0
 
-replace (
-	github.com/pglock/pglock => ../../../
-	github.com/pglock/pglock/internal/containerdb => ../../containerdb
-	github.com/pglock/pglock/otelpglock => ../../../otelpglock
-)
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pglock/pglock v0.0.0-00010101000000-000000000000
-	github.com/pglock/pglock/internal/containerdb v0.0.0-00010101000000-000000000000
-	github.com/pglock/pglock/otelpglock v0.0.0-00010101000000-000000000000
+	github.com/pglock/pglock v0.2.0
+	github.com/pglock/pglock/internal/containerdb v0.2.0
+	github.com/pglock/pglock/otelpglock v0.2.0
 	github.com/prometheus/client_golang v1.24.1
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
