@@ -50,6 +50,7 @@ func TestPublishedModulesCanBeFetched(t *testing.T) {
 		{"mod", "tidy"},
 		{"build", "-mod=readonly", "-trimpath", "-o", "program", "."},
 		{"vet", "-mod=readonly", "-trimpath", "."},
+		{"list", "-mod=readonly", "-m", "all"}, // every module of the graph is served: none unpublished
 	} {
 		start := time.Now()
 		out, err := goCommand(user, env, step...)
