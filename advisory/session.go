@@ -250,7 +250,7 @@ func (s *Session) try(ctx context.Context, key Key, shared bool, start time.Time
 	if err := s.named(ctx, key); err != nil {
 		return err
 	}
-	acquired, err := s.queries.AdvisoryTryLock(ctx, db.AdvisoryTryLockParams(id.params()))
+	acquired, err := s.tryLock(ctx, id)
 	if err != nil {
 		return s.failed(key, err)
 	}
@@ -352,7 +352,7 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 	if s.held[id] == 0 {
 		return errs.Errorf("%s: %w", key, pglock.ErrNotHeld)
 	}
-	released, err := s.queries.AdvisoryUnlock(ctx, db.AdvisoryUnlockParams(id.params()))
+	released, err := s.unlockOnce(ctx, id)
 	if err != nil {
 		return s.failed(key, err) // unsure whether it still holds the lock: the session goes
 	}
@@ -364,6 +364,36 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 		s.released(id, pglock.EventReleased, "", nil)
 	}
 	return nil
+}
+
+// tryLock and unlockOnce send the statement of id's form and mode: one statement each, which
+// PostgreSQL plans once (queries/advisory.sql says why not a CASE).
+func (s *Session) tryLock(ctx context.Context, id lockID) (bool, error) {
+	pair := db.AdvisoryTryLockPairParams{Ns: id.ns, ID: id.minor}
+	switch {
+	case id.pair && id.shared:
+		return s.queries.AdvisoryTryLockPairShared(ctx, db.AdvisoryTryLockPairSharedParams(pair))
+	case id.pair:
+		return s.queries.AdvisoryTryLockPair(ctx, pair)
+	case id.shared:
+		return s.queries.AdvisoryTryLockShared(ctx, id.id)
+	default:
+		return s.queries.AdvisoryTryLock(ctx, id.id)
+	}
+}
+
+func (s *Session) unlockOnce(ctx context.Context, id lockID) (bool, error) {
+	pair := db.AdvisoryUnlockPairParams{Ns: id.ns, ID: id.minor}
+	switch {
+	case id.pair && id.shared:
+		return s.queries.AdvisoryUnlockPairShared(ctx, db.AdvisoryUnlockPairSharedParams(pair))
+	case id.pair:
+		return s.queries.AdvisoryUnlockPair(ctx, pair)
+	case id.shared:
+		return s.queries.AdvisoryUnlockShared(ctx, id.id)
+	default:
+		return s.queries.AdvisoryUnlock(ctx, id.id)
+	}
 }
 
 // hold counts a hold of id, begun at start; the first is an acquisition and starts its holding.
