@@ -366,8 +366,8 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 	return nil
 }
 
-// tryLock and unlockOnce send the statement of id's form and mode: one statement each, which
-// PostgreSQL plans once (queries/advisory.sql says why not a CASE).
+// tryLock and unlockOnce send the statement of id's form and mode, with its one or two
+// parameters (queries/advisory.sql says why not a CASE).
 func (s *Session) tryLock(ctx context.Context, id lockID) (bool, error) {
 	pair := db.AdvisoryTryLockPairParams{Ns: id.ns, ID: id.minor}
 	switch {

@@ -148,9 +148,8 @@ SELECT pg_try_advisory_lock($1::bigint) AS acquired
 `
 
 // A session's try and unlock, the hot path, have a statement per form of key and mode rather
-// than a CASE over parameters: PostgreSQL plans such a CASE again at every execution (its
-// custom plans, folded to one call, look cheaper than the generic plan), about 8% of a
-// try+unlock pair on one connection.
+// than a CASE over five parameters: binding them and evaluating the CASE cost about 8% of a
+// try+unlock pair on one connection (docs/advisory.md, "Cost").
 func (q *Queries) AdvisoryTryLock(ctx context.Context, key int64) (bool, error) {
 	row := q.db.QueryRow(ctx, advisoryTryLock, key)
 	var acquired bool
