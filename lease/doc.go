@@ -8,7 +8,7 @@
 // takes the lease and says when it ends by the store's clock, a renewal that extends it only
 // while it is still the holder's ([RenewFunc]), and a release. The keeper does the rest:
 //
-//   - the heartbeat, every [Timing].Heartbeat, retried with [RetryBackoff] when it fails;
+//   - the heartbeat, every [Timing.Heartbeat], retried with [RetryBackoff] when it fails;
 //   - the deadline: start of the last successful renewal + TTL − margin, on this process's
 //     clock, so that the loss is declared before the store's expiry whatever the network did;
 //   - one loss, once, with a [pglock.Cause] ([pglock.CauseOf] reads it from [Keeper.Err]).

@@ -65,13 +65,16 @@ func Example() {
 	expiresAt, ok := s.take("nightly-report", "me", timing.TTL)
 	fmt.Println("taken:", ok)
 
-	keeper := lease.New(lease.Config{
+	keeper, err := lease.New(lease.Config{
 		Name: "nightly-report", Timing: timing, Start: start, ExpiresAt: expiresAt, Ctx: context.Background(),
 		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
 			expiresAt, held := s.renew("nightly-report", "me", ttl)
 			return expiresAt, held, nil
 		},
 	})
+	if err != nil {
+		panic(err)
+	}
 	keeper.Start()
 	defer keeper.Stop()
 

@@ -2,6 +2,9 @@ package lease
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pglock/pglock"
@@ -16,19 +19,23 @@ const (
 	MaxTTL = keeping.MaxTTL
 )
 
-// Timing is how a lease is kept.
+// Timing is how a lease is kept; make one with [NewTiming].
 type Timing struct {
 	TTL       time.Duration // the lease, as the store counts it
 	Heartbeat time.Duration // how often it is renewed; 0: never (the holder renews it with Renew)
 	Margin    time.Duration // how long before the store could give it away it is declared lost
 }
 
-// NewTiming is how a lease of ttl is kept: with margin (default a tenth of the TTL), and renewed
-// every heartbeat where that fits the TTL before the margin, else every third of the TTL; a
+// NewTiming is how a lease of ttl is kept: with margin (0: a tenth of the TTL), and renewed every
+// heartbeat where that fits the TTL before the margin, else (and for 0) every third of the TTL; a
 // negative heartbeat means never. The TTL is kept in whole milliseconds. A TTL outside [MinTTL,
 // MaxTTL], or one that leaves no room for a heartbeat (a third of it) before the margin, gets an
-// error matching [pglock.ErrInvalidTTL].
+// error matching [pglock.ErrInvalidTTL]; a negative margin, or a heartbeat under a millisecond
+// (renewals back to back), one matching [pglock.ErrInvalidArgument].
 func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
+	if heartbeat > 0 && heartbeat < time.Millisecond {
+		return Timing{}, fmt.Errorf("%w: a heartbeat of %s would renew the lease back to back", pglock.ErrInvalidArgument, heartbeat)
+	}
 	t, err := keeping.NewTiming(ttl, heartbeat, margin)
 	return Timing(t), err
 }
@@ -59,7 +66,7 @@ func (g *Group) End() { g.g.End() }
 // Wait refuses new work and waits for the work under way to end.
 func (g *Group) Wait() { g.g.Wait() }
 
-// Config describes one lease. Name, Renew, Timing, Start and Ctx are required.
+// Config describes one lease. Name, Renew, Timing (from NewTiming), Start and Ctx are required.
 type Config struct {
 	Name      string          // what is leased, as errors name it (quoted)
 	Renew     RenewFunc       // renews the lease, on every heartbeat and every Renew
@@ -78,13 +85,27 @@ type Config struct {
 // Keeper keeps one lease. Its methods are safe for concurrent use.
 type Keeper struct{ k *keeping.Keeper }
 
-// New returns a Keeper for a lease just taken. It keeps nothing until Start.
-func New(cfg Config) *Keeper {
+// New returns a Keeper for a lease just taken. It keeps nothing until Start. A Config without a
+// required field gets an error matching [pglock.ErrInvalidArgument].
+func New(cfg Config) (*Keeper, error) {
+	var missing []string
+	for field, absent := range map[string]bool{
+		"Name": cfg.Name == "", "Renew": cfg.Renew == nil, "Timing": cfg.Timing.TTL < MinTTL,
+		"Start": cfg.Start.IsZero(), "Ctx": cfg.Ctx == nil,
+	} {
+		if absent {
+			missing = append(missing, field)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%w: lease.Config lacks %s", pglock.ErrInvalidArgument, strings.Join(missing, ", "))
+	}
 	return &Keeper{keeping.New(keeping.Config{
 		Name: cfg.Name, Renew: keeping.RenewFunc(cfg.Renew), Timing: keeping.Timing(cfg.Timing),
 		Start: cfg.Start, ExpiresAt: cfg.ExpiresAt, Ctx: cfg.Ctx, Tracker: cfg.Tracker,
 		OnLost: cfg.OnLost, OnRenewFailed: cfg.OnRenewFailed,
-	})}
+	})}, nil
 }
 
 // Start starts keeping the lease: the heartbeat, its retries, and the loss at the deadline.
@@ -105,8 +126,9 @@ func (k *Keeper) Guard(ctx context.Context) (guarded context.Context, stop func(
 	return k.k.Guard(ctx)
 }
 
-// Renew renews the lease now, with t's timing (the current one when t is nil), and keeps it so
-// from then on; a heartbeat under way finishes first, and ctx bounds that wait too.
+// Renew renews the lease now, with t's timing (from NewTiming; the current one when t is nil),
+// and keeps it so from then on; a heartbeat under way finishes first, and ctx bounds that wait
+// too.
 func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
 	return k.k.Renew(ctx, (*keeping.Timing)(t))
 }
@@ -135,9 +157,12 @@ func (k *Keeper) LostBeforeStop(err error) bool { return k.k.LostBeforeStop(err)
 // Backoff is capped exponential backoff with jitter: the n-th wait (from 1) is drawn from
 // [d/2, d], where d is First doubled n-1 times, at most Max.
 type Backoff struct {
-	First time.Duration
-	Max   time.Duration
+	First time.Duration // 0 (or less): DefaultFirstBackoff
+	Max   time.Duration // less than First: First
 }
+
+// DefaultFirstBackoff is a Backoff's first wait when its First is not positive.
+const DefaultFirstBackoff = 10 * time.Millisecond
 
 // RetryBackoff is how pglock retries a failed renewal or release of a lease renewed every
 // heartbeat: from 10 ms, doubling, up to the heartbeat (1 s without one).
@@ -146,9 +171,16 @@ func RetryBackoff(heartbeat time.Duration) Backoff {
 }
 
 // Delay is the wait before retry n.
-func (b Backoff) Delay(n int) time.Duration { return backoff.Capped(b).Delay(n) }
+func (b Backoff) Delay(n int) time.Duration { return b.capped().Delay(n) }
 
 // Sleep waits for retry n, and reports false if ctx ended first.
 func (b Backoff) Sleep(ctx context.Context, n int) bool {
-	return backoff.Capped(b).Sleep(ctx, clock.Real, n)
+	return b.capped().Sleep(ctx, clock.Real, n)
+}
+
+func (b Backoff) capped() backoff.Capped {
+	if b.First <= 0 {
+		b.First = DefaultFirstBackoff
+	}
+	return backoff.Capped{First: b.First, Max: max(b.Max, b.First)}
 }

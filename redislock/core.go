@@ -164,7 +164,7 @@ func (c *core) releaseLater(name, holder string) bool {
 // hold keeps a lock just taken, whose attempt started at start.
 func (c *core) hold(name, holder string, token int64, fenced bool, start time.Time) (*held, error) {
 	h := &held{c: c, name: name, holder: holder, token: token, fenced: fenced}
-	h.keeper = lease.New(lease.Config{
+	keeper, err := lease.New(lease.Config{
 		Name: name, Timing: c.cfg.timing, Start: start, ExpiresAt: start.Add(c.cfg.timing.TTL),
 		Ctx: c.ctx, Tracker: &c.leases,
 		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
@@ -172,6 +172,11 @@ func (c *core) hold(name, holder string, token int64, fenced bool, start time.Ti
 		},
 		OnLost: func(error, pglock.Cause) { c.forget(h) },
 	})
+	if err != nil { // never: the Config is whole
+		c.abandon(name, holder, "")
+		return nil, errorf("acquire %q: %w", name, err)
+	}
+	h.keeper = keeper
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

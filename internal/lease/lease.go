@@ -34,10 +34,13 @@ const (
 // TTL; a negative heartbeat means never (0 in Timing). The TTL is kept in whole milliseconds. A
 // TTL outside [MinTTL, MaxTTL], or one that leaves no room for a heartbeat (a third of it)
 // before the margin, gets an error matching pglock.ErrInvalidTTL: a lease that would be lost
-// soon after it is taken.
+// soon after it is taken; a negative margin, one matching pglock.ErrInvalidArgument.
 func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return Timing{}, errs.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
+	}
+	if margin < 0 {
+		return Timing{}, errs.Errorf("%w: a negative safety margin (%s) would declare the lease lost after the store could give it away", pglock.ErrInvalidArgument, margin)
 	}
 	t := Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: heartbeat, Margin: margin}
 	if t.Margin == 0 {

@@ -31,12 +31,13 @@ func fetching(proxyDir, cacheDir string) ([]string, error) {
 	env := []string{}
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "GOWORK", "GOPROXY", "GOMODCACHE", "GOFLAGS", "GONOSUMDB", "GOPRIVATE", "GONOPROXY":
+		case "GOENV", "GOWORK", "GOPROXY", "GOMODCACHE", "GOFLAGS", "GONOSUMDB", "GOPRIVATE", "GONOPROXY":
 		default:
 			env = append(env, kv)
 		}
 	}
 	return append(env,
+		"GOENV=off", // settings saved with go env -w (a GOPRIVATE, say) must not change what is fetched
 		"GOWORK=off",
 		"GOPROXY="+fileURL(proxyDir)+","+fileURL(filepath.Join(shared, "cache", "download"))+","+upstream,
 		"GOMODCACHE="+cacheDir,
@@ -79,8 +80,8 @@ func check(repo string, w io.Writer) error {
 func tidy(repo string, w io.Writer) error {
 	return eachModule(repo, func(_ string, env []string, m gomod, _ string) error {
 		dir := filepath.Join(repo, filepath.FromSlash(m.dir))
-		if out, err := goCommand(dir, env, "mod", "tidy"); err != nil {
-			return fmt.Errorf("go mod tidy: %w\n%s", err, out)
+		if _, stderr, err := goCommand(dir, env, "mod", "tidy"); err != nil {
+			return fmt.Errorf("go mod tidy: %w\n%s", err, stderr)
 		}
 		sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
 		if os.IsNotExist(err) {
@@ -143,7 +144,7 @@ func checkModule(repo, scratch string, env []string, m gomod, next string) (prob
 		problems = append(problems, fmt.Sprintf("replaces %s: a published module's replace is ignored by its users; go.work stands in for the next version", r.Old.Path))
 	}
 	for _, r := range m.file.Require {
-		switch ours := strings.HasPrefix(r.Mod.Path, rootPath); {
+		switch ours := isOurs(r.Mod.Path); {
 		case ours && r.Mod.Version != next:
 			problems = append(problems, fmt.Sprintf("requires %s %s, not the next version %s", r.Mod.Path, r.Mod.Version, next))
 		case ours && isPublished(m.dir) && !isPublished(strings.TrimPrefix(strings.TrimPrefix(r.Mod.Path, rootPath), "/")):
@@ -151,9 +152,20 @@ func checkModule(repo, scratch string, env []string, m gomod, next string) (prob
 		}
 	}
 	dir := filepath.Join(repo, filepath.FromSlash(m.dir))
-	diff, err := goCommand(dir, env, "mod", "tidy", "-diff")
-	if err != nil && diff == "" {
+	// -diff exits with 1 and a diff on stdout when the module is not tidy; anything on stderr
+	// but the downloads is tidy failing (a package it cannot find, a checksum that differs).
+	diff, stderr, err := goCommand(dir, env, "mod", "tidy", "-diff")
+	if complaints := withoutDownloads(stderr); err != nil && (complaints != "" || diff == "") {
+		return nil, fmt.Errorf("go mod tidy -diff: %w\n%s", err, complaints)
+	}
+	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	if err != nil && !os.IsNotExist(err) {
 		return nil, err
+	}
+	for _, line := range strings.Split(string(sum), "\n") {
+		if ourHash(line) {
+			problems = append(problems, fmt.Sprintf("go.sum holds %q: our modules' hashes exist once the release is tagged (make generate takes it out)", line))
+		}
 	}
 	if untidy := untidyLines(diff); len(untidy) > 0 {
 		problems = append(problems, "not tidy (make generate tidies it); go mod tidy -diff says:\n        "+strings.Join(untidy, "\n        "))
@@ -173,9 +185,9 @@ func checkModule(repo, scratch string, env []string, m gomod, next string) (prob
 			return nil, err
 		}
 	}
-	out, err := goCommand(graph, env, "list", "-mod=mod", "-m", "-f", "{{if not .Main}}{{.Path}} {{.GoVersion}}{{end}}", "all")
+	out, stderr, err := goCommand(graph, env, "list", "-mod=mod", "-m", "-f", "{{if not .Main}}{{.Path}} {{.GoVersion}}{{end}}", "all")
 	if err != nil {
-		return nil, fmt.Errorf("go list -m all: %w\n%s", err, out)
+		return nil, fmt.Errorf("go list -m all: %w\n%s", err, stderr)
 	}
 	floor, by := "1.0", "nothing"
 	for _, line := range strings.Split(out, "\n") {
@@ -206,20 +218,31 @@ func untidyLines(diff string) []string {
 	return lines
 }
 
+// withoutDownloads is a go command's stderr without its "go: downloading" lines.
+func withoutDownloads(stderr string) string {
+	var kept []string
+	for _, line := range strings.Split(stderr, "\n") {
+		if line != "" && !strings.HasPrefix(line, "go: downloading ") {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept, "\n")
+}
+
 // ourHash reports whether a go.sum line is the hash of a module of ours.
 func ourHash(line string) bool {
 	fields := strings.Fields(line)
-	return len(fields) == 3 && strings.HasPrefix(fields[0], rootPath) && strings.HasPrefix(fields[2], "h1:")
+	return len(fields) == 3 && isOurs(fields[0]) && strings.HasPrefix(fields[2], "h1:")
 }
 
-// goCommand runs go with args in dir under env: its output, stdout and stderr together.
-func goCommand(dir string, env []string, args ...string) (string, error) {
+// goCommand runs go with args in dir under env: what it wrote to stdout, and to stderr.
+func goCommand(dir string, env []string, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.Command("go", args...)
 	cmd.Dir, cmd.Env = dir, env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // tags prints the tags that release the published modules at the next version, once the
@@ -231,6 +254,13 @@ func tags(repo string, w io.Writer) error {
 	}
 	if pglock.Version != next {
 		return fmt.Errorf("version.go says %s and the modules require %s: set pglock.Version and CHANGELOG.md's heading to %s first", pglock.Version, next, next)
+	}
+	changelog, err := os.ReadFile(filepath.Join(repo, "CHANGELOG.md"))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(changelog), "\n## "+next+" ") {
+		return fmt.Errorf("CHANGELOG.md has no heading for %s (\"## %s — date\")", next, next)
 	}
 	status := exec.Command("git", "status", "--porcelain")
 	status.Dir = repo
@@ -246,6 +276,11 @@ func tags(repo string, w io.Writer) error {
 		name := next
 		if dir != "." {
 			name = dir + "/" + next
+		}
+		exists := exec.Command("git", "rev-parse", "-q", "--verify", "refs/tags/"+name)
+		exists.Dir = repo
+		if exists.Run() == nil {
+			return fmt.Errorf("the tag %s exists already: a released version never changes", name)
 		}
 		names = append(names, name)
 		fmt.Fprintf(w, "git tag -a %s -m 'pglock %s'\n", name, name)

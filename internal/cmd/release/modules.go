@@ -19,6 +19,9 @@ const rootPath = "github.com/pglock/pglock"
 // tagged, and under internal/ where Go lets nothing outside the repository import them.
 var published = []string{".", "gocronlock", "otelpglock", "redislock"}
 
+// isOurs reports whether a module path is the root module's or one under it.
+func isOurs(path string) bool { return path == rootPath || strings.HasPrefix(path, rootPath+"/") }
+
 // isPublished reports whether the module in dir is one of published.
 func isPublished(dir string) bool {
 	if dir == "" {

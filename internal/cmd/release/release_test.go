@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/testdb"
 )
 
@@ -23,7 +24,9 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // repository and its go.work, they go get each published module at the next version from a
 // module proxy, build a program that uses every public package and adapter, run it against
 // PostgreSQL, and go install pglockctl. The proxy holds the published modules alone: one that
-// needed an unpublished module, a replace, or another module's internals would fail here.
+// needed an unpublished module, or a replace, would fail here. (One importing another module's
+// internals would not, the proxy's root being this very tree:
+// TestNoModuleImportsAnotherModulesInternals is the test of that.)
 func TestPublishedModulesCanBeFetched(t *testing.T) {
 	t.Parallel()
 	repo, err := findRepo()
@@ -53,9 +56,9 @@ func TestPublishedModulesCanBeFetched(t *testing.T) {
 		{"list", "-mod=readonly", "-m", "all"}, // every module of the graph is served: none unpublished
 	} {
 		start := time.Now()
-		out, err := goCommand(user, env, step...)
-		require.NoError(t, err, "go %s:\n%s", strings.Join(step, " "), out)
-		t.Logf("go %s (%s)\n%s", strings.Join(step, " "), time.Since(start).Round(time.Millisecond), out)
+		stdout, stderr, err := goCommand(user, env, step...)
+		require.NoError(t, err, "go %s:\n%s%s", strings.Join(step, " "), stdout, stderr)
+		t.Logf("go %s (%s)\n%s%s", strings.Join(step, " "), time.Since(start).Round(time.Millisecond), stdout, stderr)
 	}
 	run := exec.Command(filepath.Join(user, "program"), db.URL())
 	out, err := run.CombinedOutput()
@@ -69,10 +72,12 @@ func TestPublishedModulesCanBeFetched(t *testing.T) {
 	}, "\n")+"\n", string(out))
 	t.Logf("the program said:\n%s", out)
 
-	out2, err := goCommand(user, append(env, "GOBIN="+filepath.Join(scratch, "bin")), "install", "-trimpath", rootPath+"/cmd/pglockctl@"+next)
-	require.NoError(t, err, "go install pglockctl:\n%s", out2)
+	_, stderr, err := goCommand(user, append(env, "GOBIN="+filepath.Join(scratch, "bin")), "install", "-trimpath", rootPath+"/cmd/pglockctl@"+next)
+	require.NoError(t, err, "go install pglockctl:\n%s", stderr)
 	version, err := exec.Command(filepath.Join(scratch, "bin", "pglockctl"), "version").CombinedOutput()
 	require.NoError(t, err, "%s", version)
+	// The tree's version.go: the release sets it to the next version (release tags checks).
+	require.True(t, strings.HasPrefix(string(version), "pglockctl "+pglock.Version+" "), "%s", version)
 	t.Logf("go install %s/cmd/pglockctl@%s; pglockctl version: %s", rootPath, next, version)
 }
 
@@ -148,8 +153,9 @@ func check(err error) {
 
 // No module's code reaches into another module's internal/ packages: a published module built
 // against a root module whose internals changed (minimal version selection may pick a newer
-// one) would break. Tests may use the root's harness (internal/testdb); they are not built by
-// users. The modules under internal/ are exempt: Go lets nothing outside this repository
+// one) would break. Tests may use the root's harness (internal/testdb): an importer's go command
+// never builds them (since Go 1.16, its "all" holds the tests of its own packages only). The
+// modules under internal/ are exempt: Go lets nothing outside this repository
 // import them, they are never tagged, and go.work builds them with this very tree; so is bench,
 // the benchmarks' program, which builds with its replace directives against this tree.
 func TestNoModuleImportsAnotherModulesInternals(t *testing.T) {
