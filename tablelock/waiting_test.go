@@ -582,8 +582,7 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 		go func() {
 			lk, err := waiter.Acquire(ctx, fmt.Sprintf("busy-%d", i), nil)
 			if err != nil {
-				t.Errorf("acquire busy-%d: %v", i, err)
-				close(acquired)
+				t.Errorf("acquire busy-%d: %v", i, err) // the Receive below then fails, after this says why
 				return
 			}
 			acquired <- lk
