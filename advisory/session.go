@@ -366,33 +366,34 @@ func (s *Session) unlock(ctx context.Context, key Key, shared bool) error {
 	return nil
 }
 
-// tryLock and unlockOnce send the statement of id's form and mode, with its one or two
-// parameters (queries/advisory.sql says why not a CASE).
+// tryLock and unlockOnce send the statement of id's form and mode.
 func (s *Session) tryLock(ctx context.Context, id lockID) (bool, error) {
-	pair := db.AdvisoryTryLockPairParams{Ns: id.ns, ID: id.minor}
-	switch {
-	case id.pair && id.shared:
-		return s.queries.AdvisoryTryLockPairShared(ctx, db.AdvisoryTryLockPairSharedParams(pair))
-	case id.pair:
-		return s.queries.AdvisoryTryLockPair(ctx, pair)
-	case id.shared:
-		return s.queries.AdvisoryTryLockShared(ctx, id.id)
-	default:
-		return s.queries.AdvisoryTryLock(ctx, id.id)
-	}
+	q := s.queries
+	return byForm(ctx, id, q.AdvisoryTryLock, q.AdvisoryTryLockShared, q.AdvisoryTryLockPair, q.AdvisoryTryLockPairShared)
 }
 
 func (s *Session) unlockOnce(ctx context.Context, id lockID) (bool, error) {
-	pair := db.AdvisoryUnlockPairParams{Ns: id.ns, ID: id.minor}
+	q := s.queries
+	return byForm(ctx, id, q.AdvisoryUnlock, q.AdvisoryUnlockShared, q.AdvisoryUnlockPair, q.AdvisoryUnlockPairShared)
+}
+
+// byForm sends, of a statement's four forms, the one of id's key and mode, with its one or two
+// parameters: not one statement with a CASE over five (queries/advisory.sql says why). P and S
+// are sqlc's parameters of the pair forms, exclusive and shared.
+func byForm[P, S ~struct {
+	Ns int32
+	ID int32
+}](ctx context.Context, id lockID, key, keyShared func(context.Context, int64) (bool, error),
+	pair func(context.Context, P) (bool, error), pairShared func(context.Context, S) (bool, error)) (bool, error) {
 	switch {
 	case id.pair && id.shared:
-		return s.queries.AdvisoryUnlockPairShared(ctx, db.AdvisoryUnlockPairSharedParams(pair))
+		return pairShared(ctx, S{Ns: id.ns, ID: id.minor})
 	case id.pair:
-		return s.queries.AdvisoryUnlockPair(ctx, pair)
+		return pair(ctx, P{Ns: id.ns, ID: id.minor})
 	case id.shared:
-		return s.queries.AdvisoryUnlockShared(ctx, id.id)
+		return keyShared(ctx, id.id)
 	default:
-		return s.queries.AdvisoryUnlock(ctx, id.id)
+		return key(ctx, id.id)
 	}
 }
 
