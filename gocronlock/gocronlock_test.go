@@ -93,7 +93,7 @@ func (u unlockAtOnce) Unlock(ctx context.Context) error {
 // this one's last tick (acquired late on a busy machine, or working past its hold). With a lock
 // released as the run returns (the failure mode of gocron's existing adapters), intervals run
 // twice.
-func TestEveryIntervalRunsExactlyOnceAcrossInstancesWithSkewedStarts(t *testing.T) {
+func TestNoIntervalRunsTwiceAcrossInstancesWithSkewedStarts(t *testing.T) {
 	t.Parallel()
 	const window = 15
 	instances := []struct {
