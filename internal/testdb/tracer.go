@@ -2,20 +2,47 @@ package testdb
 
 import (
 	"context"
+	"maps"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // QueryCounter is a pgx.QueryTracer that counts the queries a connection (or a pool's, set as
-// ConnConfig.Tracer) sends: what a test measures a poll's cost by.
-type QueryCounter struct{ n atomic.Int64 }
+// ConnConfig.Tracer) sends: what a test measures a poll's cost by. It counts them by name too
+// (sqlc's "-- name: X", or the statement's start), for a failure to say which they were.
+type QueryCounter struct {
+	n      atomic.Int64
+	mu     sync.Mutex
+	byName map[string]int64
+}
 
 // Count returns how many queries were sent so far.
 func (c *QueryCounter) Count() int64 { return c.n.Load() }
 
-func (c *QueryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// ByName returns how many queries of each name were sent so far.
+func (c *QueryCounter) ByName() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.byName)
+}
+
+func (c *QueryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	name := strings.TrimSpace(data.SQL)
+	if rest, ok := strings.CutPrefix(name, "-- name: "); ok {
+		name, _, _ = strings.Cut(rest, " ")
+	} else if len(name) > 40 {
+		name = name[:40]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byName == nil {
+		c.byName = map[string]int64{}
+	}
+	c.byName[name]++
 	return ctx
 }
 
