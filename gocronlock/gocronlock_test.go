@@ -36,22 +36,27 @@ func newTableLocker(t *testing.T, pool *pgxpool.Pool, cfg *tablelock.Config) *ta
 // newRuns makes the table each run of a job records itself in, on the database's clock.
 func newRuns(t *testing.T, d *testdb.DB) {
 	t.Helper()
-	_, err := d.Pool.Exec(context.Background(), `CREATE TABLE runs (instance text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	_, err := d.Pool.Exec(context.Background(), `CREATE TABLE runs (id bigserial PRIMARY KEY, instance text NOT NULL,
+		at timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz)`)
 	require.NoError(t, err)
 }
 
-// record is a job's task: it records a run of instance, then works for work. A run under the
-// job's lock is recorded at the lock's acquisition, which decided the interval it runs for:
-// on a busy machine the task can start a while after it.
+// record is a job's task: it records a run of instance, then works for work, and records when
+// the work ended. A run under the job's lock is recorded at the lock's acquisition, which decided
+// the interval it runs for: on a busy machine the task can start a while after it.
 func record(d *testdb.DB, instance string, work time.Duration) gocron.Task {
 	return gocron.NewTask(func() {
-		_, err := d.Pool.Exec(context.Background(), `INSERT INTO runs (instance, at)
-			SELECT $1, coalesce((SELECT acquired_at FROM distributed_locks WHERE lock_name = $2), clock_timestamp())`,
-			instance, gocronlock.DefaultPrefix+"report")
+		var id int64
+		err := d.Pool.QueryRow(context.Background(), `INSERT INTO runs (instance, at)
+			SELECT $1, coalesce((SELECT acquired_at FROM distributed_locks WHERE lock_name = $2), clock_timestamp())
+			RETURNING id`, instance, gocronlock.DefaultPrefix+"report").Scan(&id)
 		if err != nil {
 			panic(err) // gocron recovers it; the run is missing from the count, which fails the test
 		}
 		time.Sleep(work)
+		if _, err := d.Pool.Exec(context.Background(), `UPDATE runs SET ended = clock_timestamp() WHERE id = $1`, id); err != nil {
+			panic(err)
+		}
 	})
 }
 
@@ -131,16 +136,16 @@ func TestNoIntervalRunsTwiceAcrossInstancesWithSkewedStarts(t *testing.T) {
 			time.Sleep(time.Until(start.Add(window * time.Second)))
 
 			type run struct {
-				instance int
-				at       time.Time // the acquisition of its lock
+				instance  int
+				at, ended time.Time // the acquisition of its lock, and the end of its work (or now)
 			}
-			rows, err := d.Pool.Query(context.Background(), `SELECT instance::int, at FROM runs
+			rows, err := d.Pool.Query(context.Background(), `SELECT instance::int, at, coalesce(ended, clock_timestamp()) FROM runs
 				WHERE at < $1::timestamptz + make_interval(secs => $2) ORDER BY at`, start, window)
 			require.NoError(t, err)
 			runs := map[int][]run{} // by interval
 			for rows.Next() {
 				var r run
-				require.NoError(t, rows.Scan(&r.instance, &r.at))
+				require.NoError(t, rows.Scan(&r.instance, &r.at, &r.ended))
 				k := int(r.at.Sub(start) / time.Second)
 				runs[k] = append(runs[k], r)
 			}
@@ -166,16 +171,23 @@ func TestNoIntervalRunsTwiceAcrossInstancesWithSkewedStarts(t *testing.T) {
 				require.Positive(t, k, "the first interval, with the lock free, was skipped: %v", runs)
 				require.Len(t, runs[k-1], 1, "intervals %d and %d both skipped: %v", k-1, k, runs)
 				before := runs[k-1][0]
-				// The release comes a round trip or two after the hold or the work ends: 100 ms
-				// covers it, on a busy machine.
-				heldUntil := before.at.Add(max(hold, instances[before.instance].work) + 100*time.Millisecond)
+				// Released when both the hold and the work are over, a round trip or two later:
+				// 100 ms covers those on a busy machine.
+				heldUntil := later(before.at.Add(hold), before.ended).Add(100 * time.Millisecond)
 				require.True(t, heldUntil.After(start.Add(time.Duration(k)*time.Second+lastTick)),
-					"interval %d skipped, though interval %d's run (instance %d, acquired at +%s) held the lock until +%s only, before this interval's last tick: %v",
-					k, k-1, before.instance, before.at.Sub(start), heldUntil.Sub(start), runs)
+					"interval %d skipped, though interval %d's run (instance %d, acquired at +%s, its work over at +%s) held the lock until +%s only, before this interval's last tick",
+					k, k-1, before.instance, before.at.Sub(start), before.ended.Sub(start), heldUntil.Sub(start))
 			}
 			t.Logf("minimum hold: %d of %d intervals ran once, %d skipped as Every allows, none twice", window-skipped, window, skipped)
 		})
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // A run whose lock is lost while its job runs is told to OnLost, with the job and the cause,
