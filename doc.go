@@ -20,9 +20,10 @@
 //     rate algorithm).
 //   - [github.com/pglock/pglock/memlock] is an in-memory [Locker] on a drivable clock, for the
 //     unit tests of code that takes locks through the Locker interface.
-//   - [github.com/pglock/pglock/lease] is the lease keeper behind all of them, for a store of
-//     one's own: a heartbeat, and the loss declared a safety margin before the store's expiry
-//     and signalled to the holder (redislock keeps its Redis keys with it).
+//   - [github.com/pglock/pglock/lease] is the lease keeper of tablelock, jobs, cron, leader and
+//     memlock, for a store of one's own: a heartbeat, and the loss declared a safety margin
+//     before the store's expiry and signalled to the holder (redislock keeps its Redis keys
+//     with it).
 //   - [github.com/pglock/pglock/migrations] installs the SQL contract those packages, and
 //     services in any language, call; it reports what is installed and whether it drifted.
 //   - [github.com/pglock/pglock/console] is a web console for operators (pglockctl serve, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,27 +38,54 @@ func newTableLocker(t *testing.T, pool *pgxpool.Pool, cfg *tablelock.Config) *ta
 func newRuns(t *testing.T, d *testdb.DB) {
 	t.Helper()
 	_, err := d.Pool.Exec(context.Background(), `CREATE TABLE runs (id bigserial PRIMARY KEY, instance text NOT NULL,
-		at timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz)`)
+		at timestamptz NOT NULL DEFAULT clock_timestamp(), unlocked timestamptz)`)
 	require.NoError(t, err)
 }
 
-// record is a job's task: it records a run of instance, then works for work, and records when
-// the work ended. A run under the job's lock is recorded at the lock's acquisition, which decided
-// the interval it runs for: on a busy machine the task can start a while after it.
+// record is a job's task: it records a run of instance, then works for work. A run under the
+// job's lock is recorded at the lock's acquisition, which decided the interval it runs for: on a
+// busy machine the task can start a while after it.
 func record(d *testdb.DB, instance string, work time.Duration) gocron.Task {
 	return gocron.NewTask(func() {
-		var id int64
-		err := d.Pool.QueryRow(context.Background(), `INSERT INTO runs (instance, at)
-			SELECT $1, coalesce((SELECT acquired_at FROM distributed_locks WHERE lock_name = $2), clock_timestamp())
-			RETURNING id`, instance, gocronlock.DefaultPrefix+"report").Scan(&id)
+		_, err := d.Pool.Exec(context.Background(), `INSERT INTO runs (instance, at)
+			SELECT $1, coalesce((SELECT acquired_at FROM distributed_locks WHERE lock_name = $2), clock_timestamp())`,
+			instance, gocronlock.DefaultPrefix+"report")
 		if err != nil {
 			panic(err) // gocron recovers it; the run is missing from the count, which fails the test
 		}
 		time.Sleep(work)
-		if _, err := d.Pool.Exec(context.Background(), `UPDATE runs SET ended = clock_timestamp() WHERE id = $1`, id); err != nil {
-			panic(err)
-		}
 	})
+}
+
+// unlockRecorder is a gocron.Locker that records, in the last run of instance, when its Unlock
+// returned: the lock was given back by then (or held on to the minimum hold).
+type unlockRecorder struct {
+	gocron.Locker
+	d        *testdb.DB
+	instance string
+	failed   *atomic.Int64 // records that failed
+}
+
+func (u unlockRecorder) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	lk, err := u.Locker.Lock(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return recordedUnlock{lk, u}, nil
+}
+
+type recordedUnlock struct {
+	gocron.Lock
+	u unlockRecorder
+}
+
+func (r recordedUnlock) Unlock(ctx context.Context) error {
+	err := r.Lock.Unlock(ctx)
+	if _, recordErr := r.u.d.Pool.Exec(context.Background(), `UPDATE runs SET unlocked = clock_timestamp()
+		WHERE id = (SELECT max(id) FROM runs WHERE instance = $1)`, r.u.instance); recordErr != nil {
+		r.u.failed.Add(1)
+	}
+	return err
 }
 
 // startScheduler starts a gocron scheduler with opts and the job "report" every interval from
@@ -124,28 +152,32 @@ func TestNoIntervalRunsTwiceAcrossInstancesWithSkewedStarts(t *testing.T) {
 			d := testdb.New(t, nil)
 			newRuns(t, d)
 			start := time.Now().Add(time.Second).Truncate(time.Second)
-			var hold time.Duration
+			var (
+				hold          time.Duration
+				recordsFailed atomic.Int64
+			)
 			for i, in := range instances {
 				locker := tt.locker(t, newTableLocker(t, d.NewPool(t, nil), nil))
 				if every, ok := locker.(*gocronlock.Locker); ok {
 					hold = every.MinHold()
 				}
 				startScheduler(t, start.Add(in.offset), time.Second, record(d, fmt.Sprint(i), in.work),
-					gocron.WithDistributedLocker(locker))
+					gocron.WithDistributedLocker(unlockRecorder{locker, d, fmt.Sprint(i), &recordsFailed}))
 			}
 			time.Sleep(time.Until(start.Add(window * time.Second)))
 
+			require.Zero(t, recordsFailed.Load(), "unlocks not recorded")
 			type run struct {
-				instance  int
-				at, ended time.Time // the acquisition of its lock, and the end of its work (or now)
+				instance     int
+				at, unlocked time.Time // the acquisition of its lock, and its Unlock's return (or now)
 			}
-			rows, err := d.Pool.Query(context.Background(), `SELECT instance::int, at, coalesce(ended, clock_timestamp()) FROM runs
+			rows, err := d.Pool.Query(context.Background(), `SELECT instance::int, at, coalesce(unlocked, clock_timestamp()) FROM runs
 				WHERE at < $1::timestamptz + make_interval(secs => $2) ORDER BY at`, start, window)
 			require.NoError(t, err)
 			runs := map[int][]run{} // by interval
 			for rows.Next() {
 				var r run
-				require.NoError(t, rows.Scan(&r.instance, &r.at, &r.ended))
+				require.NoError(t, rows.Scan(&r.instance, &r.at, &r.unlocked))
 				k := int(r.at.Sub(start) / time.Second)
 				runs[k] = append(runs[k], r)
 			}
@@ -162,6 +194,10 @@ func TestNoIntervalRunsTwiceAcrossInstancesWithSkewedStarts(t *testing.T) {
 				return
 			}
 			require.Zero(t, twice, "intervals run twice: %v", runs)
+			// A hold past the last instance's tick, and short of the next interval: else Every
+			// would skip intervals however timely the acquisitions.
+			require.Greater(t, hold, lastTick)
+			require.Less(t, hold, time.Second)
 			skipped := 0
 			for k := range window {
 				if len(runs[k]) == 1 {
@@ -171,12 +207,10 @@ func TestNoIntervalRunsTwiceAcrossInstancesWithSkewedStarts(t *testing.T) {
 				require.Positive(t, k, "the first interval, with the lock free, was skipped: %v", runs)
 				require.Len(t, runs[k-1], 1, "intervals %d and %d both skipped: %v", k-1, k, runs)
 				before := runs[k-1][0]
-				// Released when both the hold and the work are over, a round trip or two later:
-				// 100 ms covers those on a busy machine.
-				heldUntil := later(before.at.Add(hold), before.ended).Add(100 * time.Millisecond)
+				heldUntil := later(before.at.Add(hold), before.unlocked) // given back by then
 				require.True(t, heldUntil.After(start.Add(time.Duration(k)*time.Second+lastTick)),
-					"interval %d skipped, though interval %d's run (instance %d, acquired at +%s, its work over at +%s) held the lock until +%s only, before this interval's last tick",
-					k, k-1, before.instance, before.at.Sub(start), before.ended.Sub(start), heldUntil.Sub(start))
+					"interval %d skipped, though interval %d's run (instance %d, acquired at +%s, unlocked at +%s) held the lock until +%s only, before this interval's last tick",
+					k, k-1, before.instance, before.at.Sub(start), before.unlocked.Sub(start), heldUntil.Sub(start))
 			}
 			t.Logf("minimum hold: %d of %d intervals ran once, %d skipped as Every allows, none twice", window-skipped, window, skipped)
 		})

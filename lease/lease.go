@@ -33,9 +33,6 @@ type Timing struct {
 // error matching [pglock.ErrInvalidTTL]; a negative margin, or a heartbeat under a millisecond
 // (renewals back to back), one matching [pglock.ErrInvalidArgument].
 func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
-	if heartbeat > 0 && heartbeat < time.Millisecond {
-		return Timing{}, fmt.Errorf("%w: a heartbeat of %s would renew the lease back to back", pglock.ErrInvalidArgument, heartbeat)
-	}
 	t, err := keeping.NewTiming(ttl, heartbeat, margin)
 	return Timing(t), err
 }
@@ -66,7 +63,8 @@ func (g *Group) End() { g.g.End() }
 // Wait refuses new work and waits for the work under way to end.
 func (g *Group) Wait() { g.g.Wait() }
 
-// Config describes one lease. Name, Renew, Timing (from NewTiming), Start and Ctx are required.
+// Config describes one lease. Name, Renew, Timing (one NewTiming could make), Start and Ctx are
+// required.
 type Config struct {
 	Name      string          // what is leased, as errors name it (quoted)
 	Renew     RenewFunc       // renews the lease, on every heartbeat and every Renew
@@ -86,11 +84,12 @@ type Config struct {
 type Keeper struct{ k *keeping.Keeper }
 
 // New returns a Keeper for a lease just taken. It keeps nothing until Start. A Config without a
-// required field gets an error matching [pglock.ErrInvalidArgument].
+// required field gets an error matching [pglock.ErrInvalidArgument]; one whose Timing NewTiming
+// could not have made, the error NewTiming would give.
 func New(cfg Config) (*Keeper, error) {
 	var missing []string
 	for field, absent := range map[string]bool{
-		"Name": cfg.Name == "", "Renew": cfg.Renew == nil, "Timing": cfg.Timing.TTL < MinTTL,
+		"Name": cfg.Name == "", "Renew": cfg.Renew == nil, "Timing": cfg.Timing == Timing{},
 		"Start": cfg.Start.IsZero(), "Ctx": cfg.Ctx == nil,
 	} {
 		if absent {
@@ -100,6 +99,9 @@ func New(cfg Config) (*Keeper, error) {
 	if len(missing) > 0 {
 		slices.Sort(missing)
 		return nil, fmt.Errorf("%w: lease.Config lacks %s", pglock.ErrInvalidArgument, strings.Join(missing, ", "))
+	}
+	if err := keeping.Timing(cfg.Timing).Valid(); err != nil {
+		return nil, err
 	}
 	return &Keeper{keeping.New(keeping.Config{
 		Name: cfg.Name, Renew: keeping.RenewFunc(cfg.Renew), Timing: keeping.Timing(cfg.Timing),
@@ -126,10 +128,16 @@ func (k *Keeper) Guard(ctx context.Context) (guarded context.Context, stop func(
 	return k.k.Guard(ctx)
 }
 
-// Renew renews the lease now, with t's timing (from NewTiming; the current one when t is nil),
+// Renew renews the lease now, with t's timing (one NewTiming could make, or it is refused as New
+// refuses it; the current one when t is nil),
 // and keeps it so from then on; a heartbeat under way finishes first, and ctx bounds that wait
 // too.
 func (k *Keeper) Renew(ctx context.Context, t *Timing) error {
+	if t != nil {
+		if err := keeping.Timing(*t).Valid(); err != nil {
+			return err
+		}
+	}
 	return k.k.Renew(ctx, (*keeping.Timing)(t))
 }
 

@@ -53,8 +53,19 @@ func TestAConfigWithoutARequiredFieldIsRefused(t *testing.T) {
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument, tt.field)
 		require.ErrorContains(t, err, tt.field)
 	}
+	for _, bad := range []lease.Timing{
+		{TTL: time.Second},                                                // no margin: lost only at the store's expiry
+		{TTL: 25 * time.Hour, Margin: time.Hour},                          // over MaxTTL
+		{TTL: time.Second, Margin: 100 * time.Millisecond, Heartbeat: -1}, // a negative heartbeat
+	} {
+		cfg := whole
+		cfg.Timing = bad
+		_, err := lease.New(cfg)
+		require.Error(t, err, "%+v", bad)
+	}
 	keeper, err := lease.New(whole)
 	require.NoError(t, err)
+	require.ErrorIs(t, keeper.Renew(context.Background(), &lease.Timing{}), pglock.ErrInvalidTTL)
 	require.True(t, keeper.Stop())
 }
 
@@ -66,5 +77,7 @@ func TestAZeroBackoffWaits(t *testing.T) {
 		require.GreaterOrEqual(t, d, lease.DefaultFirstBackoff/2)
 		require.LessOrEqual(t, d, lease.DefaultFirstBackoff)
 	}
-	require.LessOrEqual(t, lease.Backoff{First: time.Second, Max: time.Millisecond}.Delay(3), time.Second)
+	capped := lease.Backoff{First: time.Second, Max: time.Millisecond}.Delay(3) // Max under First: First
+	require.GreaterOrEqual(t, capped, time.Second/2)
+	require.LessOrEqual(t, capped, time.Second)
 }

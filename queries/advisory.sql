@@ -11,7 +11,7 @@ SELECT CASE
 END;
 
 -- A session's try and unlock, the hot path, have a statement per form of key and mode rather
--- than a CASE over five parameters: binding them and evaluating the CASE cost about 8% of a
+-- than a CASE over five parameters: binding them and evaluating the CASE cost about 5% of a
 -- try+unlock pair on one connection (docs/advisory.md, "Cost").
 
 -- name: AdvisoryTryLock :one

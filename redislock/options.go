@@ -31,8 +31,8 @@ type Options struct {
 	// TTL is each lock's lease on Redis's clock (PX). Default: DefaultTTL.
 	TTL time.Duration
 
-	// HeartbeatInterval is how often a held lock is renewed. Default: a third of the TTL.
-	// Negative: never; the lock is then lost at its TTL less the safety margin.
+	// HeartbeatInterval is how often a held lock is renewed, at least a millisecond. Default: a
+	// third of the TTL. Negative: never; the lock is then lost at its TTL less the safety margin.
 	HeartbeatInterval time.Duration
 
 	// SafetyMargin is how long before Redis could expire a lock its holder declares it lost
@@ -98,6 +98,9 @@ func newConfig(opts *Options, redlock bool) (config, error) {
 	}
 	if redlock && o.SafetyMargin != 0 && o.SafetyMargin < drift(o.TTL) {
 		return config{}, invalid("SafetyMargin", "(%s) is shorter than the clock drift allowance (%s)", o.SafetyMargin, drift(o.TTL))
+	}
+	if o.HeartbeatInterval > 0 && o.HeartbeatInterval < time.Millisecond {
+		return config{}, invalid("HeartbeatInterval", "(%s) is under a millisecond: renewals back to back", o.HeartbeatInterval)
 	}
 	t, err := lease.NewTiming(o.TTL, o.HeartbeatInterval, o.SafetyMargin)
 	if err != nil {

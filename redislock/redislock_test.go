@@ -388,6 +388,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"negative TTL", &redislock.Options{TTL: -time.Second}, pglock.ErrInvalidTTL},
 		{"TTL below the minimum", &redislock.Options{TTL: time.Millisecond}, pglock.ErrInvalidTTL},
 		{"negative margin", &redislock.Options{SafetyMargin: -1}, pglock.ErrInvalidArgument},
+		{"a heartbeat under a millisecond", &redislock.Options{HeartbeatInterval: time.Microsecond}, pglock.ErrInvalidArgument},
 		{"margin leaving no room", &redislock.Options{TTL: time.Second, SafetyMargin: time.Second}, pglock.ErrInvalidTTL},
 		{"braces in the prefix", &redislock.Options{Prefix: "a{b}"}, pglock.ErrInvalidArgument},
 		{"negative poll interval", &redislock.Options{MaxPollInterval: -1}, pglock.ErrInvalidArgument},

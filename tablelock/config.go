@@ -31,8 +31,9 @@ type Config struct {
 
 	// HeartbeatInterval is how often a held lock is renewed. Default: a third of its TTL.
 	// Negative: never; the lock is then lost at its TTL less the safety margin unless Extend
-	// is called. New refuses one that could not renew a lock of Config.TTL before its safety
-	// margin; a lock acquired with a TTL too short for it is renewed every third of that TTL.
+	// is called. New refuses one under a millisecond, or one that could not renew a lock of
+	// Config.TTL before its safety margin; a lock acquired with a TTL too short for it is
+	// renewed every third of that TTL.
 	HeartbeatInterval time.Duration
 
 	// SafetyMargin is how long before the database could give a lock away its holder declares
@@ -118,6 +119,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPollInterval < 0 {
 		return invalid("MaxPollInterval", "is negative")
+	}
+	if c.HeartbeatInterval > 0 && c.HeartbeatInterval < time.Millisecond {
+		return invalid("HeartbeatInterval", "(%s) is under a millisecond: renewals back to back", c.HeartbeatInterval)
 	}
 	// Config.TTL must be kept as configured: the rules for any TTL (timing), applied to it,
 	// with none of timing's fallbacks.

@@ -238,6 +238,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{"SafetyMargin", &tablelock.Config{TTL: time.Second, SafetyMargin: 1500 * time.Millisecond}},
 		{"HeartbeatInterval", &tablelock.Config{HeartbeatInterval: 27 * time.Second}},
 		{"HeartbeatInterval", &tablelock.Config{TTL: time.Second, SafetyMargin: 500 * time.Millisecond, HeartbeatInterval: 600 * time.Millisecond}},
+		{"HeartbeatInterval", &tablelock.Config{HeartbeatInterval: time.Microsecond}}, // back to back
 		{"MaxPollInterval", &tablelock.Config{MaxPollInterval: -time.Second}},
 		{"AppName", &tablelock.Config{AppName: "bad\x00app"}},
 		{"AppName", &tablelock.Config{AppName: "bad\xc3\x28"}},

@@ -577,15 +577,15 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 	for i := range held {
 		held[i] = tryAcquireCaughtUp(t, holder, fmt.Sprintf("busy-%d", i))
 	}
-	acquired := make(chan *tablelock.Lock, n)
+	type acquisition struct {
+		lk  *tablelock.Lock
+		err error
+	}
+	acquired := make(chan acquisition, n) // reported on the test's goroutine, whenever it fails
 	for i := range n {
 		go func() {
 			lk, err := waiter.Acquire(ctx, fmt.Sprintf("busy-%d", i), nil)
-			if err != nil {
-				t.Errorf("acquire busy-%d: %v", i, err) // the Receive below then fails, after this says why
-				return
-			}
-			acquired <- lk
+			acquired <- acquisition{lk, err}
 		}()
 	}
 	testdb.WaitFor(t, func() bool { return waiter.Stats().Waiting == n }, "every waiter is waiting")
@@ -620,6 +620,8 @@ func TestHoldingAndWaitingCostAFewStatementsPerHeartbeatNotOnePerLock(t *testing
 	t.Logf("%d heartbeats: %d statements renewing %d locks, %d keeping %d waiters (%v)", heartbeats, heldStatements, n, waitStatements, n, waitByName)
 	for _, lk := range held {
 		require.NoError(t, lk.Release(ctx))
-		require.NoError(t, testdb.Receive(t, acquired).Release(ctx))
+		a := testdb.Receive(t, acquired)
+		require.NoError(t, a.err)
+		require.NoError(t, a.lk.Release(ctx))
 	}
 }

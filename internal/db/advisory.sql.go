@@ -148,7 +148,7 @@ SELECT pg_try_advisory_lock($1::bigint) AS acquired
 `
 
 // A session's try and unlock, the hot path, have a statement per form of key and mode rather
-// than a CASE over five parameters: binding them and evaluating the CASE cost about 8% of a
+// than a CASE over five parameters: binding them and evaluating the CASE cost about 5% of a
 // try+unlock pair on one connection (docs/advisory.md, "Cost").
 func (q *Queries) AdvisoryTryLock(ctx context.Context, key int64) (bool, error) {
 	row := q.db.QueryRow(ctx, advisoryTryLock, key)

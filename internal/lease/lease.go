@@ -34,13 +34,17 @@ const (
 // TTL; a negative heartbeat means never (0 in Timing). The TTL is kept in whole milliseconds. A
 // TTL outside [MinTTL, MaxTTL], or one that leaves no room for a heartbeat (a third of it)
 // before the margin, gets an error matching pglock.ErrInvalidTTL: a lease that would be lost
-// soon after it is taken; a negative margin, one matching pglock.ErrInvalidArgument.
+// soon after it is taken; a negative margin, or a heartbeat under a millisecond, one matching
+// pglock.ErrInvalidArgument.
 func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
 	if ttl < MinTTL || ttl > MaxTTL {
 		return Timing{}, errs.Errorf("%w: %s is outside [%s, %s]", pglock.ErrInvalidTTL, ttl, MinTTL, MaxTTL)
 	}
 	if margin < 0 {
 		return Timing{}, errs.Errorf("%w: a negative safety margin (%s) would declare the lease lost after the store could give it away", pglock.ErrInvalidArgument, margin)
+	}
+	if heartbeat > 0 && heartbeat < time.Millisecond {
+		return Timing{}, errs.Errorf("%w: a heartbeat of %s would renew the lease back to back", pglock.ErrInvalidArgument, heartbeat)
 	}
 	t := Timing{TTL: ttl.Truncate(time.Millisecond), Heartbeat: heartbeat, Margin: margin}
 	if t.Margin == 0 {
@@ -57,6 +61,22 @@ func NewTiming(ttl, heartbeat, margin time.Duration) (Timing, error) {
 			pglock.ErrInvalidTTL, t.TTL, t.Margin)
 	}
 	return t, nil
+}
+
+// Valid reports nil for a Timing NewTiming could have made: a TTL in [MinTTL, MaxTTL], whole
+// milliseconds, a margin that leaves a third of it, a heartbeat of 0 (never) or 1 ms to under
+// the TTL less the margin; an error matching pglock.ErrInvalidTTL or pglock.ErrInvalidArgument
+// otherwise.
+func (t Timing) Valid() error {
+	switch {
+	case t.TTL < MinTTL || t.TTL > MaxTTL || t.TTL%time.Millisecond != 0:
+		return errs.Errorf("%w: a TTL of %s is outside [%s, %s] or not in whole milliseconds", pglock.ErrInvalidTTL, t.TTL, MinTTL, MaxTTL)
+	case t.Margin <= 0 || t.Margin >= t.TTL-t.TTL/3:
+		return errs.Errorf("%w: a safety margin of %s in a TTL of %s", pglock.ErrInvalidTTL, t.Margin, t.TTL)
+	case t.Heartbeat < 0 || (t.Heartbeat > 0 && t.Heartbeat < time.Millisecond) || t.Heartbeat >= t.TTL-t.Margin:
+		return errs.Errorf("%w: a heartbeat of %s in a TTL of %s with a margin of %s", pglock.ErrInvalidArgument, t.Heartbeat, t.TTL, t.Margin)
+	}
+	return nil
 }
 
 // RenewFunc renews the lease for ttl from now, in one statement: the new expiry by the

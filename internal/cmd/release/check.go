@@ -218,11 +218,13 @@ func untidyLines(diff string) []string {
 	return lines
 }
 
-// withoutDownloads is a go command's stderr without its "go: downloading" lines.
+// withoutDownloads is a go command's stderr without the lines that say what it fetched
+// ("go: downloading", "go: finding module for package", "go: found").
 func withoutDownloads(stderr string) string {
 	var kept []string
 	for _, line := range strings.Split(stderr, "\n") {
-		if line != "" && !strings.HasPrefix(line, "go: downloading ") {
+		if line != "" && !strings.HasPrefix(line, "go: downloading ") && !strings.HasPrefix(line, "go: finding module for package ") &&
+			!strings.HasPrefix(line, "go: found ") {
 			kept = append(kept, line)
 		}
 	}
@@ -280,9 +282,11 @@ func tags(repo string, w io.Writer) error {
 		exists := exec.Command("git", "rev-parse", "-q", "--verify", "refs/tags/"+name)
 		exists.Dir = repo
 		if exists.Run() == nil {
-			return fmt.Errorf("the tag %s exists already: a released version never changes", name)
+			return fmt.Errorf("the tag %s exists already (fetch the remote's tags first): a released version never changes", name)
 		}
 		names = append(names, name)
+	}
+	for _, name := range names {
 		fmt.Fprintf(w, "git tag -a %s -m 'pglock %s'\n", name, name)
 	}
 	fmt.Fprintf(w, "git push origin %s\n", strings.Join(names, " "))
