@@ -268,7 +268,9 @@ func (r *pgxRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time,
 }
 
 // rollback is bounded; pgx closes a connection whose rollback fails, and the server then rolls
-// back.
+// back. A closed connection is waited for until its session has ended: pgx cancels the statement
+// under way and says goodbye in the background, and until the server has taken both, the
+// session holds the claim, and an outcome recorded in its place would find the key running.
 func (r *pgxRun) rollback(ctx context.Context) error {
 	if r.tx == nil {
 		return nil
@@ -276,6 +278,12 @@ func (r *pgxRun) rollback(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	r.tx.Rollback(ctx)
+	if pgConn := r.conn.Conn().PgConn(); pgConn.IsClosed() {
+		select {
+		case <-pgConn.CleanupDone(): // the server closed the session
+		case <-ctx.Done():
+		}
+	}
 	return nil
 }
 
