@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -127,14 +128,31 @@ func startLocalCluster(ctx context.Context, bin string) (*server, error) {
 	return &server{adminURL: c.URL(), origin: "local cluster from " + bin, stop: c.Remove}, nil
 }
 
-// FreePort returns a loopback port free when it was asked, for a server to be started on.
+// FreePort returns a loopback port free when it was asked, for a server to be started on. It is
+// drawn below the ephemeral range (ip_local_port_range), which the kernel gives the local end of
+// outgoing connections: a port from it can be taken by one of those before the server binds it
+// (a Patroni REST API failed so, "Address already in use").
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	low := 32768 // Linux's default ephemeral range starts here
+	if r, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(r)); len(fields) == 2 {
+			if n, err := strconv.Atoi(fields[0]); err == nil && n > 12000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	var lastErr error
+	for range 100 {
+		port := 10000 + rand.IntN(low-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("testdb: no free loopback port below %d: %w", low, lastErr)
 }
 
 func waitForServer(ctx context.Context, url string, exited <-chan struct{}) error {
