@@ -435,6 +435,13 @@ func TestFenceHoldsTheTermUntilCommitAndTheDatabaseRefusesItAfter(t *testing.T) 
 	campaign(t, old, leader.Callbacks{OnElected: func(ctx context.Context, term int64) { elected <- term; <-ctx.Done() }})
 	oldTerm := testdb.Receive(t, elected)
 
+	// The successor waits before the old leader is deposed: the deposed one campaigns again at
+	// once, and would be elected again were nobody waiting.
+	successor := newElector(t, d.NewPool(t, nil), "x", nil)
+	newTerm := make(chan int64, 1)
+	campaign(t, successor, leader.Callbacks{OnElected: func(ctx context.Context, term int64) { newTerm <- term; <-ctx.Done() }})
+	waitForCandidates(t, d.Pool, "x", 1)
+
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	require.NoError(t, old.Fence(ctx, tx))
@@ -452,10 +459,6 @@ func TestFenceHoldsTheTermUntilCommitAndTheDatabaseRefusesItAfter(t *testing.T) 
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx), "the write inside the term lands")
 	require.NoError(t, testdb.Receive(t, deposed))
-
-	successor := newElector(t, d.NewPool(t, nil), "x", nil)
-	newTerm := make(chan int64, 1)
-	campaign(t, successor, leader.Callbacks{OnElected: func(ctx context.Context, term int64) { newTerm <- term; <-ctx.Done() }})
 	require.Greater(t, testdb.Receive(t, newTerm), oldTerm)
 	err = pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
 		return tablelock.VerifyFence(ctx, tx, "pglock.leader/x", oldTerm) // the term, checked by the database

@@ -468,17 +468,23 @@ func (k *Keeper) nextRenewal() time.Duration {
 
 func (k *Keeper) until(t time.Time) time.Duration { return t.Sub(k.clock.Now()) }
 
-// deadlinePassed declares the lease lost, unless a renewal moved the deadline meanwhile.
+// deadlinePassed declares the lease lost, unless a renewal moved the deadline meanwhile (and
+// reset the timer).
 func (k *Keeper) deadlinePassed() {
 	if !k.begin() {
 		return // the owner has stopped
 	}
 	defer k.end()
+	k.expire()
+}
+
+// expire declares the lease lost if its deadline has passed, and reports whether it had.
+func (k *Keeper) expire() bool {
 	k.mu.Lock()
 	t, early := k.timing, k.clock.Now().Before(k.deadline)
 	k.mu.Unlock()
 	if early {
-		return // the renewal that moved the deadline has reset the timer
+		return false
 	}
 	cause := pglock.CauseRenewalFailed
 	if t.Heartbeat <= 0 {
@@ -486,6 +492,7 @@ func (k *Keeper) deadlinePassed() {
 	}
 	k.Lose(cause, errs.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
 		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
+	return true
 }
 
 // heartbeat renews the lease, without a Set: a success schedules the next heartbeat (Renew
@@ -563,9 +570,12 @@ func (k *Keeper) settleHeartbeat(start time.Time, t Timing, r Renewed, err error
 
 // retry schedules a retry of a heartbeat that did not get through, with backoff and never later
 // than halfway to the deadline, so that retries go on until it; unless the lease is no longer
-// kept. A failure (err) is told to OnRenewFailed.
+// kept. A failure (err) is told to OnRenewFailed. A heartbeat that ends at the deadline (a
+// statement the server held up until then) is not retried but declares the loss itself: the
+// loss timer may not have run yet on a busy machine, and a retry past the deadline fails at
+// once, again and again, telling failures of a lease already lost.
 func (k *Keeper) retry(t Timing, err error) {
-	if k.keepingCtx.Err() != nil || k.Err() != nil {
+	if k.keepingCtx.Err() != nil || k.Err() != nil || k.expire() {
 		return // stopped, lost at the deadline, or the owner stopped
 	}
 	k.mu.Lock()

@@ -28,6 +28,7 @@ type fixture struct {
 	answers chan answer
 	lost    chan error // OnLost's calls
 	failed  chan int   // OnRenewFailed's failure counts
+	work    *lease.Group
 }
 
 type answer struct {
@@ -39,11 +40,11 @@ func newFixture(t *testing.T, timing lease.Timing) *fixture {
 	t.Helper()
 	f := &fixture{
 		clock: clock.NewFake(t0), calls: make(chan time.Duration, 1), answers: make(chan answer),
-		lost: make(chan error, 2), failed: make(chan int, 10),
+		lost: make(chan error, 2), failed: make(chan int, 10), work: &lease.Group{},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.keeper = lease.New(lease.Config{
-		Name: "x", Timing: timing, Start: t0, ExpiresAt: t0.Add(timing.TTL), Ctx: ctx, Clock: f.clock,
+		Name: "x", Timing: timing, Start: t0, ExpiresAt: t0.Add(timing.TTL), Ctx: ctx, Clock: f.clock, Tracker: f.work,
 		Renew: func(ctx context.Context, ttl time.Duration) (time.Time, bool, error) {
 			f.calls <- ttl
 			select {
@@ -167,6 +168,25 @@ func TestFailingRenewalsLoseTheLeaseAtTheDeadline(t *testing.T) {
 	lost := testdb.Receive(t, f.lost)
 	require.ErrorIs(t, lost, pglock.ErrLockLost)
 	require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lost))
+}
+
+// A heartbeat the server held up until the deadline fails then: that is the loss, told once,
+// not a failure to retry (a retry past the deadline fails at once, again and again, until the
+// loss timer runs, which a busy machine can delay).
+func TestHeartbeatFailingAtTheDeadlineTellsOnlyTheLoss(t *testing.T) {
+	t.Parallel()
+	for range 20 { // the loss timer and the heartbeat race to tell it
+		f := newFixture(t, lease.Timing{TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 300 * time.Millisecond})
+		f.clock.Advance(time.Second)
+		testdb.Receive(t, f.calls) // the heartbeat's renewal, held up on the server
+		f.clock.Advance(f.keeper.Deadline().Sub(f.clock.Now()))
+		f.answers <- answer{err: context.DeadlineExceeded}
+		lost := testdb.Receive(t, f.lost)
+		require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lost))
+		f.work.Wait() // the heartbeat, and the loss timer, have ended
+		require.Len(t, f.failed, 0, "no failed renewal is told")
+		require.Len(t, f.lost, 0, "the loss is told once")
+	}
 }
 
 func TestRenewalThatFindsTheRowGoneLosesTheLeaseAtOnce(t *testing.T) {
