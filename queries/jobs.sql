@@ -1,31 +1,29 @@
 -- Job deduplication (package jobs). sqlc cannot see the columns of what a function returns, so
 -- they are named and cast here.
 
--- ClaimJob claims outside a transaction, under a lease (Run). It answers a duplicate of a key
--- that succeeded from a plain read of its row, the cost of a primary-key lookup (no function
--- call, no transaction id, no WAL flush): the first branch of the UNION ALL, and LIMIT 1 stops
--- there when it finds the row. Only otherwise does the second branch run, calling
--- pglock_job_claim, whose answer for that case is the same. (The LEFT JOIN tells sqlc that the
--- branch's columns may be NULL, as the claim's may.)
+-- ClaimJob claims outside a transaction, under a lease (Run). A duplicate of a key that
+-- succeeded is answered by the claim too, not by a plain read of its row first: a prepared
+-- statement's plan is the session's to keep, and one made while the table was small scans it
+-- whole however large it grows, until it is analysed again; pglock_job_claim's is kept on the
+-- primary key (migrations/functions/30_jobs.sql). The first branch, which the planner drops,
+-- only names the columns for sqlc (the LEFT JOIN tells it they may be NULL, as the claim's may).
 -- name: ClaimJob :one
 (SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
         j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
         j.retain_until, j.created_at, NULL::bigint AS lock_key
    FROM (SELECT 1) AS one
-   LEFT JOIN pglock_jobs j ON j.scope = @scope AND j.job_key = @job_key
-  WHERE j.status = 'succeeded' AND j.retain_until > clock_timestamp())
+   LEFT JOIN pglock_jobs j ON false
+  WHERE false)
 UNION ALL
 SELECT a.*
   FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
-                        @window_ms, @max_attempts, 0) AS a
-LIMIT 1;
+                        @window_ms, @max_attempts, 0) AS a;
 
--- ClaimJobTx claims inside RunTx's transaction, without ClaimJob's read first: there a duplicate
--- of a done key costs a transaction anyway, and the claim answers it. With finish, a claim that
--- runs the key also writes its outcome, succeeded, in the same statement (finished_at is then
--- its time), for RunTxSQL: database/sql sends COMMIT on its own, so the outcome goes in before
--- fn runs, and commits or rolls back with fn's writes all the same. The first branch, which the
--- planner drops, only names the columns for sqlc, as ClaimJob's.
+-- ClaimJobTx claims inside RunTx's transaction. With finish, a claim that runs the key also
+-- writes its outcome, succeeded, in the same statement (finished_at is then its time), for
+-- RunTxSQL: database/sql sends COMMIT on its own, so the outcome goes in before fn runs, and
+-- commits or rolls back with fn's writes all the same. The first branch names the columns, as
+-- ClaimJob's does.
 -- name: ClaimJobTx :one
 (SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
         j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
