@@ -49,8 +49,8 @@ func (d dedupResult) walPerDelivery() float64 {
 }
 
 // dedup: instances delivering distinct keys, each delivery's effect one INSERT: in a raw
-// transaction (no deduplication), behind a hand-written inbox table, through jobs.RunTx, and on
-// database/sql (a raw transaction, and jobs.RunTxSQL), in alternating slots whose order rotates,
+// transaction (no deduplication), behind a hand-written inbox table, through jobs.RunTx, behind
+// River's unique insert, and on database/sql (a raw transaction, and jobs.RunTxSQL), in alternating slots whose order rotates,
 // with 4 and with 16 workers.
 func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error {
 	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL);
@@ -72,6 +72,10 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 		if dedupers[i], err = jobs.New(pool, &jobs.Config{AppName: "bench"}); err != nil {
 			return err
 		}
+	}
+	rivers, err := newRiverClients(ctx, e.admin, pools)
+	if err != nil {
+		return err
 	}
 	effect := func(ctx context.Context, tx pgx.Tx, key string) error {
 		_, err := tx.Exec(ctx, `INSERT INTO bench_effects (key) VALUES ($1)`, key)
@@ -107,6 +111,9 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 		{"pglock jobs.RunTx", func(ctx context.Context, i int, key string) error {
 			res, err := dedupers[i].RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error { return effect(ctx, tx, key) })
 			return ran(res, err, key)
+		}},
+		{"River's unique InsertTx", func(ctx context.Context, i int, key string) error {
+			return riverUniqueInsert(ctx, pools[i], rivers[i], key, effect)
 		}},
 		{"raw INSERT transaction on database/sql (pgx stdlib)", func(ctx context.Context, i int, key string) error {
 			tx, err := sqlDBs[i].BeginTx(ctx, nil)

@@ -189,7 +189,7 @@ func libraryVersions() string {
 	for _, dep := range info.Deps {
 		switch dep.Path {
 		case "github.com/jackc/pgx/v5", "github.com/bsm/redislock", "github.com/redis/go-redis/v9", "github.com/lib/pq",
-			"github.com/go-redsync/redsync/v4":
+			"github.com/go-redsync/redsync/v4", "github.com/riverqueue/river":
 			out = append(out, dep.Path+" "+dep.Version)
 		}
 	}
