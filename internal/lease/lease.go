@@ -271,16 +271,24 @@ func (k *Keeper) Stop() bool {
 // shutdown).
 func (k *Keeper) Lose(cause pglock.Cause, err error) {
 	k.mu.Lock()
+	lost := k.loseLocked(cause, err)
+	k.mu.Unlock()
+	if lost != nil {
+		k.lost(lost, cause)
+	}
+}
+
+// loseLocked declares the lease lost with err for cause, unless it was stopped or lost already,
+// and returns the loss to tell OnLost of (nil if none). Called with mu held.
+func (k *Keeper) loseLocked(cause pglock.Cause, err error) error {
 	if k.stopped || k.lostCtx.Err() != nil {
-		k.mu.Unlock()
-		return
+		return nil
 	}
 	lost := &lossError{cause, err}
 	k.markLost(lost)
 	k.stopTimers()
 	k.stopKeeping() // a heartbeat under way can no longer save the lease
-	k.mu.Unlock()
-	k.lost(lost, cause)
+	return lost
 }
 
 // LostBeforeStop declares a stopped lease lost, its release having found it gone; false if it
@@ -478,20 +486,25 @@ func (k *Keeper) deadlinePassed() {
 	k.expire()
 }
 
-// expire declares the lease lost if its deadline has passed, and reports whether it had.
+// expire declares the lease lost if its deadline has passed, and reports whether it had. The
+// deadline is read and the loss declared under one lock: a renewal that settles meanwhile
+// either moved the deadline first or finds the lease lost.
 func (k *Keeper) expire() bool {
 	k.mu.Lock()
-	t, early := k.timing, k.clock.Now().Before(k.deadline)
-	k.mu.Unlock()
-	if early {
+	if k.clock.Now().Before(k.deadline) {
+		k.mu.Unlock()
 		return false
 	}
-	cause := pglock.CauseRenewalFailed
+	t, cause := k.timing, pglock.CauseRenewalFailed
 	if t.Heartbeat <= 0 {
 		cause = pglock.CauseExpired // nothing tried to renew it
 	}
-	k.Lose(cause, errs.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
+	lost := k.loseLocked(cause, errs.Errorf("%w: no renewal of %q succeeded within its TTL (%s) less the safety margin (%s)",
 		pglock.ErrLockLost, k.cfg.Name, t.TTL, t.Margin))
+	k.mu.Unlock()
+	if lost != nil {
+		k.lost(lost, cause)
+	}
 	return true
 }
 
@@ -570,9 +583,9 @@ func (k *Keeper) settleHeartbeat(start time.Time, t Timing, r Renewed, err error
 
 // retry schedules a retry of a heartbeat that did not get through, with backoff and never later
 // than halfway to the deadline, so that retries go on until it; unless the lease is no longer
-// kept. A failure (err) is told to OnRenewFailed. A heartbeat that ends at the deadline (a
-// statement the server held up until then) is not retried but declares the loss itself: the
-// loss timer may not have run yet on a busy machine, and a retry past the deadline fails at
+// kept. A failure (err) is told to OnRenewFailed. A heartbeat that fails at or after the
+// deadline (a Set's statement is bounded by it) is not retried but declares the loss itself:
+// the loss timer may not have run yet on a busy machine, and a retry past the deadline fails at
 // once, again and again, telling failures of a lease already lost.
 func (k *Keeper) retry(t Timing, err error) {
 	if k.keepingCtx.Err() != nil || k.Err() != nil || k.expire() {

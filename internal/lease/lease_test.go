@@ -180,7 +180,10 @@ func TestHeartbeatFailingAtTheDeadlineTellsOnlyTheLoss(t *testing.T) {
 		f.clock.Advance(time.Second)
 		testdb.Receive(t, f.calls) // the heartbeat's renewal, held up on the server
 		f.clock.Advance(f.keeper.Deadline().Sub(f.clock.Now()))
-		f.answers <- answer{err: context.DeadlineExceeded}
+		select {
+		case f.answers <- answer{err: context.DeadlineExceeded}:
+		case <-f.keeper.Lost(): // the loss timer came first, and ended the heartbeat's request
+		}
 		lost := testdb.Receive(t, f.lost)
 		require.Equal(t, pglock.CauseRenewalFailed, pglock.CauseOf(lost))
 		f.work.Wait() // the heartbeat, and the loss timer, have ended
