@@ -50,8 +50,8 @@ func (d dedupResult) walPerDelivery() float64 {
 
 // dedup: instances delivering distinct keys, each delivery's effect one INSERT: in a raw
 // transaction (no deduplication), behind a hand-written inbox table, through jobs.RunTx, behind
-// River's unique insert, and on database/sql (a raw transaction, and jobs.RunTxSQL), in alternating slots whose order rotates,
-// with 4 and with 16 workers.
+// River's unique insert, and on database/sql (a raw transaction, and jobs.RunTxSQL), in
+// alternating slots whose order rotates, with 4 and with 16 workers.
 func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error {
 	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL);
 		CREATE TABLE bench_inbox (key text PRIMARY KEY)`); err != nil {

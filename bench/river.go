@@ -21,9 +21,9 @@ type riverDelivery struct {
 
 func (riverDelivery) Kind() string { return "bench_delivery" }
 
-// riverDeliveryOpts make the insert River's unique one: an upsert on its unique index of the
-// job's kind and arguments (river#451), skipped when a job with them exists in any state but
-// cancelled and discarded.
+// riverDeliveryOpts make the insert River's unique one (since River v0.12): an upsert on the
+// unique index of the job's kind and arguments, skipped when a job with them exists in any
+// state but cancelled and discarded.
 var riverDeliveryOpts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 
 // newRiverClients migrates River into a schema of its own and returns an insert-only client on
