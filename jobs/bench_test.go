@@ -139,3 +139,73 @@ func BenchmarkRun(b *testing.B) {
 		}},
 	)
 }
+
+// BenchmarkRunTxBatch: 4 workers on separate pools deliver distinct keys through RunTxBatch, 50
+// keys a batch whose fn inserts a row per key claimed, against RunTx delivering them one by one,
+// in alternating halves of one run. Goal: deliveries per second ≥ 3× RunTx's.
+func BenchmarkRunTxBatch(b *testing.B) {
+	const workers, batch = 4, 50
+	d := testdb.New(b, nil)
+	ctx := context.Background()
+	if _, err := d.Pool.Exec(ctx, `CREATE TABLE effects (key text NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	dedupers := make([]*jobs.Deduper, workers)
+	for i := range dedupers {
+		dedupers[i] = benchDeduper(b, d.NewPool(b, func(c *pgxpool.Config) { c.MaxConns = 1 })) // the session warmed below
+	}
+	half := max(b.N, 2000) / 2
+
+	rounds := 0
+	// deliveries makes workers whose step delivers size distinct keys.
+	deliveries := func(size int, deliver func(worker int, keys []string) error) func(worker int) (func() (time.Duration, error), func()) {
+		return func(worker int) (func() (time.Duration, error), func()) {
+			rounds++
+			prefix, n := fmt.Sprintf("w%d-%d-", worker, rounds), 0
+			return func() (time.Duration, error) {
+				keys := make([]string, size)
+				for i := range keys {
+					n++
+					keys[i] = prefix + fmt.Sprint(n)
+				}
+				return 0, deliver(worker, keys)
+			}, func() {}
+		}
+	}
+	effect := func(ctx context.Context, tx pgx.Tx, keys []string) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) SELECT unnest($1::text[])`, keys)
+		return err
+	}
+	runTx := deliveries(1, func(worker int, keys []string) error {
+		_, err := dedupers[worker].RunTx(ctx, keys[0], nil, func(ctx context.Context, tx pgx.Tx) error { return effect(ctx, tx, keys) })
+		return err
+	})
+	runTxBatch := deliveries(batch, func(worker int, keys []string) error {
+		delivered, err := dedupers[worker].RunTxBatch(ctx, keys, nil, effect)
+		if err == nil && delivered[batch-1].Outcome != jobs.OutcomeRan {
+			err = fmt.Errorf("outcome %v", delivered[batch-1].Outcome)
+		}
+		return err
+	})
+	// A session's first batch costs a hundred milliseconds (PL/pgSQL compiles the functions it
+	// calls): each worker's session makes its first of each before the clock starts.
+	for _, warm := range []func(worker int) (func() (time.Duration, error), func()){runTx, runTxBatch} {
+		if c := benchkit.Contend(workers, workers, warm); c.Err != nil {
+			b.Fatal(c.Err)
+		}
+	}
+	b.ResetTimer()
+	var single, batched benchkit.Contention
+	for range 2 {
+		single = single.Add(benchkit.Contend(workers, half, runTx))
+		batched = batched.Add(benchkit.Contend(workers, max(half/batch, workers), runTxBatch))
+	}
+	for _, c := range []benchkit.Contention{single, batched} {
+		if c.Err != nil {
+			b.Fatal(c.Err)
+		}
+	}
+	b.ReportMetric(single.PerSecond, "runtx-deliveries-per-s")
+	b.ReportMetric(batched.PerSecond*batch, "batch-deliveries-per-s")
+	b.ReportMetric(batched.PerSecond*batch/single.PerSecond, "batch/runtx-throughput")
+}

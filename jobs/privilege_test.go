@@ -17,7 +17,7 @@ import (
 )
 
 // The grants docs/sql.md lists are all a Deduper needs: it claims, runs, renews, fails, waits,
-// forgets and collects as a role that cannot write the tables.
+// delivers batches, forgets and collects as a role that cannot write the tables.
 func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -33,6 +33,8 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 			pglock_job_renew_many(varchar[], text[], bigint[], bigint[]), pglock_job_running(varchar, text),
 			pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint),
 			pglock_job_finish_tx(varchar, text, bigint, bigint),
+			pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, integer, bigint),
+			pglock_job_finish_many(varchar, text[], bigint[], bigint),
 			pglock_job_await(varchar, text, varchar, bigint), pglock_job_unawait(varchar, text, varchar),
 			pglock_job_forget(varchar, text), pglock_job_collect(integer) TO %[1]s;`, role))
 	require.NoError(t, err)
@@ -56,6 +58,13 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	rec, err := dd.Status(ctx, "tx-failed")
 	require.NoError(t, err)
 	require.Equal(t, jobs.StatusFailed, rec.Status)
+	delivered, err := dd.RunTxBatch(ctx, []string{"tx", "batch-1", "batch-2"}, nil, func(ctx context.Context, tx pgx.Tx, claimed []string) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) SELECT unnest($1::text[])`, claimed)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeAlreadyDone, delivered[0].Outcome)
+	require.Equal(t, jobs.OutcomeRan, delivered[2].Outcome)
 
 	running := make(chan struct{})
 	finish := make(chan struct{})

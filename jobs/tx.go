@@ -77,15 +77,19 @@ type txRun interface {
 	// known), aborted, ended (and how), or lost with its connection. fnErr is what fn returned:
 	// where the driver cannot tell without asking, it asks only when fn failed.
 	left(ctx context.Context, fnErr error) (txState, endedByFn)
-	// commit writes the outcome and commits, returning the outcome's time. Where left could not
-	// tell, it returns endedByFn or errAborted.
-	commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error)
+	// commit writes the outcome (finish, where the outcome is not written with the claim) and
+	// commits, returning the outcome's time. Where left could not tell, it returns endedByFn or
+	// errAborted.
+	commit(ctx context.Context, finish finishFunc) (time.Time, error)
 	// rollback rolls back, bounded: on a connection that stopped answering, a rollback would wait
 	// for TCP to give up. Where left could not tell, it returns endedByFn.
 	rollback(ctx context.Context) error
 	// close gives the connection back.
 	close()
 }
+
+// finishFunc writes the outcome of the claims of a transaction, through q, just before its COMMIT.
+type finishFunc func(ctx context.Context, q *db.Queries) (time.Time, error)
 
 type txState int
 
@@ -125,13 +129,24 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	}
 
 	runCtx, ran := d.beginRun(ctx, req, pglock.ModeRunTx, res)
+	record := func(outcome error) error { return d.recordOutcome(ctx, req, outcome) }
 	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, run.call(runCtx) }, func(panicked error) {
 		ran(panicked)
 		run.rollback(ctx)
-		d.recordOutcome(ctx, req, panicked)
+		record(panicked)
 	})
 	ran(fnErr)
-	res.FinishedAt = time.Time{} // the outcome's time, once committed
+	res.FinishedAt, err = d.endTx(ctx, run, fnErr, req.label(), func(ctx context.Context, q *db.Queries) (time.Time, error) {
+		return q.FinishJobTx(ctx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
+	}, record)
+	return res, 0, err
+}
+
+// endTx ends the transaction of an attempt (named label) after fn returned fnErr, as fn left
+// it: it commits the outcome (finish) with fn's writes, or rolls them back and records the
+// failure (record), and returns the outcome's time when committed. An error says nothing was
+// committed, or that whether it was is unknown.
+func (d *Deduper) endTx(ctx context.Context, run txRun, fnErr error, label string, finish finishFunc, record func(outcome error) error) (time.Time, error) {
 	state, ended := run.left(ctx, fnErr)
 	ownTimeout := errors.Is(fnErr, context.DeadlineExceeded) || errors.Is(fnErr, context.Canceled)
 	if state == txLost && (fnErr == nil || (ctx.Err() == nil && !ownTimeout)) {
@@ -142,13 +157,16 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 		// closes one whose statement is canceled) is fn's failure, and counts: else a job
 		// that always times out would be delivered for ever.
 		run.rollback(ctx)
-		lost := errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count", req.label())
+		lost := errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count", label)
 		if fnErr != nil {
 			lost = errs.Errorf("%w: %w", lost, fnErr)
 		}
-		return res, 0, lost
+		return time.Time{}, lost
 	}
-	var finishedAt time.Time
+	var (
+		finishedAt time.Time
+		err        error
+	)
 	if state == txOpen {
 		if fnErr == nil {
 			// Past TxIdleTimeout a session that heard nothing has been ended, and its transaction with it.
@@ -156,7 +174,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 			if d.cfg.TxIdleTimeout > 0 {
 				commitCtx, cancel = context.WithTimeout(ctx, d.cfg.TxIdleTimeout)
 			}
-			finishedAt, err = run.commit(commitCtx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})
+			finishedAt, err = run.commit(commitCtx, finish)
 			cancel()
 		} else {
 			err = run.rollback(ctx)
@@ -172,49 +190,48 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	switch state {
 	case txEnded:
 		if ended.recorded {
-			return res, 0, errors.Join(fnErr, errs.Errorf("%w: fn ended the transaction of %s itself; it committed, and the outcome written with the claim, succeeded, with it",
-				pglock.ErrInvalidArgument, req.label()))
+			return time.Time{}, errors.Join(fnErr, errs.Errorf("%w: fn ended the transaction of %s itself; it committed, and the outcome written with the claim, succeeded, with it",
+				pglock.ErrInvalidArgument, label))
 		}
-		// fn ended the transaction, and with it the claim, which only FinishJobTx writes. Its
+		// fn ended the transaction, and with it the claim, which only finish writes. Its
 		// outcome is recorded now, after the fact (unless a redelivery claimed the key in
 		// between): what fn said if it committed through tx.Commit, else a failure, for its
 		// writes may be gone.
 		outcome := fnErr
 		if !ended.committed && outcome == nil {
-			outcome = errs.Errorf("fn ended the transaction of %s itself, not with tx.Commit", req.label())
+			outcome = errs.Errorf("fn ended the transaction of %s itself, not with tx.Commit", label)
 		}
 		as := "succeeded"
 		if outcome != nil {
 			as = "failed"
 		}
 		misuse := errs.Errorf("%w: fn ended the transaction of %s itself; its outcome was recorded after the fact, as %s",
-			pglock.ErrInvalidArgument, req.label(), as)
-		return res, 0, errors.Join(fnErr, misuse, d.recordOutcome(ctx, req, outcome))
+			pglock.ErrInvalidArgument, label, as)
+		return time.Time{}, errors.Join(fnErr, misuse, record(outcome))
 	case txAborted:
 		if fnErr == nil {
-			fnErr = errs.Errorf("fn returned no error but left the transaction of %s aborted", req.label())
+			fnErr = errs.Errorf("fn returned no error but left the transaction of %s aborted", label)
 		}
 	}
 	if fnErr != nil {
 		run.rollback(ctx)
-		return res, 0, errors.Join(fnErr, d.recordOutcome(ctx, req, fnErr))
+		return time.Time{}, errors.Join(fnErr, record(fnErr))
 	}
 	switch {
 	case db.StateOf(err) != "" && !db.ConnectionEnded(err):
 		// The server refused the statement or the COMMIT (a deferred constraint, a
 		// serialization failure): nothing was committed.
 		run.rollback(ctx)
-		err = errs.Errorf("commit %s: %w", req.label(), err)
-		return res, 0, errors.Join(err, d.recordOutcome(ctx, req, err))
+		err = errs.Errorf("commit %s: %w", label, err)
+		return time.Time{}, errors.Join(err, record(err))
 	case err != nil:
 		run.rollback(ctx)
 		// The commit may have happened with the connection lost (or ended by the server) on the
 		// way back: the next delivery finds out.
-		return res, 0, errs.Errorf("commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
-			req.label(), err)
+		return time.Time{}, errs.Errorf("commit %s (the outcome is unknown: a redelivery runs it again unless it committed): %w",
+			label, err)
 	}
-	res.FinishedAt = finishedAt
-	return res, 0, nil
+	return finishedAt, nil
 }
 
 // pgxRun is RunTx's transaction: BEGIN goes with the claim, and COMMIT with the outcome, one
@@ -227,22 +244,31 @@ type pgxRun struct {
 	watched *endWatch
 }
 
-func (r *pgxRun) claim(ctx context.Context, p db.ClaimJobTxParams) (db.ClaimJobTxRow, error) {
+func (r *pgxRun) claim(ctx context.Context, p db.ClaimJobTxParams) (row db.ClaimJobTxRow, err error) {
+	// The claim writes nothing yet for a key without a record: the outcome, succeeded, is
+	// written by FinishJobTx just before COMMIT, so that committing the transaction commits it
+	// with fn's writes, and rolling it back leaves the key to the next delivery.
+	err = r.begin(ctx, func(q *db.Queries) (err error) {
+		row, err = q.ClaimJobTx(ctx, p)
+		return err
+	})
+	return row, err
+}
+
+// begin takes a connection and sends BEGIN with claim's statement, in one round trip.
+func (r *pgxRun) begin(ctx context.Context, claim func(q *db.Queries) error) error {
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
-		return db.ClaimJobTxRow{}, db.Translate(err)
+		return db.Translate(err)
 	}
 	// The connection goes back to the pool idle, or is closed: pgxpool closes one still in a
 	// transaction. A transaction that commits ends with the COMMIT pipelined after the
 	// announcement, not through tx.Commit, which would cost a round trip of its own.
 	r.conn = conn
-	// The claim writes nothing yet for a key without a record: the outcome, succeeded, is
-	// written by FinishJobTx just before COMMIT, so that committing the transaction commits it
-	// with fn's writes, and rolling it back leaves the key to the next delivery.
 	begin := db.Begin(conn.Conn())
-	row, err := db.New(db.Translating(begin)).ClaimJobTx(ctx, p)
+	err = claim(db.New(db.Translating(begin)))
 	r.tx = begin.Tx()
-	return row, err
+	return err
 }
 
 func (r *pgxRun) call(ctx context.Context) error {
@@ -263,8 +289,8 @@ func (r *pgxRun) left(context.Context, error) (txState, endedByFn) {
 	return txOpen, endedByFn{}
 }
 
-func (r *pgxRun) commit(ctx context.Context, p db.FinishJobTxParams) (time.Time, error) {
-	return db.New(db.Translating(db.Around(r.tx, nil, []string{"COMMIT"}))).FinishJobTx(ctx, p)
+func (r *pgxRun) commit(ctx context.Context, finish finishFunc) (time.Time, error) {
+	return finish(ctx, db.New(db.Translating(db.Around(r.tx, nil, []string{"COMMIT"}))))
 }
 
 // rollback is bounded; pgx closes a connection whose rollback fails, and the server then rolls
@@ -345,7 +371,7 @@ func (r *sqlRun) left(ctx context.Context, fnErr error) (txState, endedByFn) {
 // whether the transaction committed, so that the failure is told as RunTx tells it: fn ended the
 // transaction (committed or not), left it aborted, the server refused the COMMIT, or nobody
 // knows.
-func (r *sqlRun) commit(context.Context, db.FinishJobTxParams) (time.Time, error) {
+func (r *sqlRun) commit(context.Context, finishFunc) (time.Time, error) {
 	r.ended = true
 	err := r.tx.Commit()
 	if err == nil {

@@ -11,6 +11,10 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coa
 DROP FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz);
 DROP FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
 DROP FUNCTION pglock_cron_seen_clock(varchar[], varchar, bigint, bigint);
+DROP FUNCTION pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, integer, bigint);
+DROP FUNCTION pglock_job_finish_many(varchar, text[], bigint[], bigint);
+DROP FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint);
+DROP FUNCTION pglock_job_bound_idle(bigint);
 DROP FUNCTION pglock_job_require_claim(timestamptz, varchar, text);
 DROP FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint);
 DROP FUNCTION pglock_job_announce(varchar, text);

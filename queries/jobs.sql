@@ -40,6 +40,26 @@ SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token
   FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, true, NULL, sqlc.narg('fingerprint')::text,
                         @window_ms, @max_attempts, @idle_timeout_ms) AS a;
 
+-- ClaimJobsTx claims many keys inside RunTxBatch's transaction (pglock_job_claim_many): a row
+-- per key, in the order given. The first branch names the columns, as ClaimJob's does.
+-- name: ClaimJobsTx :many
+(SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
+        j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
+        j.retain_until, j.created_at, NULL::bigint AS lock_key
+   FROM (SELECT 1) AS one
+   LEFT JOIN pglock_jobs j ON false
+  WHERE false)
+UNION ALL
+SELECT a.*
+  FROM pglock_job_claim_many(@scope, @job_keys::text[], @holder_id, @instance, @window_ms, @max_attempts,
+                             @idle_timeout_ms) AS a;
+
+-- FinishJobsTx finishes the claims of ClaimJobsTx just before COMMIT, which goes in the same
+-- round trip: without every claim, the error keeps the COMMIT from running.
+-- name: FinishJobsTx :one
+SELECT pglock_job_require_claim(pglock_job_finish_many(@scope, @job_keys::text[], @fencing_tokens::bigint[], @window_ms),
+                                @scope, 'a batch of ' || cardinality(@job_keys::text[]))::timestamptz AS finished_at;
+
 -- RenewJobs renews the leases of many attempts in one statement (pglock_job_renew_many): a row
 -- per attempt, in the order given, with its outcome
 -- ('renewed', 'busy' or 'gone').

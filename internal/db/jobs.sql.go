@@ -201,6 +201,93 @@ func (q *Queries) ClaimJobTx(ctx context.Context, arg ClaimJobTxParams) (ClaimJo
 	return i, err
 }
 
+const claimJobsTx = `-- name: ClaimJobsTx :many
+(SELECT 'done'::text AS outcome, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token,
+        j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint,
+        j.retain_until, j.created_at, NULL::bigint AS lock_key
+   FROM (SELECT 1) AS one
+   LEFT JOIN pglock_jobs j ON false
+  WHERE false)
+UNION ALL
+SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at, a.finished_at, a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
+  FROM pglock_job_claim_many($1, $2::text[], $3, $4, $5, $6,
+                             $7) AS a
+`
+
+type ClaimJobsTxParams struct {
+	Scope         string
+	JobKeys       []string
+	HolderID      string
+	Instance      string
+	WindowMs      int64
+	MaxAttempts   int32
+	IdleTimeoutMs int64
+}
+
+type ClaimJobsTxRow struct {
+	Outcome        string
+	Status         *string
+	HolderID       *string
+	Instance       *string
+	Attempts       *int32
+	FencingToken   *int64
+	LeaseExpiresAt *time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	LastError      *string
+	Result         []byte
+	Fingerprint    *string
+	RetainUntil    *time.Time
+	CreatedAt      *time.Time
+	LockKey        *int64
+}
+
+// ClaimJobsTx claims many keys inside RunTxBatch's transaction (pglock_job_claim_many): a row
+// per key, in the order given. The first branch names the columns, as ClaimJob's does.
+func (q *Queries) ClaimJobsTx(ctx context.Context, arg ClaimJobsTxParams) ([]ClaimJobsTxRow, error) {
+	rows, err := q.db.Query(ctx, claimJobsTx,
+		arg.Scope,
+		arg.JobKeys,
+		arg.HolderID,
+		arg.Instance,
+		arg.WindowMs,
+		arg.MaxAttempts,
+		arg.IdleTimeoutMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimJobsTxRow
+	for rows.Next() {
+		var i ClaimJobsTxRow
+		if err := rows.Scan(
+			&i.Outcome,
+			&i.Status,
+			&i.HolderID,
+			&i.Instance,
+			&i.Attempts,
+			&i.FencingToken,
+			&i.LeaseExpiresAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.LastError,
+			&i.Result,
+			&i.Fingerprint,
+			&i.RetainUntil,
+			&i.CreatedAt,
+			&i.LockKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const collectJobs = `-- name: CollectJobs :one
 SELECT pglock_job_collect($1)::integer AS deleted
 `
@@ -264,6 +351,32 @@ func (q *Queries) FinishJobTx(ctx context.Context, arg FinishJobTxParams) (time.
 		arg.Scope,
 		arg.JobKey,
 		arg.FencingToken,
+		arg.WindowMs,
+	)
+	var finished_at time.Time
+	err := row.Scan(&finished_at)
+	return finished_at, err
+}
+
+const finishJobsTx = `-- name: FinishJobsTx :one
+SELECT pglock_job_require_claim(pglock_job_finish_many($1, $2::text[], $3::bigint[], $4),
+                                $1, 'a batch of ' || cardinality($2::text[]))::timestamptz AS finished_at
+`
+
+type FinishJobsTxParams struct {
+	Scope         string
+	JobKeys       []string
+	FencingTokens []int64
+	WindowMs      int64
+}
+
+// FinishJobsTx finishes the claims of ClaimJobsTx just before COMMIT, which goes in the same
+// round trip: without every claim, the error keeps the COMMIT from running.
+func (q *Queries) FinishJobsTx(ctx context.Context, arg FinishJobsTxParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, finishJobsTx,
+		arg.Scope,
+		arg.JobKeys,
+		arg.FencingTokens,
 		arg.WindowMs,
 	)
 	var finished_at time.Time

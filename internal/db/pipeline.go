@@ -52,13 +52,44 @@ func (a *around) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return tag, err
 }
 
-// Query is not supported: rows are read after the statements after the query have run.
-func (a *around) Query(context.Context, string, ...any) (pgx.Rows, error) {
-	return nil, errors.New("pglock: db.Around runs single-row queries and statements only")
+// Query runs a query of many rows after the statements before it; not with statements after
+// it, which would run only once its rows were read.
+func (a *around) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if len(a.after) > 0 {
+		return nil, errors.New("pglock: db.Around runs a query of many rows with no statement after it")
+	}
+	br, before := a.sendBatch(ctx, sql, args)
+	for range before {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, results: br}, nil
 }
 
-// send queues the statements and the query, sends them, and reads the query's result with read.
-func (a *around) send(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+// batchRows are the rows of a query sent in a batch, which they close after themselves.
+type batchRows struct {
+	pgx.Rows
+	results pgx.BatchResults
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.results != nil {
+		r.results.Close()
+		r.results = nil
+	}
+}
+
+// sendBatch sends the statements and the query, and returns their results, with how many
+// statements come before the query's.
+func (a *around) sendBatch(ctx context.Context, sql string, args []any) (_ pgx.BatchResults, before int) {
 	b := &pgx.Batch{}
 	if a.begin {
 		b.BeginTx(pgx.TxOptions{})
@@ -66,6 +97,7 @@ func (a *around) send(ctx context.Context, sql string, args []any, read func(pgx
 	for _, s := range a.before {
 		b.Queue(s)
 	}
+	before = len(b.QueuedQueries)
 	b.Queue(sql, args...)
 	for _, s := range a.after {
 		b.Queue(s)
@@ -74,8 +106,14 @@ func (a *around) send(ctx context.Context, sql string, args []any, read func(pgx
 	if a.begin {
 		a.tx = br.Tx()
 	}
+	return br, before
+}
+
+// send sends the statements and the query, and reads the query's result with read.
+func (a *around) send(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+	br, before := a.sendBatch(ctx, sql, args)
 	err := func() error {
-		for range len(b.QueuedQueries) - 1 - len(a.after) {
+		for range before {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}

@@ -111,6 +111,59 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint) FROM PUBLIC;
 
+-- SQLSTATE 22023, COLUMN naming the argument, unless a claim's arguments are valid: the rules
+-- of pglock_job_claim's arguments, which it checks in one condition and then here only when that
+-- fails, and which pglock_job_claim_many checks here once.
+CREATE OR REPLACE FUNCTION pglock_job_check_claim(p_scope varchar, p_key text, p_holder_id varchar, p_transactional boolean,
+                                                  p_ttl_ms bigint, p_window_ms bigint, p_max_attempts integer,
+                                                  p_idle_timeout_ms bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pglock_job_check_key(p_scope, p_key);
+    IF p_holder_id IS NULL OR p_holder_id = '' OR length(p_holder_id) > 255 THEN
+        RAISE EXCEPTION 'p_holder_id: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_holder_id';
+    END IF;
+    IF p_transactional IS NULL THEN
+        RAISE EXCEPTION 'p_transactional: must not be null' USING ERRCODE = '22023', COLUMN = 'p_transactional';
+    END IF;
+    IF NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
+        PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
+    END IF;
+    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
+        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 0 THEN
+        RAISE EXCEPTION 'p_max_attempts: must be 0 (no limit) or more' USING ERRCODE = '22023', COLUMN = 'p_max_attempts';
+    END IF;
+    IF p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647 THEN
+        RAISE EXCEPTION 'p_idle_timeout_ms: must be from 0 (none) to 2147483647' USING ERRCODE = '22023', COLUMN = 'p_idle_timeout_ms';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint) FROM PUBLIC;
+
+-- Bounds the calling transaction's idle_in_transaction_session_timeout to p_idle_timeout_ms
+-- when positive (never loosening a stricter one), as a claim inside a transaction does, so that
+-- a caller that vanishes mid-transaction holds its keys no longer; returns the setting's new
+-- value, or NULL when it is unchanged. current_setting shows it as '0' (none, the default) or
+-- with a unit interval input reads ('30s', '1min'); pg_settings would cost listing every
+-- setting. A SQL function, inlined into the expression that calls it.
+CREATE OR REPLACE FUNCTION pglock_job_bound_idle(p_idle_timeout_ms bigint)
+RETURNS text
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE WHEN p_idle_timeout_ms > 0
+                 AND (current_setting('idle_in_transaction_session_timeout') = '0'
+                      OR extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000 > p_idle_timeout_ms)
+                THEN set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true) END
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
+
 -- Claims a delivery of (p_scope, p_key) for the holder p_holder_id of instance p_instance, in one
 -- statement, and answers with the outcome and the record:
 --   done      it succeeded before, and the record is within its retention: do nothing;
@@ -165,24 +218,8 @@ BEGIN
        OR p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000
        OR p_max_attempts IS NULL OR p_max_attempts < 0
        OR p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647 THEN
-        PERFORM pglock_job_check_key(p_scope, p_key);
-        IF p_holder_id IS NULL OR p_holder_id = '' OR length(p_holder_id) > 255 THEN
-            RAISE EXCEPTION 'p_holder_id: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_holder_id';
-        END IF;
-        IF p_transactional IS NULL THEN
-            RAISE EXCEPTION 'p_transactional: must not be null' USING ERRCODE = '22023', COLUMN = 'p_transactional';
-        END IF;
-        IF NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
-            PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
-        END IF;
-        IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
-            RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
-                USING ERRCODE = '22023', COLUMN = 'p_window_ms';
-        END IF;
-        IF p_max_attempts IS NULL OR p_max_attempts < 0 THEN
-            RAISE EXCEPTION 'p_max_attempts: must be 0 (no limit) or more' USING ERRCODE = '22023', COLUMN = 'p_max_attempts';
-        END IF;
-        RAISE EXCEPTION 'p_idle_timeout_ms: must be from 0 (none) to 2147483647' USING ERRCODE = '22023', COLUMN = 'p_idle_timeout_ms';
+        PERFORM pglock_job_check_claim(p_scope, p_key, p_holder_id, p_transactional, p_ttl_ms, p_window_ms,
+                                       p_max_attempts, p_idle_timeout_ms);
     END IF;
     -- A claim pending in this transaction is written first: this claim may be of its key.
     IF current_setting('pglock.job_claim', true) <> '' THEN
@@ -260,13 +297,8 @@ BEGIN
             v_claimed := FOUND;
         END IF;
         IF v_claimed THEN
-            IF p_transactional AND p_idle_timeout_ms > 0 THEN
-                -- current_setting shows it as '0' (none, the default) or with a unit interval
-                -- input reads ('30s', '1min'); pg_settings would cost listing every setting.
-                v_text := current_setting('idle_in_transaction_session_timeout');
-                IF v_text = '0' OR extract(epoch FROM v_text::interval) * 1000 > p_idle_timeout_ms THEN
-                    v_text := set_config('idle_in_transaction_session_timeout', p_idle_timeout_ms::text, true);
-                END IF;
+            IF p_transactional THEN
+                v_text := pglock_job_bound_idle(p_idle_timeout_ms);
             END IF;
             RETURN pglock_job_answer_of('claimed', v_job, v_lock_key);
         END IF;
@@ -438,6 +470,142 @@ BEGIN
     RETURN v_now;
 END;
 $$;
+
+-- Claims many keys of one scope inside the calling transaction, in one statement: an answer per
+-- key, in the order given, as pglock_job_claim's with p_transactional true (no fingerprint).
+-- The keys without a record whose advisory locks this transaction takes are claimed by one
+-- insert for them all; every other key by pglock_job_claim, whose rules answer it. Every
+-- claimed record is written unfinished ('succeeded', no finish time): pglock_job_finish_many
+-- finishes them just before COMMIT. From 1 to 1000 distinct keys; arguments as
+-- pglock_job_claim's. As every claim, it never waits for another, and the locks it takes last
+-- until the transaction ends.
+CREATE OR REPLACE FUNCTION pglock_job_claim_many(
+    p_scope varchar, p_keys text[], p_holder_id varchar, p_instance varchar,
+    p_window_ms bigint, p_max_attempts integer, p_idle_timeout_ms bigint)
+RETURNS SETOF pglock_job_answer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_now     timestamptz := clock_timestamp();
+    v_answers pglock_job_answer[];
+    v_claimed record;
+    v_i       bigint;
+    v_text    text;
+BEGIN
+    IF p_keys IS NULL OR cardinality(p_keys) NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'p_keys: must hold 1 to 1000 keys, got %', coalesce(cardinality(p_keys)::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_keys';
+    END IF;
+    -- Every argument, the first key among them; then any other key the check would refuse.
+    PERFORM pglock_job_check_claim(p_scope, p_keys[1], p_holder_id, true, NULL, p_window_ms, p_max_attempts, p_idle_timeout_ms);
+    SELECT k INTO v_text FROM unnest(p_keys) AS k WHERE k IS NULL OR octet_length(k) NOT BETWEEN 1 AND 1024 LIMIT 1;
+    IF FOUND THEN
+        PERFORM pglock_job_check_key(p_scope, v_text);
+    END IF;
+    SELECT k INTO v_text FROM unnest(p_keys) AS k GROUP BY k HAVING count(*) > 1 LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'p_keys: key % given twice', v_text USING ERRCODE = '22023', COLUMN = 'p_keys';
+    END IF;
+    -- A claim pending in this transaction is written first: it may be of one of these keys.
+    IF current_setting('pglock.job_claim', true) <> '' THEN
+        PERFORM pglock_job_write_pending(NULL, NULL, NULL, NULL, NULL);
+    END IF;
+    v_answers := array_fill(NULL::pglock_job_answer, ARRAY[cardinality(p_keys)]);
+    -- A key whose lock this transaction takes and that has no record is this delivery's. A
+    -- record committed between the read and the lock is met by the insert, which leaves the key
+    -- to pglock_job_claim; no other transaction can be inserting one, for it would hold the lock.
+    FOR v_claimed IN
+        WITH wanted AS (
+            SELECT w.k, w.i FROM unnest(p_keys) WITH ORDINALITY AS w(k, i)
+        ), recorded AS (
+            -- A lookup per key, by the whole primary key, whatever the table's statistics say (a
+            -- LATERAL subquery with a LIMIT is not flattened into a join: `job_key = ANY (p_keys)`
+            -- was planned as a scan of the scope's whole range once the table had been analysed
+            -- small).
+            SELECT w.k FROM wanted w, LATERAL (SELECT FROM pglock_jobs r WHERE r.scope = p_scope AND r.job_key = w.k LIMIT 1) AS r
+        ), inserted AS (
+            INSERT INTO pglock_jobs AS j (scope, job_key, status, holder_id, instance, attempts, fencing_token,
+                                          lease_expires_at, started_at, finished_at, retain_until, created_at, fingerprint)
+            SELECT p_scope, w.k, 'succeeded', p_holder_id, coalesce(p_instance, ''), 1,
+                   pglock_next_token('pglock_jobs_fencing_token_seq'), NULL, v_now, NULL,
+                   v_now + p_window_ms * interval '1 millisecond', v_now, NULL
+              FROM wanted w
+             WHERE pg_try_advisory_xact_lock(pglock_job_lock_key(p_scope, w.k))
+               AND w.k NOT IN (SELECT r.k FROM recorded r)
+             ORDER BY w.i
+            ON CONFLICT (scope, job_key) DO NOTHING
+            RETURNING j.*
+        )
+        SELECT w.i, w.k, ins::pglock_jobs AS job FROM inserted ins JOIN wanted w ON w.k = ins.job_key
+    LOOP
+        v_answers[v_claimed.i] := pglock_job_answer_of('claimed', v_claimed.job, pglock_job_lock_key(p_scope, v_claimed.k));
+    END LOOP;
+    IF FOUND THEN
+        v_text := pglock_job_bound_idle(p_idle_timeout_ms);
+    END IF;
+    FOR v_i IN 1..cardinality(p_keys) LOOP
+        IF v_answers[v_i] IS NULL THEN
+            v_answers[v_i] := pglock_job_claim(p_scope, p_keys[v_i], p_holder_id, p_instance, true, NULL, NULL,
+                                               p_window_ms, p_max_attempts, p_idle_timeout_ms);
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT a.* FROM unnest(v_answers) AS a;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, integer, bigint) FROM PUBLIC;
+
+-- Records when the attempts claimed inside the calling transaction with pglock_job_claim_many
+-- (the keys claimed, with their tokens) finished, keeps their records p_window_ms from then,
+-- and announces the outcomes of those with waiters; call it just before COMMIT. Returns the
+-- finish time, or NULL when this transaction does not hold every one of these claims.
+CREATE OR REPLACE FUNCTION pglock_job_finish_many(p_scope varchar, p_keys text[], p_fencing_tokens bigint[], p_window_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_finished bigint;
+BEGIN
+    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
+        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    END IF;
+    IF p_keys IS NULL OR p_fencing_tokens IS NULL OR cardinality(p_keys) <> cardinality(p_fencing_tokens) THEN
+        RAISE EXCEPTION 'p_fencing_tokens: must hold a token per key' USING ERRCODE = '22023', COLUMN = 'p_fencing_tokens';
+    END IF;
+    -- A claim pending in this transaction is written (unfinished) first: it may be of one of these.
+    IF current_setting('pglock.job_claim', true) <> '' THEN
+        PERFORM pglock_job_write_pending(NULL, NULL, NULL, NULL, NULL);
+    END IF;
+    -- The claims' records, found a key at a time by the whole primary key (as in
+    -- pglock_job_claim_many), then updated by their row ids: this transaction wrote them, and
+    -- holds their keys' locks, so nothing else can have moved them.
+    UPDATE pglock_jobs j
+       SET finished_at = v_now, retain_until = v_now + p_window_ms * interval '1 millisecond'
+     WHERE j.ctid = ANY (ARRAY(
+               SELECT r.ctid
+                 FROM unnest(p_keys, p_fencing_tokens) AS c(k, t),
+                      LATERAL (SELECT r.ctid FROM pglock_jobs r
+                                WHERE r.scope = p_scope AND r.job_key = c.k AND r.fencing_token = c.t
+                                  AND r.status = 'succeeded' AND r.finished_at IS NULL
+                                LIMIT 1) AS r));
+    GET DIAGNOSTICS v_finished = ROW_COUNT;
+    IF v_finished <> cardinality(p_keys) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pglock_job_announce(p_scope, c.k)
+       FROM unnest(p_keys) AS c(k),
+            LATERAL (SELECT FROM pglock_job_waiters w WHERE w.scope = p_scope AND w.job_key = c.k LIMIT 1) AS w;
+    RETURN v_now;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_finish_many(varchar, text[], bigint[], bigint) FROM PUBLIC;
 
 -- Announces the outcome of (p_scope, p_key) on the channel pglock_jobs, when the transaction
 -- commits, if the key has waiters, and returns whether it did; otherwise does nothing, for a
