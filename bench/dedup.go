@@ -25,17 +25,28 @@ const (
 // dedupWorkers are the numbers of workers measured, spread over the instances.
 var dedupWorkers = []int{4, 16}
 
-// A dedupWay is one way of delivering a key whose effect is one INSERT.
+// A dedupWay is one way of delivering keys whose effect is one INSERT each: a key per call, or
+// batch keys per call.
 type dedupWay struct {
 	name    string
-	deliver func(ctx context.Context, instance int, key string) error
+	batch   int // keys per call; 0 for one
+	deliver func(ctx context.Context, instance int, keys []string) error
 }
+
+// one makes a way's deliver of one key per call.
+func one(deliver func(ctx context.Context, instance int, key string) error) func(ctx context.Context, instance int, keys []string) error {
+	return func(ctx context.Context, instance int, keys []string) error { return deliver(ctx, instance, keys[0]) }
+}
+
+// dedupBatch is how many keys the batch way delivers per call.
+const dedupBatch = 50
 
 // dedupResult is what one way measured with one number of workers.
 type dedupResult struct {
 	way        string
 	workers    int
-	latency    latency
+	batch      int     // keys per call, 1 or more
+	latency    latency // of a call
 	deliveries int
 	spent      time.Duration
 	walBytes   int64 // written while its slots ran, by the whole server
@@ -50,7 +61,8 @@ func (d dedupResult) walPerDelivery() float64 {
 
 // dedup: instances delivering distinct keys, each delivery's effect one INSERT: in a raw
 // transaction (no deduplication), behind a hand-written inbox table, through jobs.RunTx, behind
-// River's unique insert, and on database/sql (a raw transaction, and jobs.RunTxSQL), in
+// River's unique insert, on database/sql (a raw transaction, and jobs.RunTxSQL), and through
+// jobs.RunTxBatch (many keys a call), in
 // alternating slots whose order rotates, with 4 and with 16 workers.
 func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error {
 	if _, err := e.admin.Exec(ctx, `CREATE TABLE bench_effects (key text NOT NULL);
@@ -92,10 +104,10 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 		return err
 	}
 	ways := []dedupWay{
-		{"raw INSERT transaction (no deduplication)", func(ctx context.Context, i int, key string) error {
+		{name: "raw INSERT transaction (no deduplication)", deliver: one(func(ctx context.Context, i int, key string) error {
 			return pgx.BeginFunc(ctx, pools[i], func(tx pgx.Tx) error { return effect(ctx, tx, key) })
-		}},
-		{"hand-written inbox table", func(ctx context.Context, i int, key string) error {
+		})},
+		{name: "hand-written inbox table", deliver: one(func(ctx context.Context, i int, key string) error {
 			return pgx.BeginFunc(ctx, pools[i], func(tx pgx.Tx) error {
 				var first string
 				err := tx.QueryRow(ctx, `INSERT INTO bench_inbox (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING key`, key).Scan(&first)
@@ -107,15 +119,15 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 				}
 				return effect(ctx, tx, key)
 			})
-		}},
-		{"pglock jobs.RunTx", func(ctx context.Context, i int, key string) error {
+		})},
+		{name: "pglock jobs.RunTx", deliver: one(func(ctx context.Context, i int, key string) error {
 			res, err := dedupers[i].RunTx(ctx, key, nil, func(ctx context.Context, tx pgx.Tx) error { return effect(ctx, tx, key) })
 			return ran(res, err, key)
-		}},
-		{"River's unique InsertTx", func(ctx context.Context, i int, key string) error {
+		})},
+		{name: "River's unique InsertTx", deliver: one(func(ctx context.Context, i int, key string) error {
 			return riverUniqueInsert(ctx, pools[i], rivers[i], key, effect)
-		}},
-		{"raw INSERT transaction on database/sql (pgx stdlib)", func(ctx context.Context, i int, key string) error {
+		})},
+		{name: "raw INSERT transaction on database/sql (pgx stdlib)", deliver: one(func(ctx context.Context, i int, key string) error {
 			tx, err := sqlDBs[i].BeginTx(ctx, nil)
 			if err != nil {
 				return err
@@ -124,10 +136,22 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 				return errors.Join(err, tx.Rollback())
 			}
 			return tx.Commit()
-		}},
-		{"pglock jobs.RunTxSQL (pgx stdlib)", func(ctx context.Context, i int, key string) error {
+		})},
+		{name: "pglock jobs.RunTxSQL (pgx stdlib)", deliver: one(func(ctx context.Context, i int, key string) error {
 			res, err := dedupers[i].RunTxSQL(ctx, sqlDBs[i], key, nil, func(ctx context.Context, tx *sql.Tx) error { return sqlEffect(ctx, tx, key) })
 			return ran(res, err, key)
+		})},
+		{name: fmt.Sprintf("pglock jobs.RunTxBatch (%d keys a call)", dedupBatch), batch: dedupBatch, deliver: func(ctx context.Context, i int, keys []string) error {
+			delivered, err := dedupers[i].RunTxBatch(ctx, keys, nil, func(ctx context.Context, tx pgx.Tx, claimed []string) error {
+				_, err := tx.Exec(ctx, `INSERT INTO bench_effects (key) SELECT unnest($1::text[])`, claimed)
+				return err
+			})
+			for _, d := range delivered {
+				if err == nil {
+					err = ran(d.Result, d.Err, d.Key)
+				}
+			}
+			return err
 		}},
 	}
 	var keys atomic.Int64
@@ -149,8 +173,12 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 					wg.Go(func() {
 						var mine []time.Duration
 						for time.Since(start) < dedupSlot && errs[w] == nil {
+							batch := make([]string, max(ways[way].batch, 1))
+							for i := range batch {
+								batch[i] = fmt.Sprint("delivery-", keys.Add(1))
+							}
 							began := time.Now()
-							errs[w] = ways[way].deliver(ctx, w%dedupInstances, fmt.Sprint("delivery-", keys.Add(1)))
+							errs[w] = ways[way].deliver(ctx, w%dedupInstances, batch)
 							mine = append(mine, time.Since(began))
 						}
 						mu.Lock()
@@ -173,9 +201,9 @@ func dedup(ctx context.Context, e *env, r *report, _ func(string, ...any)) error
 			}
 		}
 		for k := range ways {
-			results[k].way, results[k].workers = ways[k].name, workers
+			results[k].way, results[k].workers, results[k].batch = ways[k].name, workers, max(ways[k].batch, 1)
 			results[k].latency = summarize(samples[k])
-			results[k].deliveries = len(samples[k])
+			results[k].deliveries = len(samples[k]) * results[k].batch
 		}
 		r.dedup = append(r.dedup, results)
 	}
