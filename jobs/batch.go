@@ -30,31 +30,37 @@ type Delivered struct {
 // and commits their outcomes with fn's writes in the round trip of the COMMIT. Each of the other
 // keys is answered from its record, as RunTx answers a duplicate (OutcomeAlreadyDone,
 // OutcomeInProgress, or Err when it gave up), and fn does not see it; with none claimed, fn is
-// not called. If fn fails (or the transaction does not commit), nothing of it commits, and the
-// failure is recorded for every key it was given, as RunTx records one.
+// not called. The batch holds only the keys it claimed while fn runs. If fn fails (or the server
+// refuses the COMMIT), none of its writes commit, and every key it was given records the failure,
+// as RunTx records one; if the connection ends first, nothing is recorded, and the keys run again
+// at their next delivery. An Observer is told of a run per key claimed; fn's context is the
+// first's.
 //
 // The keys are 1 to MaxBatch distinct keys. opts apply to every key; Options.Wait and
 // Options.Fingerprint, which are one delivery's, are refused. Bad input is an error matching
 // [pglock.ErrInvalidArgument], with nothing written. The result has a Delivered per key, in the
 // order given, whenever the claim got through.
-func (d *Deduper) RunTxBatch(ctx context.Context, keys []string, opts *Options, fn func(ctx context.Context, tx pgx.Tx, claimed []string) error) ([]Delivered, error) {
+func (d *Deduper) RunTxBatch(ctx context.Context, keys []string, opts *Options, fn func(ctx context.Context, tx pgx.Tx, claimed []string) error) (delivered []Delivered, err error) {
 	reqs, err := d.newBatch(keys, opts, fn == nil)
 	if err != nil {
 		return nil, err
 	}
-	delivered, err := d.attemptBatch(ctx, reqs, fn)
 	if d.events != nil {
-		for i, req := range reqs {
-			e, keyErr := Delivered{}, err // the claim failed: every key's delivery with it
-			if delivered != nil {
-				if e, keyErr = delivered[i], delivered[i].Err; e.Outcome == OutcomeRan {
-					keyErr = err
+		err = errPanicked // what a panic in fn leaves: a failed run of every key claimed
+		defer func() {
+			for i, req := range reqs {
+				e, keyErr := Delivered{}, err // the claim failed: every key's delivery with it
+				if delivered != nil {
+					if e, keyErr = delivered[i], delivered[i].Err; e.Outcome == OutcomeRan {
+						keyErr = err
+					}
 				}
+				d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+					Mode: pglock.ModeRunTx, Outcome: deliveryOutcome(e.Result, keyErr), Attempt: e.Attempts, Token: e.Token, Err: keyErr})
 			}
-			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-				Mode: pglock.ModeRunTx, Outcome: deliveryOutcome(e.Result, keyErr), Attempt: e.Attempts, Token: e.Token, Err: keyErr})
-		}
+		}()
 	}
+	err = d.attemptBatch(ctx, reqs, fn, &delivered)
 	return delivered, err
 }
 
@@ -89,8 +95,9 @@ func (d *Deduper) newBatch(keys []string, opts *Options, nilFn bool) ([]request,
 }
 
 // attemptBatch claims the batch's keys and, if any was claimed, runs fn with them in the
-// claim's transaction; it returns what each key found or did (nil if the claim failed).
-func (d *Deduper) attemptBatch(ctx context.Context, reqs []request, fn func(ctx context.Context, tx pgx.Tx, claimed []string) error) ([]Delivered, error) {
+// claim's transaction. It sets *delivered to what each key found or did once the claim is
+// answered (before fn runs, for an Observer told of a panic in fn).
+func (d *Deduper) attemptBatch(ctx context.Context, reqs []request, fn func(ctx context.Context, tx pgx.Tx, claimed []string) error, delivered *[]Delivered) error {
 	first := reqs[0]
 	p := db.ClaimJobsTxParams{
 		Scope: first.scope, JobKeys: make([]string, len(reqs)), HolderID: ident.NewHolderID(), Instance: d.instance,
@@ -116,12 +123,13 @@ func (d *Deduper) attemptBatch(ctx context.Context, reqs []request, fn func(ctx 
 	}
 	if err != nil {
 		run.rollback(ctx)
-		return nil, errs.Errorf("claim a batch of %d keys: %w", len(reqs), err)
+		return errs.Errorf("claim a batch of %d keys: %w", len(reqs), err)
 	}
-	delivered := make([]Delivered, len(reqs))
+	answers := make([]Delivered, len(reqs))
+	*delivered = answers
 	for i, row := range rows {
 		res, err := reqs[i].answer(db.ClaimJobRow(row)) // the same columns
-		delivered[i] = Delivered{Key: reqs[i].key, Result: res, Err: err}
+		answers[i] = Delivered{Key: reqs[i].key, Result: res, Err: err}
 		if err == nil && res.Outcome == OutcomeRan {
 			claimed = append(claimed, i)
 			keys, tokens = append(keys, reqs[i].key), append(tokens, res.Token)
@@ -129,12 +137,18 @@ func (d *Deduper) attemptBatch(ctx context.Context, reqs []request, fn func(ctx 
 	}
 	if len(claimed) == 0 {
 		run.rollback(ctx) // nothing was written
-		return delivered, nil
+		return nil
 	}
 
+	// The Observer begins a run of every key claimed; fn's context is the first's (a span's).
+	fnCtx := ctx
 	ends := make([]func(error), len(claimed))
 	for n, i := range claimed {
-		_, ends[n] = d.beginRun(ctx, reqs[i], pglock.ModeRunTx, delivered[i].Result)
+		var runCtx context.Context
+		runCtx, ends[n] = d.beginRun(ctx, reqs[i], pglock.ModeRunTx, answers[i].Result)
+		if n == 0 {
+			fnCtx = runCtx
+		}
 	}
 	ran := func(err error) {
 		for _, end := range ends {
@@ -149,7 +163,7 @@ func (d *Deduper) attemptBatch(ctx context.Context, reqs []request, fn func(ctx 
 		}
 		return errors.Join(failed...)
 	}
-	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, run.call(ctx) }, func(panicked error) {
+	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, run.call(fnCtx) }, func(panicked error) {
 		ran(panicked)
 		run.rollback(ctx)
 		record(panicked)
@@ -163,7 +177,7 @@ func (d *Deduper) attemptBatch(ctx context.Context, reqs []request, fn func(ctx 
 		return q.FinishJobsTx(ctx, db.FinishJobsTxParams{Scope: first.scope, JobKeys: keys, FencingTokens: tokens, WindowMs: first.window.Milliseconds()})
 	}, record)
 	for _, i := range claimed {
-		delivered[i].FinishedAt = finishedAt
+		answers[i].FinishedAt = finishedAt
 	}
-	return delivered, err
+	return err
 }

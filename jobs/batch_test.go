@@ -100,6 +100,62 @@ func TestRunTxBatchRunsItsFreshKeysOnceAndAnswersTheOthersFromTheirRecords(t *te
 	}
 }
 
+// While fn runs, a batch holds only the keys it claimed: a key it answered OutcomeInProgress,
+// whose Run then fails, is taken over by the next delivery at once.
+func TestRunTxBatchHoldsOnlyTheKeysItClaimed(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newEffects(t, d.Pool)
+	ctx := testdb.Context(t)
+	runner, batcher, other := newDeduper(t, d.NewPool(t, nil), nil), newDeduper(t, d.NewPool(t, nil), nil), newDeduper(t, d.NewPool(t, nil), nil)
+
+	inRun, failRun := make(chan struct{}), make(chan struct{})
+	var failOnce sync.Once
+	t.Cleanup(func() { failOnce.Do(func() { close(failRun) }) })
+	runDone := make(chan error, 1)
+	go func() {
+		_, err := runner.Run(ctx, "k", nil, func(context.Context) error {
+			close(inRun)
+			<-failRun
+			return errFailedOnPurpose
+		})
+		runDone <- err
+	}()
+	testdb.Receive(t, inRun)
+
+	inBatch, endBatch := make(chan struct{}), make(chan struct{})
+	var endOnce sync.Once
+	t.Cleanup(func() { endOnce.Do(func() { close(endBatch) }) })
+	type batchResult struct {
+		delivered []jobs.Delivered
+		err       error
+	}
+	batchDone := make(chan batchResult, 1)
+	go func() {
+		delivered, err := batcher.RunTxBatch(ctx, []string{"k", "fresh"}, nil, func(ctx context.Context, tx pgx.Tx, claimed []string) error {
+			close(inBatch)
+			<-endBatch
+			return insertEffects(ctx, tx, claimed)
+		})
+		batchDone <- batchResult{delivered, err}
+	}()
+	testdb.Receive(t, inBatch)
+
+	failOnce.Do(func() { close(failRun) })
+	require.ErrorIs(t, testdb.Receive(t, runDone), errFailedOnPurpose)
+	res, err := other.RunTx(ctx, "k", nil, func(ctx context.Context, tx pgx.Tx) error { return insertEffects(ctx, tx, []string{"k"}) })
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome, "the batch's transaction holds no lock of a key it did not claim")
+
+	endOnce.Do(func() { close(endBatch) })
+	b := testdb.Receive(t, batchDone)
+	require.NoError(t, b.err)
+	require.Equal(t, jobs.OutcomeInProgress, b.delivered[0].Outcome)
+	require.Equal(t, jobs.OutcomeRan, b.delivered[1].Outcome)
+	require.Equal(t, 1, effects(t, d.Pool, "k"))
+	require.Equal(t, 1, effects(t, d.Pool, "fresh"))
+}
+
 // A batch whose fn fails (or panics, or leaves its transaction aborted) commits none of its
 // writes, and records the failure of every key fn was given: each counts an attempt, and the
 // next delivery runs it.
@@ -178,8 +234,9 @@ func TestRunTxBatchWhoseBackendIsKilledLeavesNoTrace(t *testing.T) {
 	keys := []string{"p", "q"}
 	_, err := dd.RunTxBatch(ctx, keys, &jobs.Options{MaxAttempts: 1}, func(ctx context.Context, tx pgx.Tx, claimed []string) error {
 		require.NoError(t, insertEffects(ctx, tx, claimed))
-		_, err := d.Pool.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, tx.Conn().PgConn().PID())
-		require.NoError(t, err)
+		var killed bool
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, tx.Conn().PgConn().PID()).Scan(&killed))
+		require.True(t, killed)
 		return nil
 	})
 	require.Error(t, err)
@@ -329,29 +386,37 @@ func TestRunTxBatchRefusesBadInputAndWritesNothing(t *testing.T) {
 	require.Zero(t, rows, "bad input writes nothing")
 }
 
-// The SQL contract refuses a bad batch as the Go side does, naming the argument, and writes
-// nothing: not even the keys before the bad one.
-func TestClaimManyRefusesBadArgumentsAndWritesNothing(t *testing.T) {
+// The SQL contract refuses a bad batch as the Go side does, with SQLSTATE 22023 naming the
+// argument, for callers in other languages.
+func TestClaimManyAndFinishManyRefuseBadArguments(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	ctx := testdb.Context(t)
-	for _, tc := range []struct{ name, keys, column string }{
-		{"no keys", `ARRAY[]::text[]`, "p_keys"},
-		{"null keys", `NULL`, "p_keys"},
-		{"over 1000 keys", `(SELECT array_agg(g::text) FROM generate_series(1, 1001) g)`, "p_keys"},
-		{"a key twice", `ARRAY['a', 'b', 'a']`, "p_keys"},
-		{"an empty key after good ones", `ARRAY['a', 'b', '']`, "p_key"},
+	for _, tc := range []struct{ name, call, column string }{
+		{"no keys", `pglock_job_claim_many('', ARRAY[]::text[], 'h', 'i', 1000, 0, 0)`, "p_keys"},
+		{"null keys", `pglock_job_claim_many('', NULL, 'h', 'i', 1000, 0, 0)`, "p_keys"},
+		{"over 1000 keys", `pglock_job_claim_many('', (SELECT array_agg(g::text) FROM generate_series(1, 1001) g), 'h', 'i', 1000, 0, 0)`, "p_keys"},
+		{"a key twice", `pglock_job_claim_many('', ARRAY['a', 'b', 'a'], 'h', 'i', 1000, 0, 0)`, "p_keys"},
+		{"an empty key after good ones", `pglock_job_claim_many('', ARRAY['a', 'b', ''], 'h', 'i', 1000, 0, 0)`, "p_key"},
+		{"a null key", `pglock_job_claim_many('', ARRAY['a', NULL], 'h', 'i', 1000, 0, 0)`, "p_key"},
+		{"an empty holder", `pglock_job_claim_many('', ARRAY['a'], '', 'i', 1000, 0, 0)`, "p_holder_id"},
+		{"window 0", `pglock_job_claim_many('', ARRAY['a'], 'h', 'i', 0, 0, 0)`, "p_window_ms"},
+		{"negative max attempts", `pglock_job_claim_many('', ARRAY['a'], 'h', 'i', 1000, -1, 0)`, "p_max_attempts"},
+		{"negative idle timeout", `pglock_job_claim_many('', ARRAY['a'], 'h', 'i', 1000, 0, -1)`, "p_idle_timeout_ms"},
+		{"finish: a token short", `pglock_job_finish_many('', ARRAY['a', 'b'], ARRAY[1]::bigint[], 1000)`, "p_fencing_tokens"},
+		{"finish: a null token", `pglock_job_finish_many('', ARRAY['a'], ARRAY[NULL]::bigint[], 1000)`, "p_fencing_tokens"},
+		{"finish: a key twice", `pglock_job_finish_many('', ARRAY['a', 'a'], ARRAY[1, 2]::bigint[], 1000)`, "p_keys"},
+		{"finish: a null key", `pglock_job_finish_many('', ARRAY['a', NULL], ARRAY[1, 2]::bigint[], 1000)`, "p_keys"},
+		{"finish: window 0", `pglock_job_finish_many('', ARRAY['a'], ARRAY[1]::bigint[], 0)`, "p_window_ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := d.Pool.Exec(ctx, fmt.Sprintf(`SELECT pglock_job_claim_many('', %s, 'h', 'i', 1000, 0, 0)`, tc.keys))
+			_, err := d.Pool.Exec(ctx, "SELECT "+tc.call)
 			require.ErrorIs(t, db.Translate(err), pglock.ErrInvalidArgument)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr)
 			require.Equal(t, tc.column, pgErr.ColumnName)
 		})
 	}
-	_, err := d.Pool.Exec(ctx, `SELECT pglock_job_claim_many('', ARRAY['a'], '', 'i', 1000, 0, 0)`)
-	require.ErrorIs(t, db.Translate(err), pglock.ErrInvalidArgument)
 	var rows int
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pglock_jobs`).Scan(&rows))
 	require.Zero(t, rows)

@@ -474,11 +474,13 @@ $$;
 -- Claims many keys of one scope inside the calling transaction, in one statement: an answer per
 -- key, in the order given, as pglock_job_claim's with p_transactional true (no fingerprint).
 -- The keys without a record whose advisory locks this transaction takes are claimed by one
--- insert for them all; every other key by pglock_job_claim, whose rules answer it. Every
--- claimed record is written unfinished ('succeeded', no finish time): pglock_job_finish_many
--- finishes them just before COMMIT. From 1 to 1000 distinct keys; arguments as
--- pglock_job_claim's. As every claim, it never waits for another, and the locks it takes last
--- until the transaction ends.
+-- insert for them all; every other key by pglock_job_claim, whose rules answer it. The claims
+-- are written as pglock_job_claim writes them (unfinished, or pending under READ COMMITTED), and
+-- pglock_job_finish_many finishes them just before COMMIT. From 1 to 1000 distinct keys;
+-- arguments as pglock_job_claim's. As every claim, it never waits for another. It keeps the
+-- locks of the keys it claimed until the transaction ends, and not those of the others (but in
+-- a race: a record committed between its read and its lock), which other deliveries may take
+-- over while the batch runs.
 CREATE OR REPLACE FUNCTION pglock_job_claim_many(
     p_scope varchar, p_keys text[], p_holder_id varchar, p_instance varchar,
     p_window_ms bigint, p_max_attempts integer, p_idle_timeout_ms bigint)
@@ -490,6 +492,7 @@ AS $$
 DECLARE
     v_now     timestamptz := clock_timestamp();
     v_answers pglock_job_answer[];
+    v_answer  pglock_job_answer;
     v_claimed record;
     v_i       bigint;
     v_text    text;
@@ -532,8 +535,9 @@ BEGIN
                    pglock_next_token('pglock_jobs_fencing_token_seq'), NULL, v_now, NULL,
                    v_now + p_window_ms * interval '1 millisecond', v_now, NULL
               FROM wanted w
-             WHERE pg_try_advisory_xact_lock(pglock_job_lock_key(p_scope, w.k))
-               AND w.k NOT IN (SELECT r.k FROM recorded r)
+             -- In this order (CASE): a key with a record is not locked here.
+             WHERE CASE WHEN w.k IN (SELECT r.k FROM recorded r) THEN false
+                        ELSE pg_try_advisory_xact_lock(pglock_job_lock_key(p_scope, w.k)) END
              ORDER BY w.i
             ON CONFLICT (scope, job_key) DO NOTHING
             RETURNING j.*
@@ -546,10 +550,19 @@ BEGIN
         v_text := pglock_job_bound_idle(p_idle_timeout_ms);
     END IF;
     FOR v_i IN 1..cardinality(p_keys) LOOP
-        IF v_answers[v_i] IS NULL THEN
-            v_answers[v_i] := pglock_job_claim(p_scope, p_keys[v_i], p_holder_id, p_instance, true, NULL, NULL,
-                                               p_window_ms, p_max_attempts, p_idle_timeout_ms);
-        END IF;
+        CONTINUE WHEN (v_answers[v_i]).outcome IS NOT NULL; -- answered by the insert
+        -- In a subtransaction, rolled back unless it claimed the key: with it go the key's lock,
+        -- which the batch's transaction would otherwise keep while it runs, and whatever the claim
+        -- wrote first (a pending claim, written again at the next claim or at the finish).
+        BEGIN
+            v_answer := pglock_job_claim(p_scope, p_keys[v_i], p_holder_id, p_instance, true, NULL, NULL,
+                                         p_window_ms, p_max_attempts, p_idle_timeout_ms);
+            v_answers[v_i] := v_answer;
+            IF v_answer.outcome <> 'claimed' THEN
+                RAISE EXCEPTION USING ERRCODE = 'PGLK1'; -- the answer stays in v_answers
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'PGLK1' THEN
+        END;
     END LOOP;
     RETURN QUERY SELECT a.* FROM unnest(v_answers) AS a;
 END;
@@ -575,8 +588,13 @@ BEGIN
         RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
             USING ERRCODE = '22023', COLUMN = 'p_window_ms';
     END IF;
-    IF p_keys IS NULL OR p_fencing_tokens IS NULL OR cardinality(p_keys) <> cardinality(p_fencing_tokens) THEN
+    IF p_keys IS NULL OR p_fencing_tokens IS NULL OR cardinality(p_keys) <> cardinality(p_fencing_tokens)
+       OR array_position(p_fencing_tokens, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'p_fencing_tokens: must hold a token per key' USING ERRCODE = '22023', COLUMN = 'p_fencing_tokens';
+    END IF;
+    IF array_position(p_keys, NULL) IS NOT NULL
+       OR (SELECT count(DISTINCT k) FROM unnest(p_keys) AS k) <> cardinality(p_keys) THEN
+        RAISE EXCEPTION 'p_keys: must be distinct keys' USING ERRCODE = '22023', COLUMN = 'p_keys';
     END IF;
     -- A claim pending in this transaction is written (unfinished) first: it may be of one of these.
     IF current_setting('pglock.job_claim', true) <> '' THEN
