@@ -15,6 +15,8 @@ DROP FUNCTION pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, i
 DROP FUNCTION pglock_job_finish_many(varchar, text[], bigint[], bigint);
 DROP FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint);
 DROP FUNCTION pglock_job_bound_idle(bigint);
+DROP FUNCTION pglock_job_window_ok(bigint);
+DROP FUNCTION pglock_job_raise_bad_window(bigint);
 DROP FUNCTION pglock_job_require_claim(timestamptz, varchar, text);
 DROP FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamptz, bigint);
 DROP FUNCTION pglock_job_announce(varchar, text);

@@ -1084,6 +1084,26 @@ AS $$
            ), 'hex'::pg_catalog.text), 1, 16))::pg_catalog."bit"(64)::pg_catalog.int8
 $$;
 
+-- Whether p_window_ms (a record's retention) is from 1 ms to 3650 days: inlined into the callers'
+-- checks, as pglock_ttl_ok is; pglock_job_raise_bad_window says what is wrong.
+CREATE OR REPLACE FUNCTION pglock_job_window_ok(p_window_ms bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN p_window_ms OPERATOR(pg_catalog.>=) 1 AND p_window_ms OPERATOR(pg_catalog.<=) 315360000000;
+
+-- Raises SQLSTATE 22023 with COLUMN p_window_ms for a retention pglock_job_window_ok refuses.
+CREATE OR REPLACE FUNCTION pglock_job_raise_bad_window(p_window_ms bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
+        USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_raise_bad_window(bigint) FROM PUBLIC;
+
 -- SQLSTATE 22023, COLUMN naming the argument, unless scope and key can name a job.
 CREATE OR REPLACE FUNCTION pglock_job_check_key(p_scope varchar, p_key text)
 RETURNS void
@@ -1188,9 +1208,8 @@ BEGIN
     IF NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
         PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
     END IF;
-    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
-        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
-            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    IF pglock_job_window_ok(p_window_ms) IS NOT TRUE THEN
+        PERFORM pglock_job_raise_bad_window(p_window_ms);
     END IF;
     IF p_max_attempts IS NULL OR p_max_attempts < 0 THEN
         RAISE EXCEPTION 'p_max_attempts: must be 0 (no limit) or more' USING ERRCODE = '22023', COLUMN = 'p_max_attempts';
@@ -1272,7 +1291,7 @@ BEGIN
     IF p_scope IS NULL OR length(p_scope) > 255 OR p_key IS NULL OR octet_length(p_key) NOT BETWEEN 1 AND 1024
        OR p_holder_id IS NULL OR p_holder_id = '' OR length(p_holder_id) > 255 OR p_transactional IS NULL
        OR (NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE)
-       OR p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000
+       OR pglock_job_window_ok(p_window_ms) IS NOT TRUE
        OR p_max_attempts IS NULL OR p_max_attempts < 0
        OR p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647 THEN
         PERFORM pglock_job_check_claim(p_scope, p_key, p_holder_id, p_transactional, p_ttl_ms, p_window_ms,
@@ -1469,9 +1488,8 @@ BEGIN
     IF p_succeeded IS NULL THEN
         RAISE EXCEPTION 'p_succeeded: must not be null' USING ERRCODE = '22023', COLUMN = 'p_succeeded';
     END IF;
-    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
-        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
-            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    IF pglock_job_window_ok(p_window_ms) IS NOT TRUE THEN
+        PERFORM pglock_job_raise_bad_window(p_window_ms);
     END IF;
     UPDATE pglock_jobs j
        SET status = CASE WHEN p_succeeded THEN 'succeeded' ELSE 'failed' END,
@@ -1509,9 +1527,8 @@ DECLARE
     v_now  timestamptz := clock_timestamp();
     v_told boolean;
 BEGIN
-    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
-        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
-            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    IF pglock_job_window_ok(p_window_ms) IS NOT TRUE THEN
+        PERFORM pglock_job_raise_bad_window(p_window_ms);
     END IF;
     IF NOT pglock_job_write_pending(p_scope, p_key, p_fencing_token, v_now, p_window_ms) THEN
         -- This claim wrote its record (and another's pending one is now written, unfinished).
@@ -1641,9 +1658,8 @@ DECLARE
     v_now      timestamptz := clock_timestamp();
     v_finished bigint;
 BEGIN
-    IF p_window_ms IS NULL OR p_window_ms < 1 OR p_window_ms > 315360000000 THEN
-        RAISE EXCEPTION 'p_window_ms: must be from 1 ms to 3650 days, got %', coalesce(p_window_ms::text, 'null')
-            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    IF pglock_job_window_ok(p_window_ms) IS NOT TRUE THEN
+        PERFORM pglock_job_raise_bad_window(p_window_ms);
     END IF;
     IF p_keys IS NULL OR p_fencing_tokens IS NULL OR cardinality(p_keys) <> cardinality(p_fencing_tokens)
        OR array_position(p_fencing_tokens, NULL) IS NOT NULL THEN
