@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/clock"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/internal/errs"
 	"github.com/pglock/pglock/internal/ident"
@@ -148,13 +149,15 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 // committed, or that whether it was is unknown.
 func (d *Deduper) endTx(ctx context.Context, run txRun, fnErr error, label string, finish finishFunc, record func(outcome error) error) (time.Time, error) {
 	state, ended := run.left(ctx, fnErr)
-	ownTimeout := errors.Is(fnErr, context.DeadlineExceeded) || errors.Is(fnErr, context.Canceled)
+	// fn's own timeout: its context's error, or (lib/pq) the server's answer to the cancel
+	// request the driver sent when it ended.
+	ownTimeout := errors.Is(fnErr, context.DeadlineExceeded) || errors.Is(fnErr, context.Canceled) || db.StatementCanceled(fnErr)
 	if state == txLost && (fnErr == nil || (ctx.Err() == nil && !ownTimeout)) {
 		// The connection died under fn: the transaction, claim and all, was rolled back by the
 		// server, as when it dies before COMMIT, whatever fn returned (the error its statement
 		// got, or nil if it swallowed it). The attempt leaves no trace and does not count
 		// (MaxAttempts): recording fn's error would. A connection fn's own context ended (pgx
-		// closes one whose statement is canceled) is fn's failure, and counts: else a job
+		// closes one whose statement is canceled; lib/pq stops using it) is fn's failure, and counts: else a job
 		// that always times out would be delivered for ever.
 		run.rollback(ctx)
 		lost := errs.Errorf("%s: the connection ended while fn ran; nothing was committed, and the attempt does not count", label)
@@ -438,20 +441,43 @@ func (d *Deduper) succeededWith(req request) func(ctx context.Context, token int
 
 // recordOutcome records the outcome of a RunTx attempt whose transaction did not: its failure
 // (fnErr) after the transaction rolled back, so that it counts towards MaxAttempts and shows its
-// error; its success when fn committed the transaction itself. Unless another delivery claimed
-// the key meanwhile. An error says the outcome was not recorded.
+// error; its success when fn committed it itself. Unless another delivery claimed the key
+// meanwhile. While a transaction still holds the key, it waits (bounded): a session whose
+// connection the client closed (fn's own timeout, on database/sql, whose driver gives no way to
+// wait for the server) ends on the server a moment later, and until then its claim holds the key.
+// An error says the outcome was not recorded.
 func (d *Deduper) recordOutcome(ctx context.Context, req request, fnErr error) error {
 	p := finishParams(req, 0, nil, fnErr)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, err := d.queries.RecordJobOutcome(ctx, db.RecordJobOutcomeParams{
-		Scope: req.scope, JobKey: req.key, Succeeded: p.Succeeded, Error: p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
-		Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
-	})
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return errs.Errorf("record the outcome of %s: %w", req.label(), err)
+	settled := false // the key was found not held by a transaction once: one more try, then done
+	for tries := 0; ; tries++ {
+		_, err := d.queries.RecordJobOutcome(ctx, db.RecordJobOutcomeParams{
+			Scope: req.scope, JobKey: req.key, Succeeded: p.Succeeded, Error: p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
+			Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Not claimed: done, given up, or running. Held by a transaction (no lease), it is
+			// tried again until that ends; a redelivery's transaction may outlast the wait, and
+			// its own outcome then counts. Found not held, it is tried once more: the holder may
+			// have ended between the try and the look.
+			w, werr := d.queries.WatchJob(ctx, db.WatchJobParams{Scope: req.scope, JobKey: req.key})
+			switch {
+			case werr == nil && w.Running && w.LeaseLeftMs == 0:
+				if pollBackoff.Sleep(ctx, clock.Real, tries) {
+					continue
+				}
+			case werr == nil && !settled:
+				settled = true
+				continue
+			}
+			return nil
+		}
+		if err != nil {
+			return errs.Errorf("record the outcome of %s: %w", req.label(), err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // endWatch is fn's transaction, noting whether fn committed it itself: a misuse, whose outcome

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,6 +140,33 @@ func TestRunTxSQLWhoseBackendIsKilledLeavesNoWritesAndTheNextDeliveryRunsIt(t *t
 				require.Equal(t, jobs.OutcomeRan, res.Outcome)
 				require.Equal(t, 1, effects(t, d, key))
 			})
+		}
+	})
+}
+
+// An attempt whose statement fn's own context ends is fn's failure, whatever the driver does
+// with the connection: it counts towards MaxAttempts, and a job that always times out is given
+// up on rather than delivered for ever.
+func TestRunTxSQLWhoseOwnTimeoutEndsItsStatementCounts(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, d *testdb.DB, sqlDB *sql.DB) {
+		ctx := context.Background()
+		dd := newDeduper(t, d)
+		opts := &jobs.Options{MaxAttempts: 1}
+		for round := range 5 { // the failure must be recorded every time, not only when the server is quick
+			key := fmt.Sprint("slow-", round)
+			_, err := dd.RunTxSQL(ctx, sqlDB, key, opts, func(ctx context.Context, tx *sql.Tx) error {
+				statementCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				defer cancel()
+				_, err := tx.ExecContext(statementCtx, "SELECT pg_sleep(30)")
+				return err
+			})
+			require.Error(t, err)
+			_, err = dd.RunTxSQL(ctx, sqlDB, key, opts, func(context.Context, *sql.Tx) error {
+				t.Errorf("%s: a key whose one attempt failed ran again", key)
+				return nil
+			})
+			require.ErrorIs(t, err, pglock.ErrGaveUp, key)
 		}
 	})
 }

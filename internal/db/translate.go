@@ -71,6 +71,13 @@ func ConnectionEnded(err error) bool {
 	return pgerrcode.IsConnectionException(code) || strings.HasPrefix(code, "57P")
 }
 
+// StatementCanceled says whether err is the server canceling a statement (SQLSTATE 57014): a
+// client's cancel request (lib/pq sends one when the statement's context ends), a
+// statement_timeout, or an operator's pg_cancel_backend.
+func StatementCanceled(err error) bool {
+	return StateOf(err) == pgerrcode.QueryCanceled
+}
+
 // StateOf returns the SQLSTATE of the server's error in err, or "" if err holds none.
 func StateOf(err error) string {
 	state, _ := readState(err)
