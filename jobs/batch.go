@@ -55,8 +55,7 @@ func (d *Deduper) RunTxBatch(ctx context.Context, keys []string, opts *Options, 
 						keyErr = err
 					}
 				}
-				d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-					Mode: pglock.ModeRunTx, Outcome: deliveryOutcome(e.Result, keyErr), Attempt: e.Attempts, Token: e.Token, Err: keyErr})
+				d.delivered(ctx, req, pglock.ModeRunTx, e.Result, keyErr)
 			}
 		}()
 	}
@@ -78,6 +77,11 @@ func (d *Deduper) newBatch(keys []string, opts *Options, nilFn bool) ([]request,
 	case opts != nil && opts.Fingerprint != "":
 		return nil, errs.Errorf("%w: Options.Fingerprint is one payload's, not a batch's", pglock.ErrInvalidArgument)
 	}
+	// The options are checked once, with the first key; every key is a request like it.
+	first, err := d.newRequest(keys[0], opts)
+	if err != nil {
+		return nil, err
+	}
 	reqs := make([]request, len(keys))
 	seen := make(map[string]struct{}, len(keys))
 	for i, key := range keys {
@@ -85,11 +89,11 @@ func (d *Deduper) newBatch(keys []string, opts *Options, nilFn bool) ([]request,
 			return nil, errs.Errorf("%w: job key %.80q given twice in a batch", pglock.ErrInvalidArgument, key)
 		}
 		seen[key] = struct{}{}
-		req, err := d.newRequest(key, opts)
-		if err != nil {
+		if err := checkKey(key); err != nil {
 			return nil, err
 		}
-		reqs[i] = req
+		reqs[i] = first
+		reqs[i].key = key
 	}
 	return reqs, nil
 }

@@ -29,12 +29,15 @@ func (d *Deduper) deliver(ctx context.Context, req request, mode pglock.Mode, at
 		return d.attempts(ctx, req, attempt)
 	}
 	res, err := Result{Outcome: OutcomeRan}, errPanicked // what a panic in fn leaves: a failed run
-	defer func() {
-		d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-			Mode: mode, Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
-	}()
+	defer func() { d.delivered(ctx, req, mode, res, err) }()
 	res, err = d.attempts(ctx, req, attempt)
 	return res, err
+}
+
+// delivered tells the Observer how the delivery of req ended.
+func (d *Deduper) delivered(ctx context.Context, req request, mode pglock.Mode, res Result, err error) {
+	d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
+		Mode: mode, Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
 }
 
 // errPanicked is the error a delivery's event reports when fn panicked.
