@@ -63,6 +63,14 @@ var (
 	// ErrInvalidSpec means a cron spec that cannot be parsed or never fires.
 	ErrInvalidSpec = errors.New("pglock: invalid cron spec")
 
+	// ErrExists means a name that is taken: a schedule defined with the name of one that exists
+	// (at runtime or in code), or a schedule in code named as a runtime one.
+	ErrExists = errors.New("pglock: already exists")
+
+	// ErrDefinedInCode means a change asked of a schedule that its instances' code defines
+	// (Scheduler.Add): change it there.
+	ErrDefinedInCode = errors.New("pglock: defined in code")
+
 	// ErrReplaced means a cron run was canceled because a newer run of its schedule replaced
 	// it (the Replace overlap policy): the cause of the run's context.
 	ErrReplaced = errors.New("pglock: replaced by a newer run")

@@ -1,6 +1,7 @@
 package cron
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -116,17 +117,40 @@ type Options struct {
 
 	// MaxRuns is how many runs of history are kept at most (up to 2³¹−1). Default: DefaultMaxRuns.
 	MaxRuns int
+
+	// Jitter spreads the schedule's runs: each tick fires at an offset in [0, Jitter) after its
+	// time, computed from the schedule's name and the tick, so every instance agrees; the tick
+	// keeps its time in the history (Run.ScheduledTime). It must be shorter than the shortest
+	// interval between ticks. Default: 0, none.
+	Jitter time.Duration
+
+	// Start and End bound the schedule: a tick before Start or after End is not one of its
+	// ticks. Default: zero times, no bound.
+	Start, End time.Time
+
+	// RunLimit is how many runs of its ticks the schedule makes; it is then finished: its
+	// ticks no longer run, and it stays, with its history, until deleted or removed. Manual runs
+	// do not count. Default: 0, no limit.
+	RunLimit int
+
+	// PauseAfterFailures pauses the schedule (Pause, with a note saying why) once this many of
+	// its runs in a row have failed; Resume clears the count. Default: 0, never.
+	PauseAfterFailures int
 }
 
 // settings are a schedule's Options, checked and with defaults.
 type settings struct {
-	overlap   Overlap
-	catchUp   CatchUp
-	window    time.Duration
-	timeout   time.Duration
-	timing    lease.Timing
-	retention time.Duration
-	maxRuns   int
+	overlap    Overlap
+	catchUp    CatchUp
+	window     time.Duration
+	timeout    time.Duration
+	timing     lease.Timing
+	retention  time.Duration
+	maxRuns    int
+	jitter     time.Duration
+	start, end time.Time
+	runLimit   int
+	pauseAfter int
 }
 
 // withDefaults fills the zero fields of c (nil for none) with the defaults.
@@ -222,12 +246,57 @@ func (o *Options) settings() (settings, *time.Location, error) {
 	if opts.MaxRuns < 0 || opts.MaxRuns > 1<<31-1 {
 		return invalid("Options.MaxRuns (%d) must be from 1 to %d", opts.MaxRuns, 1<<31-1)
 	}
+	if opts.Jitter < 0 {
+		return invalid("Options.Jitter (%s) must not be negative", opts.Jitter)
+	}
+	if !opts.Start.IsZero() && !opts.End.IsZero() && !opts.End.After(opts.Start) {
+		return invalid("Options.End (%s) must be after Options.Start (%s)", opts.End, opts.Start)
+	}
+	if opts.RunLimit < 0 || opts.RunLimit > 1<<31-1 {
+		return invalid("Options.RunLimit (%d) must be from 0 (no limit) to %d", opts.RunLimit, 1<<31-1)
+	}
+	if opts.PauseAfterFailures < 0 || opts.PauseAfterFailures > 1<<31-1 {
+		return invalid("Options.PauseAfterFailures (%d) must be from 0 (never) to %d", opts.PauseAfterFailures, 1<<31-1)
+	}
 	timing, err := lease.NewTiming(opts.TTL, 0, 0)
 	if err != nil {
 		return settings{}, nil, errs.Errorf("Options.TTL: %w", err)
 	}
 	return settings{overlap: opts.Overlap, catchUp: opts.CatchUp, window: opts.CatchUpWindow, timeout: opts.Timeout,
-		timing: timing, retention: opts.Retention, maxRuns: opts.MaxRuns}, loc, nil
+		timing: timing, retention: opts.Retention, maxRuns: opts.MaxRuns, jitter: opts.Jitter,
+		start: opts.Start, end: opts.End, runLimit: opts.RunLimit, pauseAfter: opts.PauseAfterFailures}, loc, nil
+}
+
+// compile checks a schedule's spec and options together, and returns what the scheduler keeps
+// of them: the schedule within its bounds, its settings and its zone's name.
+func compile(spec string, opts *Options) (schedule, settings, string, error) {
+	set, loc, err := opts.settings()
+	if err != nil {
+		return nil, settings{}, "", err
+	}
+	sched, zone, err := parseSpec(spec, loc)
+	if err != nil {
+		return nil, settings{}, "", err
+	}
+	if set.jitter > 0 {
+		from := set.start
+		if from.IsZero() {
+			from = time.Now()
+		}
+		if gap := shortestGap(sched, from); gap > 0 && set.jitter >= gap {
+			return nil, settings{}, "", errs.Errorf("%w: Options.Jitter (%s) must be shorter than the shortest interval between ticks (%s)",
+				pglock.ErrInvalidArgument, set.jitter, gap)
+		}
+	}
+	return set.bound(sched), set, zone, nil
+}
+
+// bound returns s within the settings' Start and End.
+func (set settings) bound(s schedule) schedule {
+	if set.start.IsZero() && set.end.IsZero() {
+		return s
+	}
+	return boundedSchedule{inner: s, start: set.start, end: set.end}
 }
 
 // RunKind says why a run started.
@@ -247,4 +316,7 @@ type Run struct {
 	Kind          RunKind   // RunKindManual: triggered by hand
 	Attempt       int       // runs of this tick started so far, this one included
 	Token         int64     // fencing token: larger than every earlier run's, of any schedule
+	// Args are a runtime schedule's arguments (Definition.Args), as its definition had them when
+	// the run was claimed; nil for a schedule added in code.
+	Args json.RawMessage
 }

@@ -2,6 +2,7 @@ package cron
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -137,11 +138,44 @@ type ScheduleInfo struct {
 	Paused               bool
 	PauseNote, PausedBy  string
 	PausedAt             time.Time
-	LastInstance         string      // the last instance to register it
+	LastInstance         string      // the last instance to register it (or, a runtime one, to handle it)
 	LastSeenAt           time.Time   // and when
-	Orphaned             bool        // no instance has registered it for OrphanedAfter
+	Orphaned             bool        // no instance has registered it for OrphanedAfter (one added in code)
 	Next                 []time.Time // the next five fire times; none if the spec no longer parses
 	LastRun              *RunRecord  // the latest run that is not pending; nil if none
+
+	// A runtime schedule's (Define): its kind ("" for one added in code) and arguments, and
+	// whether no instance has handled it for OrphanedAfter, or ever.
+	Kind      string
+	Args      json.RawMessage
+	Unhandled bool
+	Revision  int64 // of its definition
+	// TTL and Timeout of a runtime schedule (one added in code keeps them in its code).
+	TTL, Timeout time.Duration
+	// The spec extras (Options), and where the schedule stands with them.
+	Jitter             time.Duration
+	Start, End         time.Time
+	RunLimit           int
+	RunsStarted        int64 // runs of its ticks so far
+	Finished           bool  // its run limit is reached, or its End has passed
+	PauseAfterFailures int
+	FailuresInRow      int // failed runs since the last that ran
+	// The last change of a runtime schedule's definition: by whom, when, and why.
+	ChangedBy, ChangeNote string
+	ChangedAt             time.Time
+}
+
+// Definition is the runtime schedule's definition, for Update.
+func (i ScheduleInfo) Definition() (Definition, error) {
+	loc, err := time.LoadLocation(i.TimeZone)
+	if err != nil {
+		return Definition{}, errs.Errorf("%w: time zone %q: %w", pglock.ErrInvalidSpec, i.TimeZone, err)
+	}
+	return Definition{Name: i.Name, Kind: i.Kind, Spec: i.Spec, Args: i.Args, Options: &Options{
+		Location: loc, Overlap: i.Overlap, CatchUp: i.CatchUp, CatchUpWindow: i.CatchUpWindow, Retention: i.Retention,
+		MaxRuns: i.MaxRuns, TTL: i.TTL, Timeout: i.Timeout, Jitter: i.Jitter, Start: i.Start, End: i.End,
+		RunLimit: i.RunLimit, PauseAfterFailures: i.PauseAfterFailures,
+	}}, nil
 }
 
 // RunRecord is one row of a schedule's history.
@@ -174,27 +208,35 @@ func List(ctx context.Context, pool *pgxpool.Pool) ([]ScheduleInfo, error) {
 		return nil, errs.Errorf("list: %w", err)
 	}
 	list := make([]ScheduleInfo, 0, len(rows))
-	for _, r := range rows {
+	for _, row := range rows {
+		r := row.PglockCronSchedule
+		seen := r.LastSeenAt != nil && row.DbNow.Sub(*r.LastSeenAt) <= OrphanedAfter
+		ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 		info := ScheduleInfo{
 			Name: r.Name, Spec: r.Spec, TimeZone: r.TimeZone, Overlap: Overlap(r.Overlap), CatchUp: CatchUp(r.CatchUp),
 			Paused: r.Paused, PauseNote: db.Deref(r.PauseNote), PausedBy: db.Deref(r.PausedBy), PausedAt: db.Deref(r.PausedAt),
-			CatchUpWindow: time.Duration(r.CatchUpWindowMs) * time.Millisecond, Retention: time.Duration(r.KeepForMs) * time.Millisecond,
-			MaxRuns:      int(r.KeepRuns),
-			LastInstance: r.LastInstance, LastSeenAt: r.LastSeenAt, Orphaned: r.DbNow.Sub(r.LastSeenAt) > OrphanedAfter,
+			CatchUpWindow: ms(r.CatchUpWindowMs), Retention: ms(r.KeepForMs), MaxRuns: int(r.KeepRuns),
+			LastInstance: db.Deref(r.LastInstance), LastSeenAt: db.Deref(r.LastSeenAt),
+			Orphaned: r.Kind == nil && !seen, Unhandled: r.Kind != nil && !seen,
+			Kind: db.Deref(r.Kind), Args: r.Args, Revision: r.Revision, TTL: ms(db.Deref(r.TtlMs)), Timeout: ms(db.Deref(r.TimeoutMs)),
+			Jitter: ms(r.JitterMs), Start: db.Deref(r.StartsAt), End: db.Deref(r.EndsAt), RunLimit: int(db.Deref(r.RunLimit)),
+			RunsStarted: r.RunsStarted, PauseAfterFailures: int(db.Deref(r.PauseAfterFailures)), FailuresInRow: int(r.FailuresInRow),
+			Finished:  r.RunLimit != nil && r.RunsStarted >= int64(*r.RunLimit) || r.EndsAt != nil && row.DbNow.After(*r.EndsAt),
+			ChangedBy: db.Deref(row.ChangedBy), ChangeNote: db.Deref(row.ChangeNote), ChangedAt: db.Deref(row.ChangedAt),
 		}
-		if sched, err := parseStored(r.Spec, r.TimeZone); err == nil {
-			for at := r.DbNow; len(info.Next) < 5; {
+		if sched, err := storedSchedule(r); err == nil && !info.Finished {
+			for at := row.DbNow; len(info.Next) < 5; {
 				if at = sched.next(at); at.IsZero() {
 					break
 				}
-				info.Next = append(info.Next, at)
+				info.Next = append(info.Next, at.Add(jitterOf(r.Name, at, info.Jitter)))
 			}
 		}
-		if r.LastRunID != nil {
+		if row.LastRunID != nil {
 			last := runRecord(db.PglockCronRun{
-				ID: *r.LastRunID, Schedule: r.Name, ScheduledTime: db.Deref(r.LastScheduledTime), Kind: db.Deref(r.LastKind),
-				Status: db.Deref(r.LastStatus), Attempt: db.Deref(r.LastAttempt), Instance: r.LastInstanceRun,
-				FencingToken: r.LastToken, StartedAt: r.LastStartedAt, FinishedAt: r.LastFinishedAt, Error: r.LastError,
+				ID: *row.LastRunID, Schedule: r.Name, ScheduledTime: db.Deref(row.LastScheduledTime), Kind: db.Deref(row.LastKind),
+				Status: db.Deref(row.LastStatus), Attempt: db.Deref(row.LastAttempt), Instance: row.LastInstanceRun,
+				FencingToken: row.LastToken, StartedAt: row.LastStartedAt, FinishedAt: row.LastFinishedAt, Error: row.LastError,
 			})
 			info.LastRun = &last
 		}
@@ -274,16 +316,25 @@ func readSchedule(ctx context.Context, q *db.Queries, name string) (schedule, er
 	if err != nil {
 		return nil, notFound(err)
 	}
-	return parseStored(row.Spec, row.TimeZone)
+	return storedSchedule(row)
 }
 
-func parseStored(spec, zone string) (schedule, error) {
-	loc, err := time.LoadLocation(zone)
+// storedSchedule is a schedule's ticks as its row defines them, within its bounds.
+func storedSchedule(r db.PglockCronSchedule) (schedule, error) {
+	opts, err := optionsOf(r)
 	if err != nil {
-		return nil, errs.Errorf("%w: time zone %q: %w", pglock.ErrInvalidSpec, zone, err)
+		return nil, err
 	}
-	sched, _, err := parseSpec(spec, loc)
-	return sched, err
+	set, loc, err := opts.settings()
+	if err != nil {
+		return nil, err
+	}
+	// Not compile: a jitter its ticks leave no room for does not change which ticks it has.
+	sched, _, err := parseSpec(r.Spec, loc)
+	if err != nil {
+		return nil, err
+	}
+	return set.bound(sched), nil
 }
 
 func notFound(err error) error {

@@ -11,3 +11,6 @@ func SetClock(s *Scheduler, c clock.Clock) { s.clock = c }
 
 // SetSeenEvery makes a test's Scheduler record that it has its schedules every d (before Start).
 func SetSeenEvery(s *Scheduler, d time.Duration) { s.seenEvery = d }
+
+// JitterOf is the offset of a tick of the named schedule within [0, jitter).
+var JitterOf = jitterOf

@@ -101,8 +101,16 @@ var claimBackoff = backoff.Capped{First: 50 * time.Millisecond, Max: 2 * time.Se
 // housekeep registers schedules added since, and, when their time comes, records that this
 // instance still has its schedules, applies retention and measures the clock offset again.
 func (s *Scheduler) housekeep(ctx context.Context, entries []*entry, now time.Time, lastSeen, lastCollect, lastOffset *time.Time) error {
+	added, err := s.syncDefinitions(ctx, now)
+	if err != nil {
+		return err
+	}
+	if added { // record at once that they are handled
+		*lastSeen = time.Time{}
+		entries = s.snapshot()
+	}
 	for _, e := range entries {
-		if e.registered || now.Before(e.retryAt) {
+		if e.registered || e.kind != "" || now.Before(e.retryAt) {
 			continue
 		}
 		// One schedule the database refuses must not stop the others: it is retried apart.
@@ -149,12 +157,24 @@ func (s *Scheduler) housekeep(ctx context.Context, entries []*entry, now time.Ti
 	return nil
 }
 
-// forget marks the named entries unregistered: an operator deleted their schedules.
+// forget marks the named entries unregistered: an operator deleted their schedules (one
+// added in code is registered again; a runtime one goes once its definitions are read again).
 func (s *Scheduler) forget(entries []*entry, names []string) {
 	for _, e := range entries {
 		if slices.Contains(names, e.name) { // names is almost always empty
-			e.registered = false
+			s.unregister(e)
 		}
+	}
+}
+
+// unregister stops claiming for e until it is registered again, or, for a runtime schedule,
+// its definition read again.
+func (s *Scheduler) unregister(e *entry) {
+	e.registered = false
+	if e.kind != "" {
+		s.mu.Lock()
+		s.definitionsChanged = true
+		s.mu.Unlock()
 	}
 }
 
@@ -172,13 +192,18 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 			continue
 		}
 		byName[e.name] = e
-		ticks, until := plan(e.sched, e.set, e.watermark, now)
+		var ticks []tick
+		until := e.watermark
+		if !e.finished {
+			ticks, until = plan(e.sched, e.set, e.watermark, now, e.fire)
+		}
 		untils[e.name] = until
 		ticksOf[e.name] = ticks
 		p.Names = append(p.Names, e.name)
 		p.Seen = append(p.Seen, e.watermark)
 		p.Until = append(p.Until, until)
 		p.TtlMs = append(p.TtlMs, e.set.timing.TTL.Milliseconds())
+		p.Revisions = append(p.Revisions, e.revision)
 		for _, t := range ticks {
 			p.TickNames = append(p.TickNames, e.name)
 			p.TickTimes = append(p.TickTimes, t.at)
@@ -222,9 +247,12 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 			if d := untils[c.Schedule].Sub(c.DbNow); again < 0 || d < again {
 				again = max(d, time.Millisecond)
 			}
-		case "unknown":
-			e.registered = false
+		case "unknown", "changed":
+			s.unregister(e)
 			again = 0
+		case "finished":
+			e.finished = true
+			continue
 		case "skipped", "abandoned":
 			// Recorded by this claim, of this schedule or (abandoned) of any: told here alone.
 			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: c.Schedule,
@@ -260,8 +288,8 @@ func (s *Scheduler) nextWait(entries []*entry) time.Duration {
 			wait = min(wait, e.retryAt.Sub(hostNow))
 			continue
 		}
-		if next := e.sched.next(e.watermark); !next.IsZero() {
-			wait = min(wait, next.Sub(now))
+		if next := e.sched.next(e.watermark); !next.IsZero() && !e.finished {
+			wait = min(wait, e.fire(next).Sub(now))
 		}
 	}
 	// Wake a little after the tick rather than before: the database refuses early claims.

@@ -16,31 +16,43 @@ type tick struct {
 const maxCount = 10000
 
 // plan is what an instance claims for a schedule whose ticks up to watermark are accounted
-// for, at database time now: its ticks in (watermark, now], as the catch-up policy says, and
-// the new watermark (the latest tick). No ticks: none is due.
+// for, at database time now: its ticks in (watermark, now] that have fired (fire gives a tick's
+// time with its jitter; nil for none), as the catch-up policy says, and the new watermark (the
+// latest tick). No ticks: none is due.
 //
 // The latest tick runs as scheduled if it is at most OnTimeLimit late. Ticks before it were
 // missed (no instance claimed them in time). CatchUpSkip records them missed; CatchUpLatest
 // runs the latest one within the window when the latest tick is not on time; CatchUpAll runs
 // each within the window (at most MaxCatchUp, the newest). What does not run is recorded as
 // one missed range.
-func plan(s schedule, set settings, watermark, now time.Time) (ticks []tick, until time.Time) {
+func plan(s schedule, set settings, watermark, now time.Time, fire func(time.Time) time.Time) (ticks []tick, until time.Time) {
+	if fire == nil {
+		fire = func(at time.Time) time.Time { return at }
+	}
 	first := s.next(watermark)
 	if first.IsZero() || first.After(now) {
 		return nil, watermark
+	}
+	// With a jitter shorter than the gap between ticks, only the latest tick can be due and
+	// not yet fired: it waits, and the ticks before it are planned.
+	upTo := now
+	if latest := lastTicks(s, watermark, now, 1); fire(latest[0]).After(now) {
+		if upTo = latest[0].Add(-time.Nanosecond); first.After(upTo) {
+			return nil, watermark
+		}
 	}
 	keep := 1
 	if set.catchUp == CatchUpAll {
 		keep = MaxCatchUp
 	}
-	recent := lastTicks(s, watermark, now, keep+1)
+	recent := lastTicks(s, watermark, upTo, keep+1)
 	latest := recent[len(recent)-1]
 	candidates := recent[max(0, len(recent)-keep):]
 	firstKept := -1 // index in recent
 	for i, at := range candidates {
 		kind := "catch_up"
 		switch isLatest := i == len(candidates)-1; {
-		case isLatest && now.Sub(at) <= OnTimeLimit:
+		case isLatest && now.Sub(fire(at)) <= OnTimeLimit:
 			kind = "scheduled"
 		case set.catchUp == CatchUpSkip, now.Sub(at) > set.window:
 			continue

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
 )
 
 func mustParse(t *testing.T, spec string, zone string) schedule {
@@ -31,7 +33,7 @@ func drive(t *testing.T, s schedule, start, end time.Time, step time.Duration) [
 	watermark := start
 	var ran []time.Time
 	for now := start; !now.After(end); now = now.Add(step) {
-		ticks, until := plan(s, set, watermark, now)
+		ticks, until := plan(s, set, watermark, now, nil)
 		for _, tk := range ticks {
 			require.Equal(t, "scheduled", tk.kind, "a driven clock misses nothing: %v", tk)
 			ran = append(ran, tk.at)
@@ -139,7 +141,7 @@ func TestPlanRecordsMissedTicksByCatchUpPolicy(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			ticks, until := plan(s, settings{catchUp: c.catchUp, window: c.window}, watermark, c.now)
+			ticks, until := plan(s, settings{catchUp: c.catchUp, window: c.window}, watermark, c.now, nil)
 			require.Equal(t, c.want, ticks)
 			require.Equal(t, at(t, "2026-11-24T05:00:00Z"), until)
 		})
@@ -151,10 +153,113 @@ func TestPlanCountsNoMoreThanItMust(t *testing.T) {
 	t.Parallel()
 	s := mustParse(t, "@every 1s", "UTC")
 	now := at(t, "2026-11-24T00:00:00Z")
-	ticks, until := plan(s, settings{catchUp: CatchUpSkip, window: time.Hour}, now.Add(-7*24*time.Hour), now)
+	ticks, until := plan(s, settings{catchUp: CatchUpSkip, window: time.Hour}, now.Add(-7*24*time.Hour), now, nil)
 	require.Equal(t, now, until)
 	require.Equal(t, []tick{
 		{at: now.Add(-7*24*time.Hour + time.Second), kind: "missed", missedUntil: now.Add(-time.Second), missedCount: -1},
 		{at: now, kind: "scheduled"},
 	}, ticks)
+}
+
+// L in the day of the month is the month's last day: 28, 29, 30 or 31, leap years included,
+// through daylight-saving changes that fall on it (a gap runs at the transition, a repeated
+// hour once), alone or beside listed days.
+func TestLastDayOfTheMonth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, spec, zone, from string
+		want                   []string
+	}{
+		{"the last day of each month", "0 0 12 L * *", "UTC", "2027-01-15T00:00:00Z",
+			[]string{"2027-01-31T12:00:00Z", "2027-02-28T12:00:00Z", "2027-03-31T12:00:00Z", "2027-04-30T12:00:00Z"}},
+		{"a leap year's February", "0 12 L 2 *", "UTC", "2027-03-01T00:00:00Z",
+			[]string{"2028-02-29T12:00:00Z", "2029-02-28T12:00:00Z"}},
+		{"2100 is not a leap year", "0 12 L 2 *", "UTC", "2099-03-01T00:00:00Z",
+			[]string{"2100-02-28T12:00:00Z", "2101-02-28T12:00:00Z"}},
+		{"beside listed days", "0 0 9 15,L * *", "UTC", "2027-02-01T00:00:00Z",
+			[]string{"2027-02-15T09:00:00Z", "2027-02-28T09:00:00Z", "2027-03-15T09:00:00Z", "2027-03-31T09:00:00Z"}},
+		{"spring forward on the last day: 02:30 runs at the transition", "30 2 L * *", "Europe/Berlin", "2024-03-30T00:00:00Z",
+			[]string{"2024-03-31T01:00:00Z", "2024-04-30T00:30:00Z"}},
+		{"fall back on the last day: 02:30 runs once", "30 2 L * *", "Europe/Berlin", "2027-10-30T00:00:00Z",
+			[]string{"2027-10-31T00:30:00Z", "2027-11-30T01:30:00Z"}},
+		{"hourly on the last day in New York keeps real time", "0 * L * *", "America/New_York", "2026-01-31T04:00:00Z",
+			[]string{"2026-01-31T05:00:00Z", "2026-01-31T06:00:00Z"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := mustParse(t, c.spec, c.zone)
+			var got []string
+			for next := at(t, c.from); len(got) < len(c.want); {
+				next = s.next(next)
+				require.False(t, next.IsZero())
+				got = append(got, next.Format(time.RFC3339))
+			}
+			require.Equal(t, c.want, got)
+		})
+	}
+	for _, bad := range []string{"0 0 L * MON", "0 0 L-2 * *", "0 0 5L * *"} {
+		_, _, err := parseSpec(bad, time.UTC)
+		require.ErrorIs(t, err, pglock.ErrInvalidSpec, bad)
+	}
+}
+
+// A tick's jitter is in [0, J), the same on every call (every instance), spread over the range,
+// and never more than J whatever the tick (temporal #3059: a jitter of up to 50 days).
+func TestJitterIsDeterministicAndBounded(t *testing.T) {
+	t.Parallel()
+	const j = 30 * time.Second
+	seen := map[time.Duration]bool{}
+	tick := at(t, "2026-01-01T00:00:00Z")
+	for i := range 5000 {
+		tick = tick.Add(time.Minute)
+		off := jitterOf("tenant-42", tick, j)
+		require.True(t, off >= 0 && off < j, "tick %d: %s", i, off)
+		require.Equal(t, off, jitterOf("tenant-42", tick, j))
+		seen[off.Truncate(time.Second)] = true
+	}
+	require.Len(t, seen, 30, "spread over every second of the range")
+	require.Zero(t, jitterOf("tenant-42", tick, 0))
+	require.NotEqual(t, jitterOf("a", tick, time.Hour), jitterOf("b", tick, time.Hour), "schedules spread apart")
+}
+
+// A jittered tick waits for its fire time, and is then claimed under its own time: the ledger
+// stays keyed on the nominal tick.
+func TestJitteredTickWaitsForItsOffsetAndKeepsItsTime(t *testing.T) {
+	t.Parallel()
+	s := mustParse(t, "@every 1m", "UTC")
+	set := settings{catchUp: CatchUpSkip, window: time.Hour}
+	fire := func(at time.Time) time.Time { return at.Add(20 * time.Second) }
+	nominal := at(t, "2026-05-01T10:01:00Z")
+	watermark := nominal.Add(-time.Minute)
+	ticks, until := plan(s, set, watermark, nominal.Add(19*time.Second), fire)
+	require.Empty(t, ticks, "not yet: its jitter has not come")
+	require.Equal(t, watermark, until, "and the watermark stays")
+	ticks, until = plan(s, set, watermark, nominal.Add(20*time.Second), fire)
+	require.Equal(t, []tick{{at: nominal, kind: "scheduled"}}, ticks)
+	require.Equal(t, nominal, until)
+}
+
+// A jitter must be shorter than the shortest interval between ticks, a daylight-saving change
+// included: otherwise a tick could fire after the next one.
+func TestJitterMustBeShorterThanTheShortestInterval(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		spec   string
+		jitter time.Duration
+		ok     bool
+	}{
+		{"@every 1m", 59 * time.Second, true},
+		{"@every 1m", time.Minute, false},
+		{"CRON_TZ=America/Los_Angeles 30 2 * * *", 22 * time.Hour, true},
+		{"CRON_TZ=America/Los_Angeles 30 2 * * *", 23*time.Hour + 30*time.Minute, false}, // spring forward: 23 h
+		{"0 0 9-17 * * MON-FRI", 59 * time.Minute, true},
+		{"0 0 9-17 * * MON-FRI", time.Hour, false},
+	} {
+		_, _, _, err := compile(c.spec, &Options{Jitter: c.jitter})
+		if c.ok {
+			require.NoError(t, err, "%s with %s", c.spec, c.jitter)
+		} else {
+			require.ErrorIs(t, err, pglock.ErrInvalidArgument, "%s with %s", c.spec, c.jitter)
+		}
+	}
 }

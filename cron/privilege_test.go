@@ -26,15 +26,18 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s, %[2]s;
 		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs TO %[1]s;
 		GRANT EXECUTE ON FUNCTION
-			pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar),
+			pglock_cron_register_extras(varchar, text, text, text, text, bigint, bigint, integer, varchar, bigint, timestamptz,
+				timestamptz, integer, integer),
 			pglock_cron_seen_clock(varchar[], varchar, bigint, bigint),
-			pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean),
+			pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean),
 			pglock_cron_renew(bigint, bigint, bigint), pglock_cron_renew_many(bigint[], bigint[], bigint[]),
 			pglock_cron_finish(bigint, bigint, text, text),
 			pglock_cron_collect() TO %[1]s;
-		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs, pglock_instances TO %[2]s;
+		GRANT SELECT ON pglock_cron_schedules, pglock_cron_runs, pglock_instances, pglock_cron_changes TO %[2]s;
 		GRANT EXECUTE ON FUNCTION pglock_cron_pause(varchar, text, text), pglock_cron_resume(varchar),
 			pglock_cron_trigger(varchar, text), pglock_cron_backfill(varchar, timestamptz[], text),
+			pglock_cron_define(varchar, varchar, text, text, jsonb, text, text, bigint, bigint, integer, bigint, bigint, bigint,
+				timestamptz, timestamptz, integer, integer, boolean, text, text), pglock_cron_delete(varchar, text, text),
 			pglock_cron_collect() TO %[2]s;`, app, ops))
 	require.NoError(t, err)
 	as := func(role string) *pgxpool.Pool {
@@ -55,6 +58,7 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 			}
 			return l.fn(ctx, run)
 		}))
+		require.NoError(t, s.Handle("k", l.fn))
 	})
 	opsPool := as(ops)
 	_, err = cron.Trigger(ctx, opsPool, "hourly", "ops")
@@ -71,6 +75,21 @@ func TestSchedulerAndControlsWorkWithTheLeastPrivilegeRoles(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	testdb.WaitFor(t, func() bool { return statuses(history(t, opsPool, "hourly"))[cron.StatusRan] == 2 }, "two runs recorded")
+
+	// A runtime schedule: defined, updated and deleted by the operators' role, run by the app's.
+	def := cron.Definition{Name: "runtime", Kind: "k", Spec: "@hourly"}
+	require.NoError(t, cron.Define(ctx, opsPool, def, &cron.Change{By: "ops"}))
+	def.Spec = "@daily"
+	require.NoError(t, cron.Update(ctx, opsPool, def, &cron.Change{By: "ops"}))
+	testdb.WaitFor(t, func() bool { // the app's instance has read it: a manual run starts at once
+		list, err := cron.List(ctx, opsPool)
+		require.NoError(t, err)
+		return len(list) == 2 && list[1].Name == "runtime" && !list[1].Unhandled
+	}, "the app's instance handles it")
+	_, err = cron.Trigger(ctx, opsPool, "runtime", "ops")
+	require.NoError(t, err)
+	require.Equal(t, cron.RunKindManual, l.next(t, "runtime").Kind)
+	require.NoError(t, cron.Delete(ctx, opsPool, "runtime", &cron.Change{By: "ops"}))
 	_, err = cron.Collect(ctx, opsPool)
 	require.NoError(t, err)
 }

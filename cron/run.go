@@ -23,7 +23,7 @@ func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
 	id, token := db.Deref(c.ID), db.Deref(c.FencingToken)
 	run := Run{
 		Schedule: e.name, ScheduledTime: db.Deref(c.ScheduledTime), Kind: RunKind(db.Deref(c.Kind)),
-		Attempt: int(db.Deref(c.Attempt)), Token: token,
+		Attempt: int(db.Deref(c.Attempt)), Token: token, Args: e.args,
 	}
 	s.mu.Lock()
 	ctx, cancel := context.WithCancelCause(s.runsCtx)

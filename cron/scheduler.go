@@ -34,11 +34,15 @@ type Scheduler struct {
 	clock    clock.Clock // the host's clock, a seam for tests
 	renewals *lease.Set  // the leases of running runs, renewed together (made at Start, on clock)
 
-	mu      sync.Mutex
-	entries map[string]*entry
-	started bool
-	stopped bool
-	active  map[int64]context.CancelCauseFunc // running runs, by id
+	mu       sync.Mutex
+	entries  map[string]*entry // added in code, and the runtime schedules of the kinds handled
+	handlers map[string]Func   // by kind
+	// definitionsChanged says that the runtime schedules handled must be read again.
+	definitionsChanged bool
+	defs               definitions // the loop's
+	started            bool
+	stopped            bool
+	active             map[int64]context.CancelCauseFunc // running runs, by id
 	// replaced holds cancellations notified before their run started here (a claim's answer
 	// can come after a newer run's notification); few, and cleared when it grows.
 	replaced  map[int64]string
@@ -57,18 +61,25 @@ type Scheduler struct {
 	stopDone        chan struct{} // closed once the first Stop has returned
 }
 
-// entry is one added schedule. Its fields after fn are the loop's alone.
+// entry is one schedule this instance runs. Its fields after revision are the loop's alone.
 type entry struct {
 	name, spec, zone string
 	sched            schedule
 	set              settings
 	fn               Func
+	kind             string          // a runtime schedule's; "" for one added in code
+	args             json.RawMessage // a runtime schedule's
+	revision         int64           // of a runtime schedule's definition
 
 	registered bool
 	watermark  time.Time // every tick up to it is accounted for, as last read
 	failures   int       // registrations refused in a row
 	retryAt    time.Time // on the host's clock: when to register again after a refusal
+	finished   bool      // its run limit is reached
 }
+
+// fire is when a tick of the entry fires: at its time plus its jitter.
+func (e *entry) fire(at time.Time) time.Time { return at.Add(jitterOf(e.name, at, e.set.jitter)) }
 
 // New returns a Scheduler that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
@@ -86,7 +97,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 	return &Scheduler{
 		events: observe.New(c.Observer, c.Logger),
 		pool:   pool, queries: db.New(db.Translating(pool)), cfg: c, instance: instance, clock: clock.Real,
-		entries: map[string]*entry{}, active: map[int64]context.CancelCauseFunc{}, replaced: map[int64]string{},
+		entries: map[string]*entry{}, handlers: map[string]Func{}, defs: definitions{refused: map[string]int64{}},
+		active: map[int64]context.CancelCauseFunc{}, replaced: map[int64]string{},
 		wake: make(chan struct{}, 1), seenEvery: seenEvery,
 	}, nil
 }
@@ -105,11 +117,7 @@ func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if fn == nil {
 		return errs.Errorf("%w: nil fn for schedule %q", pglock.ErrInvalidArgument, name)
 	}
-	set, loc, err := opts.settings()
-	if err != nil {
-		return errs.Errorf("schedule %q: %w", name, err)
-	}
-	sched, zone, err := parseSpec(spec, loc)
+	sched, set, zone, err := compile(spec, opts)
 	if err != nil {
 		return errs.Errorf("schedule %q: %w", name, err)
 	}
@@ -118,7 +126,7 @@ func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if s.stopped {
 		return errs.Errorf("%w: the scheduler was stopped", pglock.ErrClosed)
 	}
-	if _, dup := s.entries[name]; dup {
+	if e, dup := s.entries[name]; dup && e.kind == "" {
 		return errs.Errorf("%w: schedule %q was already added", pglock.ErrInvalidArgument, name)
 	}
 	s.entries[name] = &entry{name: name, spec: strings.TrimSpace(spec), zone: zone, sched: sched, set: set, fn: fn}
@@ -132,7 +140,7 @@ func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 func (s *Scheduler) Remove(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.entries[name]; !ok {
+	if e, ok := s.entries[name]; !ok || e.kind != "" {
 		return errs.Errorf("%w: schedule %q was not added", pglock.ErrNotFound, name)
 	}
 	delete(s.entries, name)
@@ -289,6 +297,7 @@ func (s *Scheduler) notified(payload string) {
 	var n struct {
 		Op       string `json:"op"`
 		Schedule string `json:"schedule"`
+		Kind     string `json:"kind"` // define, update, delete: the runtime schedule's
 		Run      int64  `json:"run"`
 	}
 	if err := json.Unmarshal([]byte(payload), &n); err != nil {
@@ -301,6 +310,12 @@ func (s *Scheduler) notified(payload string) {
 	}
 	s.mu.Lock()
 	_, mine := s.entries[n.Schedule]
+	switch n.Op {
+	case "define", "update", "delete":
+		if mine || s.handlers[n.Kind] != nil {
+			s.definitionsChanged, mine = true, true
+		}
+	}
 	s.mu.Unlock()
 	if mine {
 		s.wakeUp()
@@ -329,11 +344,13 @@ func (s *Scheduler) cancelRun(id int64, why string) {
 
 // register records the schedule in the database and reads its watermark.
 func (s *Scheduler) register(ctx context.Context, e *entry) error {
-	until, err := s.queries.RegisterCronSchedule(ctx, db.RegisterCronScheduleParams{
+	p := db.RegisterCronScheduleParams{
 		Name: e.name, Spec: e.spec, TimeZone: e.zone, Overlap: string(e.set.overlap), CatchUp: string(e.set.catchUp),
 		CatchUpWindowMs: e.set.window.Milliseconds(), KeepForMs: e.set.retention.Milliseconds(),
 		KeepRuns: int32(e.set.maxRuns), Instance: s.instance,
-	})
+	}
+	p.JitterMs, p.StartsAt, p.EndsAt, p.RunLimit, p.PauseAfterFailures = e.set.extras()
+	until, err := s.queries.RegisterCronSchedule(ctx, p)
 	if err != nil {
 		return errs.Errorf("register schedule %q: %w", e.name, err)
 	}

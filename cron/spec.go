@@ -1,7 +1,9 @@
 package cron
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -26,9 +28,10 @@ var parser = robfig.NewParser(robfig.SecondOptional | robfig.Minute | robfig.Hou
 const maxSpecLen = 1024
 
 // parseSpec parses spec as robfig/cron's parser does (five fields or six with seconds first,
-// descriptors, a CRON_TZ= or TZ= prefix), reading it in loc unless it names its own zone.
-// Errors match [pglock.ErrInvalidSpec] and say what is wrong. Leading and trailing spaces do not
-// count.
+// descriptors, a CRON_TZ= or TZ= prefix), reading it in loc unless it names its own zone, with
+// one extension: L in the day-of-month field, the month's last day (alone or in a list, such as
+// 15,L; not with a day of the week). Errors match [pglock.ErrInvalidSpec] and say what is wrong.
+// Leading and trailing spaces do not count.
 func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, err error) {
 	invalid := func(format string, args ...any) error {
 		return errs.Errorf("%w %.80q: %s", pglock.ErrInvalidSpec, spec, fmt.Sprintf(format, args...))
@@ -66,25 +69,171 @@ func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, er
 		}
 		return everySchedule(d), "UTC", nil
 	}
-	parsed, err := parseRecovering(trimmed)
+	body, lastDay, listed, err := cutLastDay(body)
 	if err != nil {
 		return nil, "", invalid("%v", err)
 	}
-	spec6, ok := parsed.(*robfig.SpecSchedule)
-	if !ok {
-		return nil, "", invalid("unsupported schedule type %T", parsed)
+	spec6, err := parseFields(body)
+	if err != nil {
+		return nil, "", invalid("%v", err)
 	}
-	s := specSchedule{loc: loc, realTime: spec6.Hour&allHours == allHours}
-	s.wall = *spec6
-	s.wall.Location = time.UTC
-	if s.realTime {
-		s.wall.Location = loc
+	s := newSpecSchedule(spec6, loc)
+	if lastDay {
+		days := uint64(0)
+		if listed != "" {
+			withListed, err := parseFields(strings.Replace(body, domCandidates, listed, 1))
+			if err != nil {
+				return nil, "", invalid("%v", err)
+			}
+			days = withListed.Dom
+		}
+		s = lastDaySchedule{inner: s, loc: loc, days: days}
 	}
 	if s.next(time.Now()).IsZero() {
 		return nil, "", invalid("it never fires (no matching time in the next five years)")
 	}
 	return s, loc.String(), nil
 }
+
+func parseFields(body string) (*robfig.SpecSchedule, error) {
+	parsed, err := parseRecovering(body)
+	if err != nil {
+		return nil, err
+	}
+	spec6, ok := parsed.(*robfig.SpecSchedule)
+	if !ok {
+		return nil, fmt.Errorf("unsupported schedule type %T", parsed)
+	}
+	return spec6, nil
+}
+
+func newSpecSchedule(spec6 *robfig.SpecSchedule, loc *time.Location) schedule {
+	s := specSchedule{loc: loc, realTime: spec6.Hour&allHours == allHours}
+	s.wall = *spec6
+	s.wall.Location = time.UTC
+	if s.realTime {
+		s.wall.Location = loc
+	}
+	return s
+}
+
+// domCandidates stands for L in the day-of-month field given to robfig's parser: every last
+// day of a month is one of them.
+const domCandidates = "28-31"
+
+// cutLastDay takes L out of the day-of-month field of body (fields only, no zone prefix): it
+// returns body with that field replaced by the candidate days, whether L was there, and the
+// field's other days ("" for none).
+func cutLastDay(body string) (out string, lastDay bool, listed string, err error) {
+	fields := strings.Fields(body)
+	dom, dow := -1, -1
+	switch len(fields) {
+	case 5:
+		dom, dow = 2, 4
+	case 6:
+		dom, dow = 3, 5
+	}
+	if dom < 0 || !strings.Contains(strings.ToUpper(fields[dom]), "L") {
+		return body, false, "", nil
+	}
+	var others []string
+	for _, part := range strings.Split(fields[dom], ",") {
+		if strings.EqualFold(part, "L") {
+			lastDay = true
+		} else {
+			others = append(others, part)
+		}
+	}
+	if !lastDay {
+		return "", false, "", fmt.Errorf("the day of the month takes L alone or in a list such as 15,L, not %q", fields[dom])
+	}
+	if d := fields[dow]; d != "*" && d != "?" {
+		return "", false, "", fmt.Errorf("the last day of the month (L) cannot be combined with a day of the week (%q)", d)
+	}
+	listed = strings.Join(others, ",")
+	fields[dom] = domCandidates
+	if listed != "" {
+		fields[dom] = listed + "," + domCandidates
+	}
+	return strings.Join(fields, " "), true, listed, nil
+}
+
+// lastDaySchedule is a spec with L in its day of the month: the ticks of inner (whose days are
+// the candidates and the days listed) that fall on the last day of their month in loc, or on a
+// day listed.
+type lastDaySchedule struct {
+	inner schedule
+	loc   *time.Location
+	days  uint64 // the days listed beside L, as robfig's bits
+}
+
+func (s lastDaySchedule) next(t time.Time) time.Time {
+	for {
+		n := s.inner.next(t)
+		if n.IsZero() {
+			return n
+		}
+		local := n.In(s.loc)
+		if local.AddDate(0, 0, 1).Month() != local.Month() || s.days&(1<<uint(local.Day())) != 0 {
+			return n
+		}
+		t = n
+	}
+}
+
+// boundedSchedule is a schedule between start and end (either zero for none): a tick before
+// start or after end is not a tick.
+type boundedSchedule struct {
+	inner      schedule
+	start, end time.Time
+}
+
+func (s boundedSchedule) next(t time.Time) time.Time {
+	if !s.start.IsZero() && t.Before(s.start) {
+		t = s.start.Add(-time.Nanosecond)
+	}
+	n := s.inner.next(t)
+	if !s.end.IsZero() && n.After(s.end) {
+		return time.Time{}
+	}
+	return n
+}
+
+// jitterOf is the offset of a tick of the named schedule within [0, jitter), in whole
+// milliseconds: from a hash of both, so that every instance computes the same.
+func jitterOf(name string, tick time.Time, jitter time.Duration) time.Duration {
+	ms := jitter.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(tick.UnixNano())))
+	return time.Duration(h.Sum64()%uint64(ms)) * time.Millisecond
+}
+
+// shortestGap is the shortest time between two of the next ticks of s after from (looking at
+// up to gapSample of them); 0 if it has fewer than two.
+func shortestGap(s schedule, from time.Time) time.Duration {
+	var gap time.Duration
+	prev := s.next(from)
+	for i := 0; i < gapSample && !prev.IsZero(); i++ {
+		n := s.next(prev)
+		if n.IsZero() {
+			break
+		}
+		if d := n.Sub(prev); gap == 0 || d < gap {
+			gap = d
+		}
+		prev = n
+	}
+	return gap
+}
+
+// gapSample is how many ticks shortestGap looks at: more than a year of a daily schedule, so
+// that a daylight-saving change is among them.
+const gapSample = 400
 
 func parseRecovering(spec string) (s robfig.Schedule, err error) {
 	defer func() {

@@ -8,6 +8,12 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coa
 -- Schedulers report their host clock against the database's, with the schedules they still
 -- have (pglock_cron_seen_clock), for operators: pglock_instances.
 --
+-- Schedules defined at runtime (pglock_cron_define) are rows of pglock_cron_schedules with a
+-- kind, the name of the handler that runs them, and arguments; every schedule gains the spec
+-- extras (jitter, start and end, a run limit, a pause after failures in a row), a revision that
+-- claims check, and its changes are kept in pglock_cron_changes. A runtime schedule no instance
+-- has seen yet has no last instance.
+--
 -- A RunTx delivery writes its job's record once: a transactional claim of a key without a record
 -- leaves the record it would write in the transaction-local setting pglock.job_claim
 -- (pglock_job_pending's text form), and pglock_job_finish_tx inserts it finished. The CHECK
@@ -43,6 +49,43 @@ CREATE TYPE pglock_job_pending AS (
     fingerprint   text,
     window_ms     bigint
 );
+
+-- Revisions of schedules' definitions, from one sequence: the largest and the count of a kind's
+-- rows change with any define, update or delete, which is how an instance that cannot LISTEN
+-- finds out.
+CREATE SEQUENCE pglock_cron_revision_seq;
+
+ALTER TABLE pglock_cron_schedules
+    ADD COLUMN kind                 varchar(255), -- a runtime schedule's handler; NULL: defined in code
+    ADD COLUMN args                 jsonb,        -- a runtime schedule's arguments
+    ADD COLUMN ttl_ms               bigint,       -- a runtime schedule's run lease and timeout (code keeps its own)
+    ADD COLUMN timeout_ms           bigint,
+    ADD COLUMN jitter_ms            bigint  NOT NULL DEFAULT 0,
+    ADD COLUMN starts_at            timestamptz,
+    ADD COLUMN ends_at              timestamptz,
+    ADD COLUMN run_limit            integer,      -- runs of its ticks before it is finished; NULL: no limit
+    ADD COLUMN runs_started         bigint  NOT NULL DEFAULT 0,
+    ADD COLUMN pause_after_failures integer,      -- failed runs in a row that pause it; NULL: never
+    ADD COLUMN failures_in_row      integer NOT NULL DEFAULT 0,
+    ADD COLUMN revision             bigint  NOT NULL DEFAULT nextval('pglock_cron_revision_seq'),
+    ALTER COLUMN last_instance DROP NOT NULL,
+    ALTER COLUMN last_seen_at DROP NOT NULL;
+
+CREATE INDEX pglock_cron_schedules_kind ON pglock_cron_schedules (kind, revision) WHERE kind IS NOT NULL;
+
+-- Who defined, changed or deleted a runtime schedule, when, why, and the definition it left
+-- (NULL for a delete). Kept after the schedule is deleted.
+CREATE TABLE pglock_cron_changes (
+    id         bigint       GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    schedule   varchar(255) NOT NULL,
+    op         text         NOT NULL CHECK (op IN ('define', 'update', 'delete')),
+    definition jsonb,
+    changed_by text,
+    note       text,
+    changed_at timestamptz  NOT NULL
+);
+
+CREATE INDEX pglock_cron_changes_schedule ON pglock_cron_changes (schedule, id);
 
 -- ==== migrations/functions/00_checks.sql ====
 
@@ -2020,20 +2063,16 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_cron_check(varchar, varchar) FROM PUBLIC;
 
--- Registers a schedule for an instance, or updates it (a new spec or policy from a new
--- deployment), keeping its watermark and pause; answers the watermark. A new schedule's
--- watermark is now: a schedule has no ticks before it existed.
-CREATE OR REPLACE FUNCTION pglock_cron_register(p_name varchar, p_spec text, p_time_zone text, p_overlap text,
-    p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_instance varchar)
-RETURNS timestamptz
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- Checks a schedule's definition, as pglock_cron_register_extras and pglock_cron_define take it
+-- (the spec itself is parsed by the instances; pglockctl and the Go API check it first).
+CREATE OR REPLACE FUNCTION pglock_cron_check_definition(p_spec text, p_time_zone text, p_overlap text, p_catch_up text,
+    p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_jitter_ms bigint,
+    p_starts_at timestamptz, p_ends_at timestamptz, p_run_limit integer, p_pause_after_failures integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_until timestamptz;
 BEGIN
-    PERFORM pglock_cron_check(p_name, p_instance);
     IF p_spec IS NULL OR octet_length(p_spec) NOT BETWEEN 1 AND 1024 THEN
         RAISE EXCEPTION 'p_spec: must be 1 to 1024 bytes' USING ERRCODE = '22023', COLUMN = 'p_spec';
     END IF;
@@ -2055,21 +2094,193 @@ BEGIN
     IF p_keep_runs IS NULL OR p_keep_runs < 1 THEN
         RAISE EXCEPTION 'p_keep_runs: must be positive' USING ERRCODE = '22023', COLUMN = 'p_keep_runs';
     END IF;
+    IF p_jitter_ms IS NULL OR p_jitter_ms < 0 THEN
+        RAISE EXCEPTION 'p_jitter_ms: must not be negative' USING ERRCODE = '22023', COLUMN = 'p_jitter_ms';
+    END IF;
+    IF p_ends_at <= p_starts_at THEN
+        RAISE EXCEPTION 'p_ends_at: must be after p_starts_at' USING ERRCODE = '22023', COLUMN = 'p_ends_at';
+    END IF;
+    IF p_run_limit < 1 THEN
+        RAISE EXCEPTION 'p_run_limit: must be positive, or NULL for no limit' USING ERRCODE = '22023', COLUMN = 'p_run_limit';
+    END IF;
+    IF p_pause_after_failures < 1 THEN
+        RAISE EXCEPTION 'p_pause_after_failures: must be positive, or NULL for never' USING ERRCODE = '22023',
+            COLUMN = 'p_pause_after_failures';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_check_definition(text, text, text, text, bigint, bigint, integer, bigint, timestamptz,
+    timestamptz, integer, integer) FROM PUBLIC;
+
+-- Registers a schedule defined in an instance's code, or updates it (a new spec or policy from
+-- a new deployment), keeping its watermark, pause and counts; answers the watermark. A new
+-- schedule's watermark is now: a schedule has no ticks before it existed. A name a runtime
+-- schedule has is refused (SQLSTATE 23505). What schedulers call since v0.1.0.
+CREATE OR REPLACE FUNCTION pglock_cron_register_extras(p_name varchar, p_spec text, p_time_zone text, p_overlap text,
+    p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_instance varchar,
+    p_jitter_ms bigint, p_starts_at timestamptz, p_ends_at timestamptz, p_run_limit integer, p_pause_after_failures integer)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_until timestamptz;
+BEGIN
+    PERFORM pglock_cron_check(p_name, p_instance);
+    PERFORM pglock_cron_check_definition(p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms, p_keep_for_ms,
+        p_keep_runs, p_jitter_ms, p_starts_at, p_ends_at, p_run_limit, p_pause_after_failures);
     INSERT INTO pglock_cron_schedules AS s (name, spec, time_zone, overlap, catch_up, catch_up_window_ms,
-                                            keep_for_ms, keep_runs, accounted_until, last_instance, last_seen_at, created_at)
-    VALUES (p_name, p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms,
-            p_keep_for_ms, p_keep_runs, v_now, p_instance, v_now, v_now)
+                                            keep_for_ms, keep_runs, jitter_ms, starts_at, ends_at, run_limit,
+                                            pause_after_failures, accounted_until, last_instance, last_seen_at, created_at)
+    VALUES (p_name, p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms, p_keep_for_ms, p_keep_runs,
+            p_jitter_ms, p_starts_at, p_ends_at, p_run_limit, p_pause_after_failures, v_now, p_instance, v_now, v_now)
     ON CONFLICT (name) DO UPDATE
        SET spec = excluded.spec, time_zone = excluded.time_zone, overlap = excluded.overlap,
            catch_up = excluded.catch_up, catch_up_window_ms = excluded.catch_up_window_ms,
-           keep_for_ms = excluded.keep_for_ms, keep_runs = excluded.keep_runs,
+           keep_for_ms = excluded.keep_for_ms, keep_runs = excluded.keep_runs, jitter_ms = excluded.jitter_ms,
+           starts_at = excluded.starts_at, ends_at = excluded.ends_at, run_limit = excluded.run_limit,
+           pause_after_failures = excluded.pause_after_failures,
            last_instance = excluded.last_instance, last_seen_at = excluded.last_seen_at
+     WHERE s.kind IS NULL
     RETURNING s.accounted_until INTO v_until;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % was defined at runtime: a schedule in code needs another name', p_name
+            USING ERRCODE = '23505', CONSTRAINT = 'pglock_cron_schedules_pkey';
+    END IF;
     RETURN v_until;
 END;
 $$;
 
+REVOKE ALL ON FUNCTION pglock_cron_register_extras(varchar, text, text, text, text, bigint, bigint, integer, varchar,
+    bigint, timestamptz, timestamptz, integer, integer) FROM PUBLIC;
+
+-- What v0.1.0's schedulers call: a schedule without the extras.
+CREATE OR REPLACE FUNCTION pglock_cron_register(p_name varchar, p_spec text, p_time_zone text, p_overlap text,
+    p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_instance varchar)
+RETURNS timestamptz
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT pglock_cron_register_extras(p_name, p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms,
+                                       p_keep_for_ms, p_keep_runs, p_instance, 0, NULL, NULL, NULL, NULL)
+$$;
+
 REVOKE ALL ON FUNCTION pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar) FROM PUBLIC;
+
+-- Defines a schedule at runtime (p_replace false: the name must be free) or replaces the
+-- definition of one (p_replace true: a runtime schedule of that name must exist), recording who
+-- did it and why in pglock_cron_changes; answers the definition's revision. Its ticks are run by
+-- the instances that handle p_kind. A new spec or zone takes effect from now on: ticks of the
+-- old spec not yet claimed are not run. Another change keeps the watermark, so the tick in
+-- flight runs once, as the new definition says. Claims refuse an instance that planned with an
+-- older revision, so no tick of a replaced definition starts once this commits.
+CREATE OR REPLACE FUNCTION pglock_cron_define(p_name varchar, p_kind varchar, p_spec text, p_time_zone text, p_args jsonb,
+    p_overlap text, p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer,
+    p_ttl_ms bigint, p_timeout_ms bigint, p_jitter_ms bigint, p_starts_at timestamptz, p_ends_at timestamptz,
+    p_run_limit integer, p_pause_after_failures integer, p_replace boolean, p_by text, p_note text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_s pglock_cron_schedules;
+BEGIN
+    PERFORM pglock_cron_check(p_name, '-');
+    IF p_kind IS NULL OR octet_length(p_kind) < 1 OR length(p_kind) > 255 THEN
+        RAISE EXCEPTION 'p_kind: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_kind';
+    END IF;
+    PERFORM pglock_cron_check_definition(p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms, p_keep_for_ms,
+        p_keep_runs, p_jitter_ms, p_starts_at, p_ends_at, p_run_limit, p_pause_after_failures);
+    BEGIN
+        PERFORM v_now AT TIME ZONE p_time_zone;
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'p_time_zone: % is not a time zone', p_time_zone USING ERRCODE = '22023', COLUMN = 'p_time_zone';
+    END;
+    IF octet_length(p_args::text) > 65536 THEN
+        RAISE EXCEPTION 'p_args: at most 65536 bytes of JSON' USING ERRCODE = '22023', COLUMN = 'p_args';
+    END IF;
+    IF pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
+        PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
+    END IF;
+    IF p_timeout_ms IS NULL OR p_timeout_ms < 0 THEN
+        RAISE EXCEPTION 'p_timeout_ms: must not be negative (0: no timeout)' USING ERRCODE = '22023', COLUMN = 'p_timeout_ms';
+    END IF;
+    IF p_replace IS NULL THEN
+        RAISE EXCEPTION 'p_replace: must be true or false' USING ERRCODE = '22023', COLUMN = 'p_replace';
+    END IF;
+    IF p_replace THEN
+        v_s := pglock_cron_lock(p_name);
+        IF v_s.kind IS NULL THEN
+            RAISE EXCEPTION 'schedule % is defined in code: change it there', p_name
+                USING ERRCODE = '55000', CONSTRAINT = 'pglock_cron_defined_in_code';
+        END IF;
+        UPDATE pglock_cron_schedules
+           SET kind = p_kind, spec = p_spec, time_zone = p_time_zone, args = p_args, overlap = p_overlap,
+               catch_up = p_catch_up, catch_up_window_ms = p_catch_up_window_ms, keep_for_ms = p_keep_for_ms,
+               keep_runs = p_keep_runs, ttl_ms = p_ttl_ms, timeout_ms = p_timeout_ms, jitter_ms = p_jitter_ms,
+               starts_at = p_starts_at, ends_at = p_ends_at, run_limit = p_run_limit,
+               pause_after_failures = p_pause_after_failures, revision = nextval('pglock_cron_revision_seq'),
+               accounted_until = CASE WHEN (spec, time_zone) = (p_spec, p_time_zone) THEN accounted_until
+                                      ELSE greatest(accounted_until, v_now) END
+         WHERE name = p_name
+        RETURNING * INTO v_s;
+    ELSE
+        INSERT INTO pglock_cron_schedules (name, kind, spec, time_zone, args, overlap, catch_up, catch_up_window_ms,
+                                           keep_for_ms, keep_runs, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at,
+                                           run_limit, pause_after_failures, accounted_until, created_at)
+        VALUES (p_name, p_kind, p_spec, p_time_zone, p_args, p_overlap, p_catch_up, p_catch_up_window_ms, p_keep_for_ms,
+                p_keep_runs, p_ttl_ms, p_timeout_ms, p_jitter_ms, p_starts_at, p_ends_at, p_run_limit,
+                p_pause_after_failures, v_now, v_now)
+        ON CONFLICT (name) DO NOTHING
+        RETURNING * INTO v_s;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'schedule % exists', p_name USING ERRCODE = '23505', CONSTRAINT = 'pglock_cron_schedules_pkey';
+        END IF;
+    END IF;
+    INSERT INTO pglock_cron_changes (schedule, op, definition, changed_by, note, changed_at)
+    VALUES (p_name, CASE WHEN p_replace THEN 'update' ELSE 'define' END,
+            jsonb_build_object('kind', p_kind, 'spec', p_spec, 'time_zone', p_time_zone, 'args', p_args,
+                               'overlap', p_overlap, 'catch_up', p_catch_up, 'catch_up_window_ms', p_catch_up_window_ms,
+                               'keep_for_ms', p_keep_for_ms, 'keep_runs', p_keep_runs, 'ttl_ms', p_ttl_ms,
+                               'timeout_ms', p_timeout_ms, 'jitter_ms', p_jitter_ms, 'starts_at', p_starts_at,
+                               'ends_at', p_ends_at, 'run_limit', p_run_limit,
+                               'pause_after_failures', p_pause_after_failures, 'revision', v_s.revision),
+            p_by, p_note, v_now);
+    PERFORM pg_notify('pglock_cron', json_build_object('op', CASE WHEN p_replace THEN 'update' ELSE 'define' END,
+                                                       'schedule', p_name, 'kind', p_kind)::text);
+    RETURN v_s.revision;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_define(varchar, varchar, text, text, jsonb, text, text, bigint, bigint, integer, bigint,
+    bigint, bigint, timestamptz, timestamptz, integer, integer, boolean, text, text) FROM PUBLIC;
+
+-- Deletes a runtime schedule and its runs: once this commits, no instance starts a tick of it
+-- (a claim refuses a schedule it cannot find), and a run under way loses its lease.
+CREATE OR REPLACE FUNCTION pglock_cron_delete(p_name varchar, p_by text, p_note text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_s pglock_cron_schedules;
+BEGIN
+    v_s := pglock_cron_lock(p_name);
+    IF v_s.kind IS NULL THEN
+        RAISE EXCEPTION 'schedule % is defined in code: remove it there', p_name
+            USING ERRCODE = '55000', CONSTRAINT = 'pglock_cron_defined_in_code';
+    END IF;
+    DELETE FROM pglock_cron_schedules WHERE name = p_name;
+    INSERT INTO pglock_cron_changes (schedule, op, changed_by, note, changed_at)
+    VALUES (p_name, 'delete', p_by, p_note, clock_timestamp());
+    PERFORM pg_notify('pglock_cron', json_build_object('op', 'delete', 'schedule', p_name, 'kind', v_s.kind)::text);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_cron_delete(varchar, text, text) FROM PUBLIC;
 
 -- Records that an instance still has these schedules; answers those it named that do not
 -- exist (an operator deleted them: the instance registers them again). A schedule whose row
@@ -2159,12 +2370,16 @@ $$;
 REVOKE ALL ON FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz) FROM PUBLIC;
 
 -- Accounts for an instance's due ticks and starts what may start, in one statement.
---   p_names, p_seen, p_until, p_ttl_ms: per schedule, the watermark the instance read, the one
---     its ticks bring it to (equal: no ticks, only pending runs to start), and its run lease;
+--   p_names, p_seen, p_until, p_ttl_ms, p_revisions: per schedule, the watermark the instance
+--     read, the one its ticks bring it to (equal: no ticks, only pending runs to start), its run
+--     lease, and the revision of the runtime definition it planned with (0: defined in its code);
 --   p_tick_*: per tick, its schedule and time, and what it is: 'scheduled' (on time: runs now,
 --     as the overlap policy says), 'catch_up' (missed, to run in turn) or 'missed' (recorded,
 --     with p_missed_until and p_missed_count the range it stands for: the last tick and how many,
 --     a negative count meaning too many to count).
+-- A schedule whose definition is not the one planned with is answered 'changed', and nothing of
+-- it is claimed. One whose run limit is reached is answered 'finished': its ticks are not run
+-- (nor recorded), and its buffered or caught-up runs are recorded skipped.
 -- Returns the runs it starts and, with p_report, a row per run it records skipped (paused, or
 -- by the overlap policy) or abandoned (its lease expired), each told once, by the instance whose
 -- claim recorded it, so that a sum of its metrics over instances is exact
@@ -2172,7 +2387,7 @@ REVOKE ALL ON FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz) FROM 
 -- Schedules' rows are locked in name order, and nothing else a claim locks is waited for while
 -- it holds one that another claim could want first, so claims never deadlock.
 CREATE OR REPLACE FUNCTION pglock_cron_claim_reporting(p_instance varchar, p_names varchar[], p_seen timestamptz[],
-    p_until timestamptz[], p_ttl_ms bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
+    p_until timestamptz[], p_ttl_ms bigint[], p_revisions bigint[], p_tick_names varchar[], p_tick_times timestamptz[],
     p_tick_kinds text[], p_missed_until timestamptz[], p_missed_counts bigint[], p_report boolean)
 RETURNS SETOF pglock_cron_claimed
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -2184,6 +2399,7 @@ DECLARE
     v_running integer;
     v_buffered boolean;
     v_catching_up boolean;
+    v_counted integer; -- runs of its ticks this claim started
     v_run pglock_cron_runs;
     v_rec pglock_cron_runs;
     e record;
@@ -2192,8 +2408,8 @@ DECLARE
 BEGIN
     PERFORM pglock_cron_check('-', p_instance);
     IF cardinality(p_names) IS DISTINCT FROM cardinality(p_seen) OR cardinality(p_names) IS DISTINCT FROM cardinality(p_until)
-       OR cardinality(p_names) IS DISTINCT FROM cardinality(p_ttl_ms) THEN
-        RAISE EXCEPTION 'p_names, p_seen, p_until, p_ttl_ms: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_names';
+       OR cardinality(p_names) IS DISTINCT FROM cardinality(p_ttl_ms) OR cardinality(p_names) IS DISTINCT FROM cardinality(p_revisions) THEN
+        RAISE EXCEPTION 'p_names, p_seen, p_until, p_ttl_ms, p_revisions: must have the same length' USING ERRCODE = '22023', COLUMN = 'p_names';
     END IF;
     IF cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_tick_times) OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_tick_kinds)
        OR cardinality(p_tick_names) IS DISTINCT FROM cardinality(p_missed_until)
@@ -2203,8 +2419,9 @@ BEGIN
 
     -- Each schedule with its ticks (grouped once: a hash join, not a scan of every tick per
     -- schedule), in name order.
-    FOR e IN SELECT u.name, u.seen, u.until, u.ttl, g.ticks, g.kinds, g.missed_untils, g.missed_counts
-               FROM unnest(p_names, p_seen, p_until, p_ttl_ms) AS u(name, seen, until, ttl)
+    FOR e IN SELECT u.name, u.seen, u.until, u.ttl, nullif(u.revision, 0) AS revision, g.ticks, g.kinds, g.missed_untils,
+                    g.missed_counts
+               FROM unnest(p_names, p_seen, p_until, p_ttl_ms, p_revisions) AS u(name, seen, until, ttl, revision)
                LEFT JOIN (SELECT x.name, array_agg(x.tick ORDER BY x.tick) AS ticks, array_agg(x.kind ORDER BY x.tick) AS kinds,
                                  array_agg(x.missed_until ORDER BY x.tick) AS missed_untils,
                                  array_agg(x.missed_count ORDER BY x.tick) AS missed_counts
@@ -2224,6 +2441,11 @@ BEGIN
             RETURN NEXT ROW('unknown', e.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v_now)::pglock_cron_claimed;
             CONTINUE;
         END IF;
+        IF e.revision IS DISTINCT FROM (CASE WHEN v_s.kind IS NOT NULL THEN v_s.revision END) THEN
+            RETURN NEXT ROW('changed', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+            CONTINUE;
+        END IF;
+        v_counted := 0;
         -- Runs whose instance stopped renewing are over.
         FOR v_rec IN UPDATE pglock_cron_runs
                         SET status = 'abandoned', finished_at = lease_expires_at,
@@ -2260,6 +2482,7 @@ BEGIN
                     RAISE EXCEPTION 'p_tick_times: the ticks of % must be after its watermark and at most p_until', e.name
                         USING ERRCODE = '22023', COLUMN = 'p_tick_times';
                 END IF;
+                CONTINUE WHEN v_s.runs_started + v_counted >= v_s.run_limit; -- finished: no more ticks
                 IF t.kind = 'missed' THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, missed_until, missed_count,
                                                   created_at, finished_at, error)
@@ -2281,6 +2504,7 @@ BEGIN
                 ELSIF v_running = 0 OR v_s.overlap = 'allow' THEN
                     RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
                     v_running := v_running + 1;
+                    v_counted := v_counted + 1;
                 ELSIF v_s.overlap = 'replace' THEN
                     FOR c IN UPDATE pglock_cron_runs
                                 SET status = 'canceled', finished_at = v_now,
@@ -2292,6 +2516,7 @@ BEGIN
                     END LOOP;
                     RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
                     v_running := 1;
+                    v_counted := v_counted + 1;
                 ELSIF v_s.overlap = 'buffer_one' AND NOT v_buffered THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
                     VALUES (e.name, t.tick, 'scheduled', 'pending', 1, v_now);
@@ -2316,9 +2541,10 @@ BEGIN
             SELECT * INTO v_run FROM pglock_cron_runs
              WHERE schedule = e.name AND status = 'pending' ORDER BY id LIMIT 1;
             EXIT WHEN NOT FOUND;
-            IF v_s.paused AND v_run.kind IN ('scheduled', 'catch_up') THEN
+            IF v_run.kind IN ('scheduled', 'catch_up') AND (v_s.paused OR v_s.runs_started + v_counted >= v_s.run_limit) THEN
                 UPDATE pglock_cron_runs SET status = 'skipped', attempt = 0, finished_at = v_now,
-                       error = 'paused: ' || coalesce(v_s.pause_note, '')
+                       error = CASE WHEN v_s.paused THEN 'paused: ' || coalesce(v_s.pause_note, '')
+                                    ELSE 'the schedule finished: its run limit was reached' END
                  WHERE id = v_run.id
                 RETURNING * INTO v_rec;
                 IF p_report THEN
@@ -2328,7 +2554,16 @@ BEGIN
             END IF;
             RETURN NEXT pglock_cron_start(e.name, v_run.id, NULL, NULL, p_instance, e.ttl, v_now);
             v_running := v_running + 1;
+            IF v_run.kind IN ('scheduled', 'catch_up') THEN
+                v_counted := v_counted + 1;
+            END IF;
         END LOOP;
+        IF v_counted > 0 THEN
+            UPDATE pglock_cron_schedules SET runs_started = runs_started + v_counted WHERE name = e.name;
+        END IF;
+        IF v_s.runs_started + v_counted >= v_s.run_limit THEN
+            RETURN NEXT ROW('finished', e.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v_now)::pglock_cron_claimed;
+        END IF;
     END LOOP;
 
     -- Every other schedule's runs whose instance stopped renewing, last and without waiting for a
@@ -2348,7 +2583,7 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean) FROM PUBLIC;
 
 -- What v0.1.0's schedulers call: the claim without reports.
 CREATE OR REPLACE FUNCTION pglock_cron_claim(p_instance varchar, p_names varchar[], p_seen timestamptz[],
@@ -2358,7 +2593,8 @@ RETURNS SETOF pglock_cron_claimed
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
-    SELECT * FROM pglock_cron_claim_reporting(p_instance, p_names, p_seen, p_until, p_ttl_ms, p_tick_names,
+    SELECT * FROM pglock_cron_claim_reporting(p_instance, p_names, p_seen, p_until, p_ttl_ms,
+                                              array_fill(0::bigint, ARRAY[cardinality(p_names)]), p_tick_names,
                                               p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts, false)
 $$;
 
@@ -2433,26 +2669,50 @@ REVOKE ALL ON FUNCTION pglock_cron_renew_many(bigint[], bigint[], bigint[]) FROM
 
 -- Records how a run ended: p_status 'ran', 'failed' or 'canceled'. Answers whether the schedule
 -- has pending runs (the instance claims next at once), or NULL when the run was no longer
--- running under this token (it was abandoned or replaced, and that record stands).
+-- running under this token (it was abandoned or replaced, and that record stands). A failure
+-- counts towards the schedule's failures in a row, which pause it at pause_after_failures (the
+-- note says why); a run that ran clears the count.
 CREATE OR REPLACE FUNCTION pglock_cron_finish(p_id bigint, p_fencing_token bigint, p_status text, p_error text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_schedule varchar;
+    v_s pglock_cron_schedules;
+    v_pause boolean;
 BEGIN
     IF p_status IS NULL OR p_status NOT IN ('ran', 'failed', 'canceled') THEN
         RAISE EXCEPTION 'p_status: must be ran, failed or canceled' USING ERRCODE = '22023', COLUMN = 'p_status';
     END IF;
+    SELECT s.* INTO v_s FROM pglock_cron_schedules s JOIN pglock_cron_runs r ON r.schedule = s.name WHERE r.id = p_id;
+    IF p_status = 'failed' OR p_status = 'ran' AND v_s.failures_in_row > 0 THEN
+        -- The schedule's row first, then the run's, as claims take them: the other order could
+        -- deadlock with a claim recording this run abandoned.
+        SELECT * INTO v_s FROM pglock_cron_schedules WHERE name = v_s.name FOR NO KEY UPDATE;
+    END IF;
     UPDATE pglock_cron_runs
        SET status = p_status, finished_at = clock_timestamp(), lease_expires_at = NULL, error = p_error
-     WHERE id = p_id AND fencing_token = p_fencing_token AND status = 'running'
-    RETURNING schedule INTO v_schedule;
+     WHERE id = p_id AND fencing_token = p_fencing_token AND status = 'running';
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    RETURN EXISTS (SELECT FROM pglock_cron_runs WHERE schedule = v_schedule AND status = 'pending');
+    IF p_status = 'failed' THEN
+        v_pause := NOT v_s.paused AND v_s.failures_in_row + 1 >= coalesce(v_s.pause_after_failures, 0) AND v_s.pause_after_failures > 0;
+        UPDATE pglock_cron_schedules
+           SET failures_in_row = failures_in_row + 1
+         WHERE name = v_s.name;
+        IF v_pause THEN
+            UPDATE pglock_cron_schedules
+               SET paused = true, paused_by = 'pglock', paused_at = clock_timestamp(),
+                   pause_note = format('paused after %s failed runs in a row; the last: %s', v_s.failures_in_row + 1,
+                                       left(coalesce(p_error, ''), 1000))
+             WHERE name = v_s.name;
+            PERFORM pg_notify('pglock_cron', json_build_object('op', 'pause', 'schedule', v_s.name)::text);
+        END IF;
+    ELSIF p_status = 'ran' AND v_s.failures_in_row > 0 THEN
+        UPDATE pglock_cron_schedules SET failures_in_row = 0 WHERE name = v_s.name;
+    END IF;
+    RETURN EXISTS (SELECT FROM pglock_cron_runs WHERE schedule = v_s.name AND status = 'pending');
 END;
 $$;
 
@@ -2493,7 +2753,8 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_cron_pause(varchar, text, text) FROM PUBLIC;
 
--- Resumes a schedule. Ticks that came while it was paused stay skipped.
+-- Resumes a schedule, and clears its count of failures in a row. Ticks that came while it was
+-- paused stay skipped.
 CREATE OR REPLACE FUNCTION pglock_cron_resume(p_name varchar)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -2501,7 +2762,7 @@ SET search_path FROM CURRENT
 AS $$
 BEGIN
     PERFORM pglock_cron_lock(p_name);
-    UPDATE pglock_cron_schedules SET paused = false, pause_note = NULL, paused_by = NULL, paused_at = NULL
+    UPDATE pglock_cron_schedules SET paused = false, pause_note = NULL, paused_by = NULL, paused_at = NULL, failures_in_row = 0
      WHERE name = p_name;
     PERFORM pg_notify('pglock_cron', json_build_object('op', 'resume', 'schedule', p_name)::text);
 END;

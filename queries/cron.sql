@@ -2,8 +2,36 @@
 -- named and cast here.
 
 -- name: RegisterCronSchedule :one
-SELECT pglock_cron_register(@name, @spec, @time_zone, @overlap, @catch_up, @catch_up_window_ms,
-                            @keep_for_ms, @keep_runs, @instance)::timestamptz AS accounted_until;
+SELECT pglock_cron_register_extras(@name, @spec, @time_zone, @overlap, @catch_up, @catch_up_window_ms,
+                                   @keep_for_ms, @keep_runs, @instance, @jitter_ms, sqlc.narg('starts_at')::timestamptz,
+                                   sqlc.narg('ends_at')::timestamptz, sqlc.narg('run_limit')::integer,
+                                   sqlc.narg('pause_after_failures')::integer)::timestamptz AS accounted_until;
+
+-- DefineCronSchedule defines a runtime schedule, or with replace changes one; it answers the
+-- definition's revision.
+-- name: DefineCronSchedule :one
+SELECT pglock_cron_define(@name, @kind, @spec, @time_zone, sqlc.narg('args')::jsonb, @overlap, @catch_up,
+                          @catch_up_window_ms, @keep_for_ms, @keep_runs, @ttl_ms, @timeout_ms, @jitter_ms,
+                          sqlc.narg('starts_at')::timestamptz, sqlc.narg('ends_at')::timestamptz,
+                          sqlc.narg('run_limit')::integer, sqlc.narg('pause_after_failures')::integer, @replace::boolean,
+                          sqlc.narg('changed_by')::text, sqlc.narg('note')::text)::bigint AS revision;
+
+-- name: DeleteCronSchedule :exec
+SELECT pglock_cron_delete(@name, sqlc.narg('changed_by')::text, sqlc.narg('note')::text);
+
+-- CronDefinitions reads the runtime schedules of the given kinds.
+-- name: CronDefinitions :many
+SELECT * FROM pglock_cron_schedules WHERE kind = ANY (@kinds::varchar[]) ORDER BY name;
+
+-- CronDefinitionsVersion changes whenever a runtime schedule of the given kinds is defined,
+-- changed or deleted: revisions come from one sequence.
+-- name: CronDefinitionsVersion :one
+SELECT count(*)::bigint AS schedules, coalesce(max(revision), 0)::bigint AS revision
+  FROM pglock_cron_schedules WHERE kind = ANY (@kinds::varchar[]);
+
+-- CronChanges lists the changes of a schedule's definition, newest first.
+-- name: CronChanges :many
+SELECT * FROM pglock_cron_changes WHERE schedule = @schedule ORDER BY id DESC LIMIT @max_rows;
 
 -- SeenCronSchedules answers the names that have no schedule any more, and records this
 -- instance's clock offset.
@@ -13,7 +41,7 @@ SELECT s::varchar AS name FROM pglock_cron_seen_clock(@names::varchar[], @instan
 -- With report, the claim also returns the runs it recorded skipped or abandoned.
 -- name: ClaimCronTicks :many
 SELECT c.* FROM pglock_cron_claim_reporting(@instance, @names::varchar[], @seen::timestamptz[], @until::timestamptz[],
-                                            @ttl_ms::bigint[], @tick_names::varchar[], @tick_times::timestamptz[],
+                                            @ttl_ms::bigint[], @revisions::bigint[], @tick_names::varchar[], @tick_times::timestamptz[],
                                             @tick_kinds::text[], @missed_until::timestamptz[], @missed_counts::bigint[],
                                             @report::boolean) AS c;
 
@@ -54,14 +82,17 @@ SELECT * FROM pglock_cron_runs WHERE id = @id;
 -- ListCronSchedules lists every schedule with its last run that started or was recorded
 -- (NULLs when it has none).
 -- name: ListCronSchedules :many
-SELECT s.*, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
+SELECT sqlc.embed(s), l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
        l.status AS last_status, l.attempt AS last_attempt, l.instance AS last_instance_run,
        l.fencing_token AS last_token, l.started_at AS last_started_at, l.finished_at AS last_finished_at,
-       l.error AS last_error, clock_timestamp()::timestamptz AS db_now
+       l.error AS last_error, c.changed_by AS changed_by, c.changed_at AS changed_at, c.note AS change_note,
+       clock_timestamp()::timestamptz AS db_now
   FROM pglock_cron_schedules s
   LEFT JOIN pglock_cron_runs l
     ON l.id = (SELECT r.id FROM pglock_cron_runs r WHERE r.schedule = s.name AND r.status <> 'pending'
                 ORDER BY r.scheduled_time DESC, r.id DESC LIMIT 1)
+  LEFT JOIN pglock_cron_changes c
+    ON c.id = (SELECT x.id FROM pglock_cron_changes x WHERE x.schedule = s.name ORDER BY x.id DESC LIMIT 1)
  ORDER BY s.name;
 
 -- name: GetCronSchedule :one

@@ -29,9 +29,9 @@ func (q *Queries) BackfillCronSchedule(ctx context.Context, arg BackfillCronSche
 
 const claimCronTicks = `-- name: ClaimCronTicks :many
 SELECT c.outcome, c.schedule, c.id, c.scheduled_time, c.kind, c.attempt, c.fencing_token, c.lease_expires_at, c.accounted_until, c.db_now FROM pglock_cron_claim_reporting($1, $2::varchar[], $3::timestamptz[], $4::timestamptz[],
-                                            $5::bigint[], $6::varchar[], $7::timestamptz[],
-                                            $8::text[], $9::timestamptz[], $10::bigint[],
-                                            $11::boolean) AS c
+                                            $5::bigint[], $6::bigint[], $7::varchar[], $8::timestamptz[],
+                                            $9::text[], $10::timestamptz[], $11::bigint[],
+                                            $12::boolean) AS c
 `
 
 type ClaimCronTicksParams struct {
@@ -40,6 +40,7 @@ type ClaimCronTicksParams struct {
 	Seen         []time.Time
 	Until        []time.Time
 	TtlMs        []int64
+	Revisions    []int64
 	TickNames    []string
 	TickTimes    []time.Time
 	TickKinds    []string
@@ -56,6 +57,7 @@ func (q *Queries) ClaimCronTicks(ctx context.Context, arg ClaimCronTicksParams) 
 		arg.Seen,
 		arg.Until,
 		arg.TtlMs,
+		arg.Revisions,
 		arg.TickNames,
 		arg.TickTimes,
 		arg.TickKinds,
@@ -101,6 +103,117 @@ func (q *Queries) CollectCronRuns(ctx context.Context) (int64, error) {
 	var deleted int64
 	err := row.Scan(&deleted)
 	return deleted, err
+}
+
+const cronChanges = `-- name: CronChanges :many
+SELECT id, schedule, op, definition, changed_by, note, changed_at FROM pglock_cron_changes WHERE schedule = $1 ORDER BY id DESC LIMIT $2
+`
+
+type CronChangesParams struct {
+	Schedule string
+	MaxRows  int32
+}
+
+// CronChanges lists the changes of a schedule's definition, newest first.
+func (q *Queries) CronChanges(ctx context.Context, arg CronChangesParams) ([]PglockCronChange, error) {
+	rows, err := q.db.Query(ctx, cronChanges, arg.Schedule, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PglockCronChange
+	for rows.Next() {
+		var i PglockCronChange
+		if err := rows.Scan(
+			&i.ID,
+			&i.Schedule,
+			&i.Op,
+			&i.Definition,
+			&i.ChangedBy,
+			&i.Note,
+			&i.ChangedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const cronDefinitions = `-- name: CronDefinitions :many
+SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at, kind, args, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at, run_limit, runs_started, pause_after_failures, failures_in_row, revision FROM pglock_cron_schedules WHERE kind = ANY ($1::varchar[]) ORDER BY name
+`
+
+// CronDefinitions reads the runtime schedules of the given kinds.
+func (q *Queries) CronDefinitions(ctx context.Context, kinds []string) ([]PglockCronSchedule, error) {
+	rows, err := q.db.Query(ctx, cronDefinitions, kinds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PglockCronSchedule
+	for rows.Next() {
+		var i PglockCronSchedule
+		if err := rows.Scan(
+			&i.Name,
+			&i.Spec,
+			&i.TimeZone,
+			&i.Overlap,
+			&i.CatchUp,
+			&i.CatchUpWindowMs,
+			&i.KeepForMs,
+			&i.KeepRuns,
+			&i.AccountedUntil,
+			&i.Paused,
+			&i.PauseNote,
+			&i.PausedBy,
+			&i.PausedAt,
+			&i.LastInstance,
+			&i.LastSeenAt,
+			&i.CreatedAt,
+			&i.Kind,
+			&i.Args,
+			&i.TtlMs,
+			&i.TimeoutMs,
+			&i.JitterMs,
+			&i.StartsAt,
+			&i.EndsAt,
+			&i.RunLimit,
+			&i.RunsStarted,
+			&i.PauseAfterFailures,
+			&i.FailuresInRow,
+			&i.Revision,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const cronDefinitionsVersion = `-- name: CronDefinitionsVersion :one
+SELECT count(*)::bigint AS schedules, coalesce(max(revision), 0)::bigint AS revision
+  FROM pglock_cron_schedules WHERE kind = ANY ($1::varchar[])
+`
+
+type CronDefinitionsVersionRow struct {
+	Schedules int64
+	Revision  int64
+}
+
+// CronDefinitionsVersion changes whenever a runtime schedule of the given kinds is defined,
+// changed or deleted: revisions come from one sequence.
+func (q *Queries) CronDefinitionsVersion(ctx context.Context, kinds []string) (CronDefinitionsVersionRow, error) {
+	row := q.db.QueryRow(ctx, cronDefinitionsVersion, kinds)
+	var i CronDefinitionsVersionRow
+	err := row.Scan(&i.Schedules, &i.Revision)
+	return i, err
 }
 
 const cronHistory = `-- name: CronHistory :many
@@ -162,6 +275,82 @@ func (q *Queries) CronHistory(ctx context.Context, arg CronHistoryParams) ([]Pgl
 	return items, nil
 }
 
+const defineCronSchedule = `-- name: DefineCronSchedule :one
+SELECT pglock_cron_define($1, $2, $3, $4, $5::jsonb, $6, $7,
+                          $8, $9, $10, $11, $12, $13,
+                          $14::timestamptz, $15::timestamptz,
+                          $16::integer, $17::integer, $18::boolean,
+                          $19::text, $20::text)::bigint AS revision
+`
+
+type DefineCronScheduleParams struct {
+	Name               string
+	Kind               string
+	Spec               string
+	TimeZone           string
+	Args               []byte
+	Overlap            string
+	CatchUp            string
+	CatchUpWindowMs    int64
+	KeepForMs          int64
+	KeepRuns           int32
+	TtlMs              int64
+	TimeoutMs          int64
+	JitterMs           int64
+	StartsAt           *time.Time
+	EndsAt             *time.Time
+	RunLimit           *int32
+	PauseAfterFailures *int32
+	Replace            bool
+	ChangedBy          *string
+	Note               *string
+}
+
+// DefineCronSchedule defines a runtime schedule, or with replace changes one; it answers the
+// definition's revision.
+func (q *Queries) DefineCronSchedule(ctx context.Context, arg DefineCronScheduleParams) (int64, error) {
+	row := q.db.QueryRow(ctx, defineCronSchedule,
+		arg.Name,
+		arg.Kind,
+		arg.Spec,
+		arg.TimeZone,
+		arg.Args,
+		arg.Overlap,
+		arg.CatchUp,
+		arg.CatchUpWindowMs,
+		arg.KeepForMs,
+		arg.KeepRuns,
+		arg.TtlMs,
+		arg.TimeoutMs,
+		arg.JitterMs,
+		arg.StartsAt,
+		arg.EndsAt,
+		arg.RunLimit,
+		arg.PauseAfterFailures,
+		arg.Replace,
+		arg.ChangedBy,
+		arg.Note,
+	)
+	var revision int64
+	err := row.Scan(&revision)
+	return revision, err
+}
+
+const deleteCronSchedule = `-- name: DeleteCronSchedule :exec
+SELECT pglock_cron_delete($1, $2::text, $3::text)
+`
+
+type DeleteCronScheduleParams struct {
+	Name      string
+	ChangedBy *string
+	Note      *string
+}
+
+func (q *Queries) DeleteCronSchedule(ctx context.Context, arg DeleteCronScheduleParams) error {
+	_, err := q.db.Exec(ctx, deleteCronSchedule, arg.Name, arg.ChangedBy, arg.Note)
+	return err
+}
+
 const finishCronRun = `-- name: FinishCronRun :one
 SELECT f.pending::boolean AS pending
   FROM pglock_cron_finish($1, $2, $3, $4::text) AS f(pending)
@@ -219,7 +408,7 @@ func (q *Queries) GetCronRun(ctx context.Context, id int64) (PglockCronRun, erro
 }
 
 const getCronSchedule = `-- name: GetCronSchedule :one
-SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at FROM pglock_cron_schedules WHERE name = $1
+SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at, kind, args, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at, run_limit, runs_started, pause_after_failures, failures_in_row, revision FROM pglock_cron_schedules WHERE name = $1
 `
 
 func (q *Queries) GetCronSchedule(ctx context.Context, name string) (PglockCronSchedule, error) {
@@ -242,50 +431,53 @@ func (q *Queries) GetCronSchedule(ctx context.Context, name string) (PglockCronS
 		&i.LastInstance,
 		&i.LastSeenAt,
 		&i.CreatedAt,
+		&i.Kind,
+		&i.Args,
+		&i.TtlMs,
+		&i.TimeoutMs,
+		&i.JitterMs,
+		&i.StartsAt,
+		&i.EndsAt,
+		&i.RunLimit,
+		&i.RunsStarted,
+		&i.PauseAfterFailures,
+		&i.FailuresInRow,
+		&i.Revision,
 	)
 	return i, err
 }
 
 const listCronSchedules = `-- name: ListCronSchedules :many
-SELECT s.name, s.spec, s.time_zone, s.overlap, s.catch_up, s.catch_up_window_ms, s.keep_for_ms, s.keep_runs, s.accounted_until, s.paused, s.pause_note, s.paused_by, s.paused_at, s.last_instance, s.last_seen_at, s.created_at, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
+SELECT s.name, s.spec, s.time_zone, s.overlap, s.catch_up, s.catch_up_window_ms, s.keep_for_ms, s.keep_runs, s.accounted_until, s.paused, s.pause_note, s.paused_by, s.paused_at, s.last_instance, s.last_seen_at, s.created_at, s.kind, s.args, s.ttl_ms, s.timeout_ms, s.jitter_ms, s.starts_at, s.ends_at, s.run_limit, s.runs_started, s.pause_after_failures, s.failures_in_row, s.revision, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
        l.status AS last_status, l.attempt AS last_attempt, l.instance AS last_instance_run,
        l.fencing_token AS last_token, l.started_at AS last_started_at, l.finished_at AS last_finished_at,
-       l.error AS last_error, clock_timestamp()::timestamptz AS db_now
+       l.error AS last_error, c.changed_by AS changed_by, c.changed_at AS changed_at, c.note AS change_note,
+       clock_timestamp()::timestamptz AS db_now
   FROM pglock_cron_schedules s
   LEFT JOIN pglock_cron_runs l
     ON l.id = (SELECT r.id FROM pglock_cron_runs r WHERE r.schedule = s.name AND r.status <> 'pending'
                 ORDER BY r.scheduled_time DESC, r.id DESC LIMIT 1)
+  LEFT JOIN pglock_cron_changes c
+    ON c.id = (SELECT x.id FROM pglock_cron_changes x WHERE x.schedule = s.name ORDER BY x.id DESC LIMIT 1)
  ORDER BY s.name
 `
 
 type ListCronSchedulesRow struct {
-	Name              string
-	Spec              string
-	TimeZone          string
-	Overlap           string
-	CatchUp           string
-	CatchUpWindowMs   int64
-	KeepForMs         int64
-	KeepRuns          int32
-	AccountedUntil    time.Time
-	Paused            bool
-	PauseNote         *string
-	PausedBy          *string
-	PausedAt          *time.Time
-	LastInstance      string
-	LastSeenAt        time.Time
-	CreatedAt         time.Time
-	LastRunID         *int64
-	LastScheduledTime *time.Time
-	LastKind          *string
-	LastStatus        *string
-	LastAttempt       *int32
-	LastInstanceRun   *string
-	LastToken         *int64
-	LastStartedAt     *time.Time
-	LastFinishedAt    *time.Time
-	LastError         *string
-	DbNow             time.Time
+	PglockCronSchedule PglockCronSchedule
+	LastRunID          *int64
+	LastScheduledTime  *time.Time
+	LastKind           *string
+	LastStatus         *string
+	LastAttempt        *int32
+	LastInstanceRun    *string
+	LastToken          *int64
+	LastStartedAt      *time.Time
+	LastFinishedAt     *time.Time
+	LastError          *string
+	ChangedBy          *string
+	ChangedAt          *time.Time
+	ChangeNote         *string
+	DbNow              time.Time
 }
 
 // ListCronSchedules lists every schedule with its last run that started or was recorded
@@ -300,22 +492,34 @@ func (q *Queries) ListCronSchedules(ctx context.Context) ([]ListCronSchedulesRow
 	for rows.Next() {
 		var i ListCronSchedulesRow
 		if err := rows.Scan(
-			&i.Name,
-			&i.Spec,
-			&i.TimeZone,
-			&i.Overlap,
-			&i.CatchUp,
-			&i.CatchUpWindowMs,
-			&i.KeepForMs,
-			&i.KeepRuns,
-			&i.AccountedUntil,
-			&i.Paused,
-			&i.PauseNote,
-			&i.PausedBy,
-			&i.PausedAt,
-			&i.LastInstance,
-			&i.LastSeenAt,
-			&i.CreatedAt,
+			&i.PglockCronSchedule.Name,
+			&i.PglockCronSchedule.Spec,
+			&i.PglockCronSchedule.TimeZone,
+			&i.PglockCronSchedule.Overlap,
+			&i.PglockCronSchedule.CatchUp,
+			&i.PglockCronSchedule.CatchUpWindowMs,
+			&i.PglockCronSchedule.KeepForMs,
+			&i.PglockCronSchedule.KeepRuns,
+			&i.PglockCronSchedule.AccountedUntil,
+			&i.PglockCronSchedule.Paused,
+			&i.PglockCronSchedule.PauseNote,
+			&i.PglockCronSchedule.PausedBy,
+			&i.PglockCronSchedule.PausedAt,
+			&i.PglockCronSchedule.LastInstance,
+			&i.PglockCronSchedule.LastSeenAt,
+			&i.PglockCronSchedule.CreatedAt,
+			&i.PglockCronSchedule.Kind,
+			&i.PglockCronSchedule.Args,
+			&i.PglockCronSchedule.TtlMs,
+			&i.PglockCronSchedule.TimeoutMs,
+			&i.PglockCronSchedule.JitterMs,
+			&i.PglockCronSchedule.StartsAt,
+			&i.PglockCronSchedule.EndsAt,
+			&i.PglockCronSchedule.RunLimit,
+			&i.PglockCronSchedule.RunsStarted,
+			&i.PglockCronSchedule.PauseAfterFailures,
+			&i.PglockCronSchedule.FailuresInRow,
+			&i.PglockCronSchedule.Revision,
 			&i.LastRunID,
 			&i.LastScheduledTime,
 			&i.LastKind,
@@ -326,6 +530,9 @@ func (q *Queries) ListCronSchedules(ctx context.Context) ([]ListCronSchedulesRow
 			&i.LastStartedAt,
 			&i.LastFinishedAt,
 			&i.LastError,
+			&i.ChangedBy,
+			&i.ChangedAt,
+			&i.ChangeNote,
 			&i.DbNow,
 		); err != nil {
 			return nil, err
@@ -355,20 +562,27 @@ func (q *Queries) PauseCronSchedule(ctx context.Context, arg PauseCronSchedulePa
 
 const registerCronSchedule = `-- name: RegisterCronSchedule :one
 
-SELECT pglock_cron_register($1, $2, $3, $4, $5, $6,
-                            $7, $8, $9)::timestamptz AS accounted_until
+SELECT pglock_cron_register_extras($1, $2, $3, $4, $5, $6,
+                                   $7, $8, $9, $10, $11::timestamptz,
+                                   $12::timestamptz, $13::integer,
+                                   $14::integer)::timestamptz AS accounted_until
 `
 
 type RegisterCronScheduleParams struct {
-	Name            string
-	Spec            string
-	TimeZone        string
-	Overlap         string
-	CatchUp         string
-	CatchUpWindowMs int64
-	KeepForMs       int64
-	KeepRuns        int32
-	Instance        string
+	Name               string
+	Spec               string
+	TimeZone           string
+	Overlap            string
+	CatchUp            string
+	CatchUpWindowMs    int64
+	KeepForMs          int64
+	KeepRuns           int32
+	Instance           string
+	JitterMs           int64
+	StartsAt           *time.Time
+	EndsAt             *time.Time
+	RunLimit           *int32
+	PauseAfterFailures *int32
 }
 
 // Cron (package cron). sqlc cannot see the columns of what a function returns, so they are
@@ -384,6 +598,11 @@ func (q *Queries) RegisterCronSchedule(ctx context.Context, arg RegisterCronSche
 		arg.KeepForMs,
 		arg.KeepRuns,
 		arg.Instance,
+		arg.JitterMs,
+		arg.StartsAt,
+		arg.EndsAt,
+		arg.RunLimit,
+		arg.PauseAfterFailures,
 	)
 	var accounted_until time.Time
 	err := row.Scan(&accounted_until)

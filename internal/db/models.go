@@ -42,6 +42,16 @@ type DistributedLockWaiter struct {
 	ExpiresAt  time.Time
 }
 
+type PglockCronChange struct {
+	ID         int64
+	Schedule   string
+	Op         string
+	Definition []byte
+	ChangedBy  *string
+	Note       *string
+	ChangedAt  time.Time
+}
+
 type PglockCronClaimed struct {
 	Outcome        string
 	Schedule       string
@@ -75,22 +85,34 @@ type PglockCronRun struct {
 }
 
 type PglockCronSchedule struct {
-	Name            string
-	Spec            string
-	TimeZone        string
-	Overlap         string
-	CatchUp         string
-	CatchUpWindowMs int64
-	KeepForMs       int64
-	KeepRuns        int32
-	AccountedUntil  time.Time
-	Paused          bool
-	PauseNote       *string
-	PausedBy        *string
-	PausedAt        *time.Time
-	LastInstance    string
-	LastSeenAt      time.Time
-	CreatedAt       time.Time
+	Name               string
+	Spec               string
+	TimeZone           string
+	Overlap            string
+	CatchUp            string
+	CatchUpWindowMs    int64
+	KeepForMs          int64
+	KeepRuns           int32
+	AccountedUntil     time.Time
+	Paused             bool
+	PauseNote          *string
+	PausedBy           *string
+	PausedAt           *time.Time
+	LastInstance       *string
+	LastSeenAt         *time.Time
+	CreatedAt          time.Time
+	Kind               *string
+	Args               []byte
+	TtlMs              *int64
+	TimeoutMs          *int64
+	JitterMs           int64
+	StartsAt           *time.Time
+	EndsAt             *time.Time
+	RunLimit           *int32
+	RunsStarted        int64
+	PauseAfterFailures *int32
+	FailuresInRow      int32
+	Revision           int64
 }
 
 type PglockInstance struct {

@@ -38,6 +38,14 @@ func Translate(err error) error {
 		return fmt.Errorf("%w: %w", pglock.ErrNotFound, err)
 	case pgerrcode.LockNotAvailable: // lock_timeout ran out
 		return fmt.Errorf("%w: %w", pglock.ErrLockTimeout, err)
+	case pgerrcode.UniqueViolation:
+		if state.constraint == "pglock_cron_schedules_pkey" {
+			return fmt.Errorf("%w: %w", pglock.ErrExists, err)
+		}
+	case pgerrcode.ObjectNotInPrerequisiteState:
+		if state.constraint == "pglock_cron_defined_in_code" {
+			return fmt.Errorf("%w: %w", pglock.ErrDefinedInCode, err)
+		}
 	case pgerrcode.InsufficientPrivilege:
 		if state.constraint == "pglock_schema_is_safe" {
 			return fmt.Errorf("%w: %w", pglock.ErrUnsafeSchema, err)
@@ -91,6 +99,8 @@ func invalidArgument(param string) error {
 		return pglock.ErrInvalidName
 	case "p_ttl_ms", "p_ttl_seconds":
 		return pglock.ErrInvalidTTL
+	case "p_spec", "p_time_zone":
+		return pglock.ErrInvalidSpec
 	default:
 		return pglock.ErrInvalidArgument
 	}

@@ -3,8 +3,15 @@
 -- v0.1.0's functions are made again from 000001. A claim pending in a transaction under way is
 -- not carried over: apply this with no RunTx running.
 
+DROP FUNCTION pglock_cron_define(varchar, varchar, text, text, jsonb, text, text, bigint, bigint, integer, bigint, bigint,
+    bigint, timestamptz, timestamptz, integer, integer, boolean, text, text);
+DROP FUNCTION pglock_cron_delete(varchar, text, text);
+DROP FUNCTION pglock_cron_register_extras(varchar, text, text, text, text, bigint, bigint, integer, varchar,
+    bigint, timestamptz, timestamptz, integer, integer);
+DROP FUNCTION pglock_cron_check_definition(text, text, text, text, bigint, bigint, integer, bigint, timestamptz,
+    timestamptz, integer, integer);
 DROP FUNCTION pglock_cron_recorded(pglock_cron_runs, timestamptz);
-DROP FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
+DROP FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], timestamptz[], bigint[], bigint[], varchar[], timestamptz[], text[], timestamptz[], bigint[], boolean);
 DROP FUNCTION pglock_cron_seen_clock(varchar[], varchar, bigint, bigint);
 DROP FUNCTION pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, integer, bigint);
 DROP FUNCTION pglock_job_finish_many(varchar, text[], bigint[], bigint);
@@ -33,3 +40,14 @@ DROP TABLE pglock_instances;
 ALTER TABLE pglock_jobs
     ADD CONSTRAINT pglock_jobs_job_key_check CHECK (octet_length(job_key) BETWEEN 1 AND 1024),
     ADD CONSTRAINT pglock_jobs_status_check CHECK (status IN ('running', 'succeeded', 'failed'));
+
+-- v0.1.0 knows no runtime schedule: they go, with their runs.
+DELETE FROM pglock_cron_schedules WHERE kind IS NOT NULL;
+DROP TABLE pglock_cron_changes;
+ALTER TABLE pglock_cron_schedules
+    DROP COLUMN kind, DROP COLUMN args, DROP COLUMN ttl_ms, DROP COLUMN timeout_ms, DROP COLUMN jitter_ms,
+    DROP COLUMN starts_at, DROP COLUMN ends_at, DROP COLUMN run_limit, DROP COLUMN runs_started,
+    DROP COLUMN pause_after_failures, DROP COLUMN failures_in_row, DROP COLUMN revision,
+    ALTER COLUMN last_instance SET NOT NULL,
+    ALTER COLUMN last_seen_at SET NOT NULL;
+DROP SEQUENCE pglock_cron_revision_seq;

@@ -3,6 +3,12 @@
 -- Schedulers report their host clock against the database's, with the schedules they still
 -- have (pglock_cron_seen_clock), for operators: pglock_instances.
 --
+-- Schedules defined at runtime (pglock_cron_define) are rows of pglock_cron_schedules with a
+-- kind, the name of the handler that runs them, and arguments; every schedule gains the spec
+-- extras (jitter, start and end, a run limit, a pause after failures in a row), a revision that
+-- claims check, and its changes are kept in pglock_cron_changes. A runtime schedule no instance
+-- has seen yet has no last instance.
+--
 -- A RunTx delivery writes its job's record once: a transactional claim of a key without a record
 -- leaves the record it would write in the transaction-local setting pglock.job_claim
 -- (pglock_job_pending's text form), and pglock_job_finish_tx inserts it finished. The CHECK
@@ -38,3 +44,40 @@ CREATE TYPE pglock_job_pending AS (
     fingerprint   text,
     window_ms     bigint
 );
+
+-- Revisions of schedules' definitions, from one sequence: the largest and the count of a kind's
+-- rows change with any define, update or delete, which is how an instance that cannot LISTEN
+-- finds out.
+CREATE SEQUENCE pglock_cron_revision_seq;
+
+ALTER TABLE pglock_cron_schedules
+    ADD COLUMN kind                 varchar(255), -- a runtime schedule's handler; NULL: defined in code
+    ADD COLUMN args                 jsonb,        -- a runtime schedule's arguments
+    ADD COLUMN ttl_ms               bigint,       -- a runtime schedule's run lease and timeout (code keeps its own)
+    ADD COLUMN timeout_ms           bigint,
+    ADD COLUMN jitter_ms            bigint  NOT NULL DEFAULT 0,
+    ADD COLUMN starts_at            timestamptz,
+    ADD COLUMN ends_at              timestamptz,
+    ADD COLUMN run_limit            integer,      -- runs of its ticks before it is finished; NULL: no limit
+    ADD COLUMN runs_started         bigint  NOT NULL DEFAULT 0,
+    ADD COLUMN pause_after_failures integer,      -- failed runs in a row that pause it; NULL: never
+    ADD COLUMN failures_in_row      integer NOT NULL DEFAULT 0,
+    ADD COLUMN revision             bigint  NOT NULL DEFAULT nextval('pglock_cron_revision_seq'),
+    ALTER COLUMN last_instance DROP NOT NULL,
+    ALTER COLUMN last_seen_at DROP NOT NULL;
+
+CREATE INDEX pglock_cron_schedules_kind ON pglock_cron_schedules (kind, revision) WHERE kind IS NOT NULL;
+
+-- Who defined, changed or deleted a runtime schedule, when, why, and the definition it left
+-- (NULL for a delete). Kept after the schedule is deleted.
+CREATE TABLE pglock_cron_changes (
+    id         bigint       GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    schedule   varchar(255) NOT NULL,
+    op         text         NOT NULL CHECK (op IN ('define', 'update', 'delete')),
+    definition jsonb,
+    changed_by text,
+    note       text,
+    changed_at timestamptz  NOT NULL
+);
+
+CREATE INDEX pglock_cron_changes_schedule ON pglock_cron_changes (schedule, id);
