@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/user"
@@ -19,14 +20,14 @@ import (
 func (a *app) cronCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cron",
-		Short: "Show cron schedules and their runs (package cron); pause, resume, trigger and backfill them",
+		Short: "Show cron schedules and their runs (package cron); create, update, delete, pause, resume, trigger and backfill them",
 	}
 	var by string
-	cmd.PersistentFlags().StringVar(&by, "by", operator(), "who is asking, as recorded with a pause, trigger or backfill")
+	cmd.PersistentFlags().StringVar(&by, "by", operator(), "who is asking, as recorded with a change, pause, trigger or backfill")
 
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List schedules: spec, policies, state (active, paused, orphaned), last run, next five fire times",
+		Short: "List schedules: kind, spec, policies, state (active, paused, finished, unhandled, orphaned), last run, next five fire times",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
@@ -145,6 +146,7 @@ func (a *app) cronCommand() *cobra.Command {
 	backfill.Flags().StringVar(&to, "to", "", "the last tick's latest time (required)")
 
 	cmd.AddCommand(list, history, pause, resume, trigger, backfill)
+	cmd.AddCommand(a.definitionCommands(&by)...)
 	return cmd
 }
 
@@ -160,25 +162,34 @@ func operator() string {
 
 // scheduleJSON is a schedule as -o json prints it; its field names are stable (docs/pglockctl.md).
 type scheduleJSON struct {
-	Name         string      `json:"name"`
-	Spec         string      `json:"spec"`
-	TimeZone     string      `json:"time_zone"`
-	Overlap      string      `json:"overlap"`
-	CatchUp      string      `json:"catch_up"`
-	State        string      `json:"state"` // active, paused or orphaned
-	PauseNote    *string     `json:"pause_note"`
-	PausedBy     *string     `json:"paused_by"`
-	LastInstance string      `json:"last_instance"`
-	LastSeenAt   time.Time   `json:"last_seen_at"`
-	LastStatus   *string     `json:"last_status"`
-	LastTick     *time.Time  `json:"last_tick"`
-	Next         []time.Time `json:"next"`
+	Name         string          `json:"name"`
+	Kind         *string         `json:"kind"` // null: defined in code
+	Args         json.RawMessage `json:"args,omitempty"`
+	Spec         string          `json:"spec"`
+	TimeZone     string          `json:"time_zone"`
+	Overlap      string          `json:"overlap"`
+	CatchUp      string          `json:"catch_up"`
+	State        string          `json:"state"` // active, paused, finished, unhandled or orphaned
+	ChangedBy    *string         `json:"changed_by,omitempty"`
+	ChangedAt    *time.Time      `json:"changed_at,omitempty"`
+	ChangeNote   *string         `json:"change_note,omitempty"`
+	PauseNote    *string         `json:"pause_note"`
+	PausedBy     *string         `json:"paused_by"`
+	LastInstance string          `json:"last_instance"`
+	LastSeenAt   time.Time       `json:"last_seen_at"`
+	LastStatus   *string         `json:"last_status"`
+	LastTick     *time.Time      `json:"last_tick"`
+	Next         []time.Time     `json:"next"`
 }
 
 func scheduleState(s cron.ScheduleInfo) string {
 	switch {
 	case s.Paused:
 		return "paused"
+	case s.Finished:
+		return "finished"
+	case s.Unhandled:
+		return "unhandled"
 	case s.Orphaned:
 		return "orphaned"
 	}
@@ -191,7 +202,10 @@ func (a *app) printSchedules(list []cron.ScheduleInfo, now time.Time) error {
 		for _, s := range list {
 			j := scheduleJSON{Name: s.Name, Spec: s.Spec, TimeZone: s.TimeZone, Overlap: string(s.Overlap),
 				CatchUp: string(s.CatchUp), State: scheduleState(s), LastInstance: s.LastInstance, LastSeenAt: s.LastSeenAt,
-				Next: s.Next}
+				Next: s.Next, Kind: nonEmpty(s.Kind), Args: s.Args, ChangedBy: nonEmpty(s.ChangedBy), ChangeNote: nonEmpty(s.ChangeNote)}
+			if !s.ChangedAt.IsZero() {
+				j.ChangedAt = &s.ChangedAt
+			}
 			if s.Paused {
 				j.PauseNote, j.PausedBy = &s.PauseNote, &s.PausedBy
 			}
@@ -217,10 +231,10 @@ func (a *app) printSchedules(list []cron.ScheduleInfo, now time.Time) error {
 		for i, t := range s.Next {
 			next[i] = t.UTC().Format(time.RFC3339)
 		}
-		rows = append(rows, []string{s.Name, s.Spec, s.TimeZone, string(s.Overlap), string(s.CatchUp), state, last,
+		rows = append(rows, []string{s.Name, orDash(s.Kind), s.Spec, s.TimeZone, string(s.Overlap), string(s.CatchUp), state, last,
 			orDash(strings.Join(next, " "))})
 	}
-	return table(a.stdout, []string{"NAME", "SPEC", "ZONE", "OVERLAP", "CATCH-UP", "STATE", "LAST RUN", "NEXT"}, rows)
+	return table(a.stdout, []string{"NAME", "KIND", "SPEC", "ZONE", "OVERLAP", "CATCH-UP", "STATE", "LAST RUN", "NEXT"}, rows)
 }
 
 func (a *app) printRuns(runs []cron.RunRecord) error {

@@ -48,6 +48,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &drifted) {
 		return exitDrift // the status said what differs
 	}
+	var coded exitError
+	if errors.As(err, &coded) {
+		fmt.Fprintf(stderr, "pglockctl: %s\n", message)
+		return coded.code
+	}
 	var usage usageError
 	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") {
 		fmt.Fprintf(stderr, "pglockctl: %s (see pglockctl --help)\n", message)

@@ -98,3 +98,38 @@ func Instances(ctx context.Context, pool *pgxpool.Pool, now time.Time) ([]Instan
 	}
 	return out, nil
 }
+
+// Definition reads a runtime schedule's definition, for an update that changes part of it;
+// pglock.ErrNotFound if there is no such schedule, pglock.ErrDefinedInCode if it was added in
+// code.
+func Definition(ctx context.Context, pool *pgxpool.Pool, name string) (cron.Definition, error) {
+	list, err := cron.List(ctx, pool)
+	if err != nil {
+		return cron.Definition{}, err
+	}
+	for _, s := range list {
+		switch {
+		case s.Name != name:
+		case s.Kind == "":
+			return cron.Definition{}, fmt.Errorf("%w: schedule %q is defined in code: change it there", pglock.ErrDefinedInCode, name)
+		default:
+			return s.Definition()
+		}
+	}
+	return cron.Definition{}, fmt.Errorf("%w: no schedule %q", pglock.ErrNotFound, name)
+}
+
+// Define creates a runtime schedule (cron.Define).
+func Define(ctx context.Context, pool *pgxpool.Pool, def cron.Definition, change *cron.Change) error {
+	return cron.Define(ctx, pool, def, change)
+}
+
+// Update replaces a runtime schedule's definition (cron.Update).
+func Update(ctx context.Context, pool *pgxpool.Pool, def cron.Definition, change *cron.Change) error {
+	return cron.Update(ctx, pool, def, change)
+}
+
+// Delete deletes a runtime schedule (cron.Delete).
+func Delete(ctx context.Context, pool *pgxpool.Pool, name string, change *cron.Change) error {
+	return cron.Delete(ctx, pool, name, change)
+}
