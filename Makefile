@@ -147,7 +147,7 @@ bench:
 ## database, into docs/console/.
 screenshots: setup
 	mkdir -p docs/console
-	PGLOCK_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(WORKSPACE) $(GO) -C console/browsertest test -count=1 -run TestEveryPageLoadsCleanlyInABrowser .
+	PGLOCK_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(WORKSPACE) $(GO) -C console/browsertest test -count=1 -run 'TestEveryPageLoadsCleanlyInABrowser|TestARuntimeScheduleIsCreatedEditedAndDeletedInTheBrowser' .
 
 ## bench-packages: each package's benchmarks, each comparing pglock with its baseline in the same
 ## run. A failover waits out a lease (2 s), so it runs 5 times; cron's run for a fixed number of

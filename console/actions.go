@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/ops"
 )
 
@@ -19,9 +21,10 @@ import (
 // is a POST that the server refuses in read-only mode, is logged with who did it, and redirects
 // to the page that shows its effect.
 type action struct {
-	title    string   // what the confirmation page asks, with the target
+	title    string   // what the confirmation page asks, with the target (its fields, in order)
 	explain  string   // what it will do
 	fields   []string // the form fields it carries
+	optional []string // and those it carries that may be empty
 	needNote bool     // a note (why) is required
 	// exists, when set, says whether the target is there (an error matching pglock.ErrNotFound
 	// if not), so that the confirmation page of an unknown target is a 404 at once.
@@ -172,6 +175,60 @@ var actions = map[string]action{
 			return fmt.Sprintf("The leader of %q (%s, term %d) was made to resign.", election, rel.Instance, rel.Token), "leaders", nil
 		},
 	},
+	"create": {
+		title: "Create schedule %[1]q", fields: []string{"name"}, optional: definitionFields, needNote: true,
+		explain: "The instances that handle its kind run it, each tick once, from its first tick after now (or its start).",
+		preview: func(c *console, r *http.Request, f url.Values) (string, error) {
+			def, err := formDefinition(cron.Definition{Name: f.Get("name")}, f)
+			if err != nil {
+				return "", err
+			}
+			return definitionPreview(def, ops.Define(r.Context(), c.pool, def, &cron.Change{DryRun: true}))
+		},
+		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+			def, err := formDefinition(cron.Definition{Name: f.Get("name")}, f)
+			if err != nil {
+				return "", "", err
+			}
+			if err := ops.Define(r.Context(), c.pool, def, &cron.Change{By: by, Note: f.Get("note")}); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Created %q: %s, kind %s.", def.Name, def.Spec, def.Kind), "schedule?name=" + url.QueryEscape(def.Name), nil
+		},
+	},
+	"update": {
+		title: "Update schedule %[1]q", fields: []string{"name"}, optional: definitionFields, needNote: true,
+		explain: "Every instance runs it as the new definition says from its next tick: no tick of the old spec starts once this is done.",
+		exists:  runtimeSchedule,
+		preview: func(c *console, r *http.Request, f url.Values) (string, error) {
+			def, err := updatedDefinition(c, r, f)
+			if err != nil {
+				return "", err
+			}
+			return definitionPreview(def, ops.Update(r.Context(), c.pool, def, &cron.Change{DryRun: true}))
+		},
+		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+			def, err := updatedDefinition(c, r, f)
+			if err != nil {
+				return "", "", err
+			}
+			if err := ops.Update(r.Context(), c.pool, def, &cron.Change{By: by, Note: f.Get("note")}); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Updated %q: %s, kind %s.", def.Name, def.Spec, def.Kind), "schedule?name=" + url.QueryEscape(def.Name), nil
+		},
+	},
+	"delete": {
+		title: "Delete schedule %q", fields: []string{"name"}, needNote: true,
+		explain: "It and its history are deleted: no tick of it starts once this is done, and a run under way loses its lease.",
+		exists:  runtimeSchedule,
+		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+			if err := ops.Delete(r.Context(), c.pool, f.Get("name"), &cron.Change{By: by, Note: f.Get("note")}); err != nil {
+				return "", "", err
+			}
+			return fmt.Sprintf("Deleted %q.", f.Get("name")), "cron", nil
+		},
+	},
 	"gc": {
 		title:   "Collect garbage",
 		explain: "Expired lock rows and waiter places, job records past their retention and cron runs past theirs are deleted.",
@@ -194,6 +251,93 @@ func tableLockHeld(c *console, r *http.Request, name string) error {
 		err = fmt.Errorf("%w: nobody holds %q", pglock.ErrNotFound, name)
 	}
 	return err
+}
+
+// definitionFields are the form fields of a runtime schedule's definition.
+var definitionFields = []string{"kind", "spec", "zone", "args", "overlap", "catch_up", "timeout", "jitter", "start", "end",
+	"run_limit", "pause_after_failures"}
+
+// formDefinition is def with the form's definition fields written into it: an empty field is
+// the default.
+func formDefinition(def cron.Definition, f url.Values) (cron.Definition, error) {
+	invalid := func(field string, err error) (cron.Definition, error) {
+		return cron.Definition{}, fmt.Errorf("%w: %s %q: %v", pglock.ErrInvalidArgument, field, f.Get(field), err)
+	}
+	if def.Options == nil {
+		def.Options = &cron.Options{}
+	}
+	o := def.Options
+	def.Kind, def.Spec, def.Args = f.Get("kind"), f.Get("spec"), nil
+	if a := strings.TrimSpace(f.Get("args")); a != "" {
+		def.Args = json.RawMessage(a)
+	}
+	o.Location = time.UTC
+	if z := f.Get("zone"); z != "" && z != "UTC" {
+		loc, err := time.LoadLocation(z)
+		if err != nil || z == "Local" {
+			return invalid("zone", errors.New("not a time zone name such as Europe/Berlin"))
+		}
+		o.Location = loc
+	}
+	o.Overlap, o.CatchUp = cron.Overlap(f.Get("overlap")), cron.CatchUp(f.Get("catch_up"))
+	for field, d := range map[string]*time.Duration{"timeout": &o.Timeout, "jitter": &o.Jitter} {
+		*d = 0
+		if v := f.Get(field); v != "" {
+			parsed, err := time.ParseDuration(v)
+			if err != nil {
+				return invalid(field, err)
+			}
+			*d = parsed
+		}
+	}
+	for field, n := range map[string]*int{"run_limit": &o.RunLimit, "pause_after_failures": &o.PauseAfterFailures} {
+		*n = 0
+		if v := f.Get(field); v != "" {
+			parsed, err := strconv.Atoi(v)
+			if err != nil {
+				return invalid(field, err)
+			}
+			*n = parsed
+		}
+	}
+	for field, t := range map[string]*time.Time{"start": &o.Start, "end": &o.End} {
+		*t = time.Time{}
+		if f.Get(field) != "" {
+			parsed, err := formTime(f, field)
+			if err != nil {
+				return cron.Definition{}, err
+			}
+			*t = parsed
+		}
+	}
+	return def, nil
+}
+
+// updatedDefinition is the runtime schedule the form names, with the form's fields.
+func updatedDefinition(c *console, r *http.Request, f url.Values) (cron.Definition, error) {
+	def, err := ops.Definition(r.Context(), c.pool, f.Get("name"))
+	if err != nil {
+		return cron.Definition{}, err
+	}
+	return formDefinition(def, f)
+}
+
+// runtimeSchedule is nil if the form names a runtime schedule.
+func runtimeSchedule(c *console, r *http.Request, f url.Values) error {
+	_, err := ops.Definition(r.Context(), c.pool, f.Get("name"))
+	return err
+}
+
+// definitionPreview says what a dry run of a definition found.
+func definitionPreview(def cron.Definition, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	zone := "UTC"
+	if def.Options != nil && def.Options.Location != nil {
+		zone = def.Options.Location.String()
+	}
+	return fmt.Sprintf("It checks out: %s in %s, run by the instances that handle kind %q.", def.Spec, zone, def.Kind), nil
 }
 
 // scheduleExists is nil if the schedule the form names exists, else an error matching
@@ -226,22 +370,24 @@ func advisoryHolder(c *console, r *http.Request, f url.Values) (int32, error) {
 	return 0, fmt.Errorf("%w: backend %d does not hold advisory lock %s: nothing was done", pglock.ErrNotFound, pid, f.Get("key"))
 }
 
-// backfillRange reads a backfill's range: RFC 3339 times, or a form's date and time, in UTC.
+// backfillRange reads a backfill's range.
 func backfillRange(f url.Values) (from, to time.Time, err error) {
-	parse := func(field string) (time.Time, error) {
-		s := f.Get(field)
-		for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
-			if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-				return t, nil
-			}
-		}
-		return time.Time{}, fmt.Errorf("%w: %s %q is not a time such as 2026-11-01T00:00 (UTC)", pglock.ErrInvalidArgument, field, s)
-	}
-	if from, err = parse("from"); err != nil {
+	if from, err = formTime(f, "from"); err != nil {
 		return
 	}
-	to, err = parse("to")
+	to, err = formTime(f, "to")
 	return
+}
+
+// formTime reads a form's time: RFC 3339, or a form's date and time, in UTC.
+func formTime(f url.Values, field string) (time.Time, error) {
+	s := f.Get(field)
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: %s %q is not a time such as 2026-11-01T00:00 (UTC)", pglock.ErrInvalidArgument, field, s)
 }
 
 // confirmData is the confirmation page's.
@@ -283,6 +429,9 @@ func (c *console) confirm(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Fields = append(d.Fields, field{f, q.Get(f)})
 		args = append(args, q.Get(f))
+	}
+	for _, f := range a.optional {
+		d.Fields = append(d.Fields, field{f, q.Get(f)})
 	}
 	d.Title = fmt.Sprintf(a.title, args...)
 	if a.exists != nil {
@@ -335,7 +484,7 @@ func (c *console) doAction(w http.ResponseWriter, r *http.Request) {
 	by := c.opts.Operator(r)
 	done, next, err := a.do(c, r, f, by)
 	logArgs := []any{"action", name, "by", by, "remote", r.RemoteAddr}
-	for _, field := range a.fields {
+	for _, field := range append(a.fields, a.optional...) {
 		logArgs = append(logArgs, field, f.Get(field))
 	}
 	if err != nil {
@@ -358,9 +507,11 @@ func (c *console) failWith(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, pglock.ErrNotFound):
 		c.fail(w, r, http.StatusNotFound, err)
-	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, pglock.ErrNoLeader), errors.Is(err, pglock.ErrLocked):
+	case errors.Is(err, pglock.ErrNotHeld), errors.Is(err, pglock.ErrNoLeader), errors.Is(err, pglock.ErrLocked),
+		errors.Is(err, pglock.ErrExists), errors.Is(err, pglock.ErrDefinedInCode):
 		c.fail(w, r, http.StatusConflict, err)
-	case errors.Is(err, pglock.ErrInvalidArgument), errors.Is(err, pglock.ErrInvalidName):
+	case errors.Is(err, pglock.ErrInvalidArgument), errors.Is(err, pglock.ErrInvalidName), errors.Is(err, pglock.ErrInvalidSpec),
+		errors.Is(err, pglock.ErrInvalidTTL):
 		c.fail(w, r, http.StatusBadRequest, err)
 	default:
 		c.fail(w, r, http.StatusInternalServerError, err)

@@ -750,3 +750,113 @@ func TestASchedulesRunsPageByTick(t *testing.T) {
 	require.Greater(t, ticks[0], ticks[1], "newest first")
 	require.Equal(t, http.StatusBadRequest, get(t, srv, "/ops/schedule?name=hourly&before=yesterday&before_id=1").status)
 }
+
+// Runtime schedules are created, updated and deleted from the cron pages' forms, each confirmed
+// with a preview (a dry run) and a note, recorded with who did it and why; a bad definition is
+// refused in the console's words (400), a taken name or a schedule in code is a conflict (409),
+// and a read-only console offers none of it and refuses it all (403), writing nothing.
+func TestRuntimeSchedulesFromTheConsole(t *testing.T) {
+	t.Parallel()
+	s := consoletest.Seed(t)
+	ctx := testdb.Context(t)
+	srv := mount(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false },
+		Operator: func(*http.Request) string { return "alice" }})
+	c := client(t)
+	definition := url.Values{"name": {"tenant-9"}, "kind": {"report"}, "spec": {"0 6 L * *"}, "zone": {"Europe/Berlin"},
+		"args": {`{"tenant": 9}`}, "overlap": {"skip"}, "catch_up": {"latest"}, "timeout": {"5m"}, "jitter": {"30s"},
+		"start": {""}, "end": {""}, "run_limit": {""}, "pause_after_failures": {"3"}}
+	post := func(srv *httptest.Server, path string, form url.Values) response {
+		resp, err := c.PostForm(srv.URL+path, form)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{resp.StatusCode, resp.Header, string(body)}
+	}
+	changes := func() []string {
+		rows, err := s.DB.Pool.Query(ctx, `SELECT op || ' by ' || changed_by || ': ' || note FROM pglock_cron_changes ORDER BY id`)
+		require.NoError(t, err)
+		var list []string
+		for rows.Next() {
+			var c string
+			require.NoError(t, rows.Scan(&c))
+			list = append(list, c)
+		}
+		require.NoError(t, rows.Err())
+		return list
+	}
+
+	form, _ := formOf(t, get(t, srv, "/ops/cron").body)
+	require.Equal(t, "/ops/confirm/create", form, "the cron page offers the form")
+	r := post(srv, "/ops/confirm/create", definition)
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, `It checks out: 0 6 L * * in Europe/Berlin, run by the instances that handle kind "report".`)
+	require.Empty(t, changes(), "a preview writes nothing")
+	r = actVia(t, c, srv, "/ops/confirm/create", definition, url.Values{"note": {"new tenant"}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	page := parse(t, r.body).text
+	require.Contains(t, page, `Created "tenant-9"`)
+	require.Contains(t, page, "Defined at runtime, kind report")
+	require.Contains(t, page, "last changed by alice")
+	require.Contains(t, page, "pauses after 3 failures in a row")
+
+	for _, bad := range []struct {
+		change url.Values
+		status int
+		says   string
+	}{
+		{url.Values{"spec": {"0 6 L * MON"}}, http.StatusBadRequest, "cannot be combined with a day of the week"},
+		{url.Values{"args": {`{"tenant":`}}, http.StatusBadRequest, "Args are not JSON"},
+		{url.Values{"jitter": {"soon"}}, http.StatusBadRequest, `jitter "soon"`},
+		{url.Values{"zone": {"Mars/Olympus"}}, http.StatusBadRequest, "not a time zone name"},
+		{url.Values{"name": {"rollup"}}, http.StatusConflict, "already exists"},
+		{url.Values{"name": {"tenant-9"}}, http.StatusConflict, "already exists"},
+	} {
+		form := url.Values{}
+		for k, v := range definition {
+			form[k] = v
+		}
+		form.Set("name", "other")
+		for k, v := range bad.change {
+			form[k] = v
+		}
+		r := post(srv, "/ops/confirm/create", form)
+		require.Equal(t, bad.status, r.status, "%v: %s", bad.change, r.body)
+		require.Contains(t, parse(t, r.body).text, bad.says)
+		require.NotContains(t, parse(t, r.body).text, "SQLSTATE")
+	}
+
+	action, fields := formOf(t, get(t, srv, "/ops/schedule?name=tenant-9").body)
+	require.Equal(t, "/ops/confirm/update", action, "a runtime schedule's page offers its definition to edit")
+	require.Equal(t, "tenant-9", fields.Get("name"))
+	updated := url.Values{}
+	for k, v := range definition {
+		updated[k] = v
+	}
+	updated.Set("spec", "0 7 L * *")
+	r = actVia(t, c, srv, "/ops/confirm/update", updated, url.Values{"note": {"later"}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, "0 7 L * * in Europe/Berlin, jitter 30s")
+	require.Equal(t, http.StatusConflict, post(srv, "/ops/confirm/update", url.Values{"name": {"rollup"}, "spec": {"@every 1s"}}).status,
+		"a schedule in code is changed in its code")
+
+	r = act(t, c, srv, "/ops/confirm/delete?name=tenant-9", url.Values{"note": {"tenant left"}})
+	require.Equal(t, http.StatusOK, r.status, r.body)
+	require.Contains(t, parse(t, r.body).text, `Deleted "tenant-9".`)
+	require.Equal(t, http.StatusNotFound, get(t, srv, "/ops/confirm/delete?name=tenant-9").status)
+	require.Equal(t, []string{"define by alice: new tenant", "update by alice: later", "delete by alice: tenant left"}, changes())
+
+	readOnly := mount(t, s.DB.Pool, nil)
+	for _, path := range []string{"/ops/cron", "/ops/schedule?name=rollup"} {
+		require.NotContains(t, get(t, readOnly, path).body, `method="post"`, path)
+	}
+	for _, path := range []string{"/ops/confirm/create", "/ops/do/create", "/ops/confirm/update", "/ops/do/update", "/ops/do/delete"} {
+		form := url.Values{"note": {"n"}}
+		for k, v := range definition {
+			form[k] = v
+		}
+		require.Equal(t, http.StatusForbidden, post(readOnly, path, form).status, path)
+	}
+	require.Equal(t, http.StatusForbidden, get(t, readOnly, "/ops/confirm/delete?name=rollup").status)
+	require.Len(t, changes(), 3, "refusals write nothing")
+}

@@ -25,9 +25,21 @@ import (
 // parsePages parses each page with the layout it shares.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }, "when": when, "ago": ago, "duration": span, "json": func(b []byte) string { return string(b) },
-		"last": func(n int) int { return n - 1 }, "inc": func(n int) int { return n + 1 }, "offset": offset,
+		"last": func(n int) int { return n - 1 },
+		// newSchedule is what the form of a new runtime schedule starts from: the defaults.
+		"newSchedule": func() cron.ScheduleInfo {
+			return cron.ScheduleInfo{TimeZone: "UTC", Overlap: cron.DefaultOverlap, CatchUp: cron.DefaultCatchUp}
+		},
+		"overlaps": func() []string { return []string{"skip", "buffer_one", "allow", "replace"} },
+		"catchUps": func() []string { return []string{"skip", "latest", "all"} },
+		"formtime": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02T15:04:05")
+		}, "inc": func(n int) int { return n + 1 }, "offset": offset,
 		"ms": func(ms int64) string { return span(time.Duration(ms) * time.Millisecond) }}
-	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html")
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/parts/*.html")
 	if err != nil {
 		return nil, err
 	}

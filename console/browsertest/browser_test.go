@@ -200,3 +200,45 @@ func TestPauseNeedsANoteAndRunNowIsConfirmed(t *testing.T) {
 	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS(".done"))), `Triggered "rollup"`)
 	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS("#runs"))), "manual by browser-test")
 }
+
+// A runtime schedule is created from the cron page's form (its preview checked, a note asked
+// for), edited from its page and deleted, with no JavaScript error or CSP violation; the form,
+// filled in, is photographed when screenshotsEnv names a directory.
+func TestARuntimeScheduleIsCreatedEditedAndDeletedInTheBrowser(t *testing.T) {
+	s := consoletest.Seed(t)
+	base, b := open(t, s.DB.Pool, &console.Options{ReadOnly: func(*http.Request) bool { return false },
+		Operator: func(*http.Request) string { return "browser-test" }})
+	b.do(t, chromedp.Navigate(base+"cron"), chromedp.WaitVisible(chromedp.CSS("#create")),
+		chromedp.SendKeys(chromedp.CSS(`#create input[name=name]`), "tenant-42"),
+		chromedp.SendKeys(chromedp.CSS(`#create input[name=kind]`), "monthly-report"),
+		chromedp.SendKeys(chromedp.CSS(`#create input[name=spec]`), "0 6 L * *"),
+		chromedp.SetValue(chromedp.CSS(`#create input[name=zone]`), "Europe/Berlin"),
+		chromedp.SendKeys(chromedp.CSS(`#create textarea[name=args]`), `{"tenant": 42}`),
+		chromedp.SendKeys(chromedp.CSS(`#create input[name=jitter]`), "10m"),
+		chromedp.SendKeys(chromedp.CSS(`#create input[name=pause_after_failures]`), "3"))
+	if shots := os.Getenv(screenshotsEnv); shots != "" {
+		png := get(t, b, chromedp.FullScreenshot(100))
+		require.NoError(t, os.WriteFile(filepath.Join(shots, "cron-create.png"), png, 0o644))
+	}
+	b.do(t, chromedp.Click(chromedp.CSS(`#create button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS(".preview"))), "It checks out: 0 6 L * * in Europe/Berlin")
+	b.do(t, chromedp.Click(chromedp.CSS("#confirm")))
+	require.Contains(t, get(t, b, chromedp.Location()), "/confirm/create", "the browser keeps the form: a note is required")
+	b.do(t, chromedp.SendKeys(chromedp.CSS("textarea[name=note]"), "tenant 42 signed up"), chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS(".done")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS(".done"))), `Created "tenant-42"`)
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS("main"))), "last changed by browser-test")
+
+	b.do(t, chromedp.SetValue(chromedp.CSS(`#update input[name=spec]`), "0 7 L * *"),
+		chromedp.Click(chromedp.CSS(`#update button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.SendKeys(chromedp.CSS("textarea[name=note]"), "an hour later"), chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS(".done")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS(".done"))), `Updated "tenant-42": 0 7 L * *`)
+
+	b.do(t, chromedp.Click(chromedp.CSS(`a[href*="confirm/delete"]`)), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.SendKeys(chromedp.CSS("textarea[name=note]"), "tenant 42 left"), chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS(".done")))
+	require.Contains(t, get(t, b, chromedp.Text(chromedp.CSS(".done"))), `Deleted "tenant-42".`)
+	require.NotContains(t, get(t, b, chromedp.Text(chromedp.CSS("#schedules"))), "tenant-42")
+	b.requireNoProblems(t)
+}
