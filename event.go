@@ -77,6 +77,10 @@ type Event struct {
 
 	// Scheduled and Started are a cron run's tick and start, on the database's clock.
 	Scheduled, Started time.Time
+	// ScheduleKind is a runtime schedule's kind (cron.Definition.Kind), in the events of its
+	// runs and leases; "" for a schedule added in code. A runtime schedule's Name is not bounded
+	// (a schedule per tenant, say): an adapter makes it an attribute only through a label.
+	ScheduleKind string
 
 	// Blocking tells an acquisition that waits its turn (Acquire) from a try (TryAcquire).
 	Blocking bool

@@ -3,6 +3,7 @@ package cron_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -191,24 +192,26 @@ func TestUpdateKeepsTheJitteredTickInFlight(t *testing.T) {
 	var h handled
 	start(t, d.Pool, nil, func(s *cron.Scheduler) { require.NoError(t, s.Handle("k", h.fn)) })
 	const every, jitter = 10 * time.Second, 9 * time.Second
-	// The next tick whose jitter leaves time to update in flight, under both jitters.
-	now := dbNow(t, d.Pool)
-	tick := now.Truncate(every).Add(every)
-	for cron.JitterOf("in-flight", tick, jitter) < 4*time.Second || cron.JitterOf("in-flight", tick, jitter-time.Second) < 4*time.Second {
-		tick = tick.Add(every)
+	// A name whose next tick's jitter leaves time to update in flight, under both jitters.
+	tick := dbNow(t, d.Pool).Add(2 * time.Second).Truncate(every).Add(every)
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprint("in-flight-", i); cron.JitterOf(n, tick, jitter) >= 4*time.Second && cron.JitterOf(n, tick, jitter-time.Second) >= 4*time.Second {
+			name = n
+		}
 	}
-	def := cron.Definition{Name: "in-flight", Kind: "k", Spec: "@every 10s", Args: json.RawMessage(`"old"`),
+	def := cron.Definition{Name: name, Kind: "k", Spec: "@every 10s", Args: json.RawMessage(`"old"`),
 		Options: &cron.Options{Jitter: jitter, Start: tick}}
 	require.NoError(t, cron.Define(context.Background(), d.Pool, def, nil))
 	for dbNow(t, d.Pool).Before(tick.Add(time.Second)) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	require.Empty(t, h.of("in-flight"), "the tick waits for its jitter")
+	require.Empty(t, h.of(name), "the tick waits for its jitter")
 	def.Args, def.Options.Jitter = json.RawMessage(`"new"`), jitter-time.Second
 	require.NoError(t, cron.Update(context.Background(), d.Pool, def, nil))
-	testdb.WaitFor(t, func() bool { return len(h.of("in-flight")) >= 1 })
+	testdb.WaitFor(t, func() bool { return len(h.of(name)) >= 1 })
 	time.Sleep(time.Second) // a second run of it would come now
-	runs := h.of("in-flight")
+	runs := h.of(name)
 	require.Len(t, runs, 1)
 	require.Equal(t, tick, runs[0].ScheduledTime, "the ledger keeps the nominal tick")
 	require.JSONEq(t, `"new"`, string(runs[0].Args))

@@ -53,7 +53,7 @@ func (s *Scheduler) observeMissed(e *entry, ticks []tick) {
 	for _, t := range ticks {
 		if t.kind == "missed" {
 			s.events.Emit(context.Background(), pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron,
-				Name: e.name, Outcome: pglock.OutcomeMissed, Scheduled: t.at, Count: t.missedCount})
+				Name: e.name, ScheduleKind: e.kind, Outcome: pglock.OutcomeMissed, Scheduled: t.at, Count: t.missedCount})
 		}
 	}
 }
@@ -255,7 +255,8 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 			continue
 		case "skipped", "abandoned":
 			// Recorded by this claim, of this schedule or (abandoned) of any: told here alone.
-			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: c.Schedule,
+			name, kind := s.kindOf(ctx, byName[c.Schedule], c.Schedule)
+			s.events.Emit(ctx, pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: name, ScheduleKind: kind,
 				Outcome: pglock.Outcome(c.Outcome), Scheduled: db.Deref(c.ScheduledTime), Attempt: int(db.Deref(c.Attempt)),
 				Token: db.Deref(c.FencingToken)})
 			continue
@@ -272,6 +273,20 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 		return again, nil
 	}
 	return s.nextWait(entries), nil
+}
+
+// kindOf is the name and kind an event tells of a schedule: e's, when this instance has it
+// (e not nil), else as the database has it (a claim records abandoned the runs of every
+// schedule). A schedule deleted meanwhile may have been a runtime one: its name is left out.
+func (s *Scheduler) kindOf(ctx context.Context, e *entry, name string) (string, string) {
+	if e != nil || s.events == nil {
+		return name, e.kindOrNone()
+	}
+	row, err := s.queries.GetCronSchedule(ctx, name)
+	if err != nil {
+		return "", ""
+	}
+	return name, db.Deref(row.Kind)
 }
 
 // nextWait is how long the loop sleeps: until the earliest next tick of its schedules, by the

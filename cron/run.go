@@ -50,7 +50,7 @@ func (s *Scheduler) startRun(e *entry, c db.PglockCronClaimed, sent time.Time) {
 // execute runs fn under the run's lease, then records how it ended.
 func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, sent, expiresAt, started time.Time) {
 	label := fmt.Sprintf("cron run %d of %q (tick %s)", id, run.Schedule, run.ScheduledTime.Format(time.RFC3339))
-	observed := pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: run.Schedule, Mode: pglock.Mode(run.Kind),
+	observed := pglock.Event{Kind: pglock.EventCronRun, Primitive: pglock.PrimitiveCron, Name: run.Schedule, ScheduleKind: e.kind, Mode: pglock.Mode(run.Kind),
 		Scheduled: run.ScheduledTime, Started: started, Lag: started.Sub(run.ScheduledTime), Attempt: run.Attempt, Token: run.Token}
 	// The events of the lease go to the run's context once Begin has given it: Begin comes
 	// after the keeper starts, so that a slow Observer cannot hold up the first renewal.
@@ -62,13 +62,13 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, run Run, id int64, se
 		Ctx: context.Background(), Clock: s.clock, Tracker: &background, Set: s.renewals, Ref: runRef{id, run.Token},
 		OnLost: func(err error, cause pglock.Cause) {
 			s.cfg.Logger.Error("pglock: cron run lost its lease", "schedule", run.Schedule, "run", id, "cause", cause, "error", err)
-			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveCron, Name: run.Schedule, ScheduleKind: e.kind,
 				Scheduled: run.ScheduledTime, Token: run.Token, Cause: cause, Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			s.cfg.Logger.Warn("pglock: cron run lease renewal failed; retrying", "schedule", run.Schedule, "run", id,
 				"failures", failures, "error", err)
-			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveCron, Name: run.Schedule,
+			s.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveCron, Name: run.Schedule, ScheduleKind: e.kind,
 				Scheduled: run.ScheduledTime, Token: run.Token, Err: err})
 		},
 	})

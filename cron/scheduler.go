@@ -78,6 +78,14 @@ type entry struct {
 	finished   bool      // its run limit is reached
 }
 
+// kindOrNone is e's kind; "" for none or no entry.
+func (e *entry) kindOrNone() string {
+	if e == nil {
+		return ""
+	}
+	return e.kind
+}
+
 // fire is when a tick of the entry fires: at its time plus its jitter.
 func (e *entry) fire(at time.Time) time.Time { return at.Add(jitterOf(e.name, at, e.set.jitter)) }
 

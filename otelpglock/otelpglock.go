@@ -39,6 +39,9 @@ const (
 	AttrAttempt   = attribute.Key("pglock.attempt")
 	AttrScheduled = attribute.Key("pglock.scheduled_time")
 	AttrLag       = attribute.Key("pglock.lag_seconds")
+	// AttrScheduleKind is a runtime schedule's kind (cron.Definition.Kind), bounded as its
+	// handlers are; the schedule's own name is an attribute only through Options.Label.
+	AttrScheduleKind = attribute.Key("pglock.cron.kind")
 )
 
 // Options configure an Observer. A nil *Options, and every zero field, means the default.
@@ -48,11 +51,12 @@ type Options struct {
 	// TracerProvider makes the spans. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 
-	// Label maps a lock's name, an advisory key (as advisory.Key.String shows it), a job's key
-	// or a rate-limit key to a bounded label ("invoice:123" to "invoice"), an attribute of their
-	// metrics; "" leaves it out. Such names are unbounded: none is an attribute by default.
-	// Names declared in code (schedules, elections, semaphores, limiters, job scopes) always
-	// are. Default: none.
+	// Label maps a lock's name, an advisory key (as advisory.Key.String shows it), a job's key,
+	// a rate-limit key or a runtime schedule's name (PrimitiveCron) to a bounded label
+	// ("invoice:123" to "invoice", "tenant-42" to a plan's name), an attribute of their metrics;
+	// "" leaves it out. Such names are unbounded: none is an attribute by default. Names
+	// declared in code (schedules added in code, elections, semaphores, limiters, job scopes)
+	// always are. Default: none.
 	Label func(p pglock.Primitive, name string) string
 
 	// WaitBuckets and RunBuckets are the histograms' bucket boundaries, in seconds.
@@ -259,7 +263,7 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		}
 	case pglock.EventReleased, pglock.EventLost:
 		if e.Kind == pglock.EventLost {
-			o.losses.Add(ctx, 1, o.attributes(attrKey{primitive: e.Primitive, cause: e.Cause, name: o.lockName(e)}))
+			o.losses.Add(ctx, 1, o.attributes(attrKey{primitive: e.Primitive, cause: e.Cause, name: o.lockName(e), kind: e.ScheduleKind}))
 			trace.SpanFromContext(ctx).AddEvent("pglock."+string(e.Primitive)+".lost", trace.WithTimestamp(e.Time),
 				trace.WithAttributes(AttrCause.String(string(e.Cause)), AttrToken.Int64(e.Token)))
 		}
@@ -290,19 +294,20 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		o.jobRunDuration.Record(ctx, e.Run.Seconds(), a)
 		o.endRun(ctx, e)
 	case pglock.EventCronRun:
+		schedule, kind := o.lockName(e), e.ScheduleKind
 		if e.Outcome != pglock.OutcomeNotRecorded { // the instance that recorded it abandoned counts it
 			n := max(e.Count, 1) // a missed range counts its ticks (−1: too many to count, one)
-			o.cronRuns.Add(ctx, n, o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
+			o.cronRuns.Add(ctx, n, o.attributes(attrKey{outcome: e.Outcome, name: schedule, kind: kind}))
 		}
 		if !e.Started.IsZero() {
 			if e.Mode == pglock.ModeScheduled { // manual, backfilled and caught-up runs are late by design
-				o.cronLag.Record(ctx, e.Lag.Seconds(), o.attributes(attrKey{name: e.Name}))
+				o.cronLag.Record(ctx, e.Lag.Seconds(), o.attributes(attrKey{name: schedule, kind: kind}))
 			}
-			o.cronRunDuration.Record(ctx, e.Run.Seconds(), o.attributes(attrKey{outcome: e.Outcome, name: e.Name}))
+			o.cronRunDuration.Record(ctx, e.Run.Seconds(), o.attributes(attrKey{outcome: e.Outcome, name: schedule, kind: kind}))
 		}
 		if e.Outcome == pglock.OutcomeRan {
 			finished := e.Started.Add(e.Run)
-			o.lastSuccess.Record(ctx, float64(finished.UnixNano())/1e9, o.attributes(attrKey{name: e.Name}))
+			o.lastSuccess.Record(ctx, float64(finished.UnixNano())/1e9, o.attributes(attrKey{name: schedule, kind: kind}))
 		}
 		o.endRun(ctx, e)
 	case pglock.EventClockOffset:
@@ -341,11 +346,11 @@ func isLock(p pglock.Primitive) bool {
 	return p == pglock.PrimitiveLock || p == pglock.PrimitiveSemaphore || p == pglock.PrimitiveAdvisory
 }
 
-// lockName is the name attribute of a lease's metrics: a lock's or advisory key's label, if
-// any; the name itself for the primitives whose names code declares (a semaphore, a job's
-// scope, a schedule, an election).
+// lockName is the name attribute of a lease's or run's metrics: a lock's, advisory key's or
+// runtime schedule's label, if any; the name itself for the primitives whose names code
+// declares (a semaphore, a job's scope, a schedule added in code, an election).
 func (o *Observer) lockName(e pglock.Event) string {
-	if e.Primitive == pglock.PrimitiveLock || e.Primitive == pglock.PrimitiveAdvisory {
+	if e.Primitive == pglock.PrimitiveLock || e.Primitive == pglock.PrimitiveAdvisory || e.ScheduleKind != "" {
 		return o.labelOf(e.Primitive, e.Name)
 	}
 	return e.Name
@@ -365,6 +370,7 @@ type attrKey struct {
 	cause     pglock.Cause
 	mode      pglock.Mode
 	name, key string
+	kind      string // a runtime schedule's
 }
 
 // attributes returns k's attributes as an option, made once per distinct set.
@@ -372,12 +378,12 @@ func (o *Observer) attributes(k attrKey) metric.MeasurementOption {
 	if opt, ok := o.attrs.Load(k); ok {
 		return opt.(metric.MeasurementOption)
 	}
-	kv := make([]attribute.KeyValue, 0, 6)
+	kv := make([]attribute.KeyValue, 0, 7)
 	for _, a := range []struct {
 		key   attribute.Key
 		value string
 	}{{AttrPrimitive, string(k.primitive)}, {AttrOutcome, string(k.outcome)}, {AttrCause, string(k.cause)},
-		{AttrMode, string(k.mode)}, {AttrName, k.name}, {AttrKey, k.key}} {
+		{AttrMode, string(k.mode)}, {AttrName, k.name}, {AttrKey, k.key}, {AttrScheduleKind, k.kind}} {
 		if a.value != "" {
 			kv = append(kv, a.key.String(a.value))
 		}
@@ -440,6 +446,9 @@ func (o *Observer) Begin(ctx context.Context, e pglock.Event) context.Context {
 		opts = append(opts, trace.WithNewRoot(), trace.WithAttributes(AttrName.String(e.Name),
 			AttrScheduled.String(e.Scheduled.UTC().Format(time.RFC3339Nano)), AttrLag.Float64(e.Lag.Seconds()),
 			AttrAttempt.Int(e.Attempt), AttrToken.Int64(e.Token)))
+		if e.ScheduleKind != "" { // a span's attributes make no series: its name may be there
+			opts = append(opts, trace.WithAttributes(AttrScheduleKind.String(e.ScheduleKind)))
+		}
 	default:
 		return ctx
 	}

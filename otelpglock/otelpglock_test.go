@@ -762,3 +762,46 @@ func TestRenewalsFallingBehindShowAsTheRenewalLag(t *testing.T) {
 	in.waitValue(t, 0, "pglock.lease.renewal.lag", lockAttr)
 	require.NoError(t, lk.Err())
 }
+
+// Runs are counted by schedule and by kind: a schedule added in code by its name, a runtime
+// schedule by its kind (pglock.cron.kind), and by its name only through Options.Label, since one
+// per tenant is unbounded.
+func TestCronRunsAreCountedByScheduleAndByKind(t *testing.T) {
+	t.Parallel()
+	for _, labeled := range []bool{false, true} {
+		t.Run(fmt.Sprint("labeled=", labeled), func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t, nil)
+			var opts *otelpglock.Options
+			if labeled {
+				opts = &otelpglock.Options{Label: func(p pglock.Primitive, name string) string {
+					if p == pglock.PrimitiveCron && strings.HasPrefix(name, "tenant-") {
+						return "tenants"
+					}
+					return ""
+				}}
+			}
+			in := newInstance(t, opts)
+			startScheduler(t, d.Pool, in, func(s *cron.Scheduler) {
+				require.NoError(t, s.Add("in-code", "@every 1s", nil, func(context.Context, cron.Run) error { return nil }))
+				require.NoError(t, s.Handle("report", func(context.Context, cron.Run) error { return nil }))
+			})
+			for _, tenant := range []string{"tenant-1", "tenant-2"} {
+				require.NoError(t, cron.Define(testdb.Context(t), d.Pool, cron.Definition{Name: tenant, Kind: "report", Spec: "@every 1s"}, nil))
+			}
+			kind := otelpglock.AttrScheduleKind.String("report")
+			testdb.WaitFor(t, func() bool {
+				return in.read(t, "pglock.cron.runs", kind, outcome(pglock.OutcomeRan)).value >= 4 &&
+					in.read(t, "pglock.cron.runs", name("in-code"), outcome(pglock.OutcomeRan)).value >= 2
+			}, "runs of both")
+			require.False(t, in.read(t, "pglock.cron.runs", name("in-code"), kind).found, "a schedule in code has no kind")
+			for _, metric := range []string{"pglock.cron.runs", "pglock.cron.run.duration", "pglock.cron.fire.lag", "pglock.cron.last_success"} {
+				require.True(t, in.read(t, metric, kind).found, metric)
+				for _, tenant := range []string{"tenant-1", "tenant-2"} {
+					require.False(t, in.read(t, metric, name(tenant)).found, "%s: a runtime schedule's name is no attribute", metric)
+				}
+				require.Equal(t, labeled, in.read(t, metric, name("tenants"), kind).found, "%s: its label is", metric)
+			}
+		})
+	}
+}
