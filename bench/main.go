@@ -112,6 +112,7 @@ func run(ctx context.Context, out, only string) error {
 		{"1,000 waiters in one process", thousandWaiters},
 		{"deduplicated delivery", dedup},
 		{"leases held by one process", leases},
+		{"runtime schedules across three instances", runtimeSchedules},
 	} {
 		if only != "" && !slices.ContainsFunc(strings.Split(only, ","), func(part string) bool { return strings.Contains(s.name, part) }) {
 			continue

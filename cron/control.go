@@ -156,7 +156,7 @@ type ScheduleInfo struct {
 	Jitter             time.Duration
 	Start, End         time.Time
 	RunLimit           int
-	RunsStarted        int64 // runs of its ticks so far
+	RunsStarted        int64 // runs of its ticks so far, counted while it has a run limit
 	Finished           bool  // its run limit is reached, or its End has passed
 	PauseAfterFailures int
 	FailuresInRow      int // failed runs since the last that ran

@@ -116,8 +116,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
 // with seconds first; descriptors such as @hourly and @every 10s; an optional CRON_TZ= or TZ=
 // prefix), and the job. A nil opts means the defaults. Bad input gets an error matching
 // [pglock.ErrInvalidName], [pglock.ErrInvalidSpec], [pglock.ErrInvalidTTL] or
-// [pglock.ErrInvalidArgument], and nothing is written. The schedule is registered in the database
-// at Start, or at once (in the background) once started.
+// [pglock.ErrInvalidArgument], and nothing is written; the name of a runtime schedule (Define),
+// [pglock.ErrExists], here or from Start. The schedule is registered in the database at Start,
+// or at once (in the background) once started.
 func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if err := pglock.ValidateName(name); err != nil {
 		return errs.Errorf("schedule name: %w", err)
@@ -134,7 +135,10 @@ func (s *Scheduler) Add(name, spec string, opts *Options, fn Func) error {
 	if s.stopped {
 		return errs.Errorf("%w: the scheduler was stopped", pglock.ErrClosed)
 	}
-	if e, dup := s.entries[name]; dup && e.kind == "" {
+	if e, dup := s.entries[name]; dup {
+		if e.kind != "" {
+			return errs.Errorf("%w: schedule %q was defined at runtime: a schedule in code needs another name", pglock.ErrExists, name)
+		}
 		return errs.Errorf("%w: schedule %q was already added", pglock.ErrInvalidArgument, name)
 	}
 	s.entries[name] = &entry{name: name, spec: strings.TrimSpace(spec), zone: zone, sched: sched, set: set, fn: fn}

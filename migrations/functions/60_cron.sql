@@ -351,9 +351,19 @@ DECLARE
     v_now timestamptz;
     v_s pglock_cron_schedules;
     v_running integer;
+    v_pending integer;
+    v_expired boolean;
     v_buffered boolean;
     v_catching_up boolean;
     v_counted integer; -- runs of its ticks this claim started
+    -- The runs of ticks to start, and the watermarks to move, written together after the loop:
+    -- one statement each, not one per schedule (a minute boundary can make ten thousand).
+    v_start_names varchar[] := '{}';
+    v_start_ticks timestamptz[] := '{}';
+    v_start_ttls bigint[] := '{}';
+    v_start_nows timestamptz[] := '{}';
+    v_moved_names varchar[] := '{}';
+    v_moved_untils timestamptz[] := '{}';
     v_run pglock_cron_runs;
     v_rec pglock_cron_runs;
     e record;
@@ -400,17 +410,25 @@ BEGIN
             CONTINUE;
         END IF;
         v_counted := 0;
-        -- Runs whose instance stopped renewing are over.
-        FOR v_rec IN UPDATE pglock_cron_runs
-                        SET status = 'abandoned', finished_at = lease_expires_at,
-                            error = 'its instance (' || instance || ') stopped renewing its lease'
-                      WHERE schedule = e.name AND status = 'running' AND lease_expires_at < v_now
-                  RETURNING *
-        LOOP
-            CONTINUE WHEN NOT p_report;
-            RETURN NEXT pglock_cron_recorded(v_rec, v_now);
-        END LOOP;
-        SELECT count(*) INTO v_running FROM pglock_cron_runs WHERE schedule = e.name AND status = 'running';
+        -- Its runs under way, in one read: a claim of thousands of schedules makes it for each.
+        -- Caught-up ticks run in tick order: a tick that comes while some wait queues behind them.
+        SELECT count(*) FILTER (WHERE status = 'running' AND lease_expires_at >= v_now), count(*) FILTER (WHERE status = 'pending'),
+               coalesce(bool_or(status = 'running' AND lease_expires_at < v_now), false),
+               coalesce(bool_or(status = 'pending' AND kind = 'scheduled'), false),
+               coalesce(bool_or(status = 'pending' AND kind = 'catch_up'), false)
+          INTO v_running, v_pending, v_expired, v_buffered, v_catching_up
+          FROM pglock_cron_runs WHERE schedule = e.name AND status IN ('pending', 'running');
+        IF v_expired THEN -- runs whose instance stopped renewing are over
+            FOR v_rec IN UPDATE pglock_cron_runs
+                            SET status = 'abandoned', finished_at = lease_expires_at,
+                                error = 'its instance (' || instance || ') stopped renewing its lease'
+                          WHERE schedule = e.name AND status = 'running' AND lease_expires_at < v_now
+                      RETURNING *
+            LOOP
+                CONTINUE WHEN NOT p_report;
+                RETURN NEXT pglock_cron_recorded(v_rec, v_now);
+            END LOOP;
+        END IF;
 
         IF e.until IS DISTINCT FROM e.seen THEN
             IF v_s.accounted_until IS DISTINCT FROM e.seen THEN
@@ -424,11 +442,6 @@ BEGIN
             IF e.until < e.seen THEN
                 RAISE EXCEPTION 'p_until: % is before the watermark of %', e.until, e.name USING ERRCODE = '22023', COLUMN = 'p_until';
             END IF;
-            v_buffered := EXISTS (SELECT FROM pglock_cron_runs
-                                   WHERE schedule = e.name AND status = 'pending' AND kind = 'scheduled');
-            -- Caught-up ticks run in tick order: a tick that comes while some wait queues behind them.
-            v_catching_up := EXISTS (SELECT FROM pglock_cron_runs
-                                      WHERE schedule = e.name AND status = 'pending' AND kind = 'catch_up');
             FOR t IN SELECT u.tick, u.kind, u.missed_until, u.missed_count
                        FROM unnest(e.ticks, e.kinds, e.missed_untils, e.missed_counts) AS u(tick, kind, missed_until, missed_count)
             LOOP
@@ -455,8 +468,12 @@ BEGIN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
                     VALUES (e.name, t.tick, t.kind, 'pending', 1, v_now);
                     v_catching_up := true;
+                    v_pending := v_pending + 1;
                 ELSIF v_running = 0 OR v_s.overlap = 'allow' THEN
-                    RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
+                    v_start_names := v_start_names || e.name;
+                    v_start_ticks := v_start_ticks || t.tick;
+                    v_start_ttls := v_start_ttls || e.ttl;
+                    v_start_nows := v_start_nows || v_now;
                     v_running := v_running + 1;
                     v_counted := v_counted + 1;
                 ELSIF v_s.overlap = 'replace' THEN
@@ -468,13 +485,17 @@ BEGIN
                     LOOP
                         PERFORM pg_notify('pglock_cron', json_build_object('op', 'cancel', 'schedule', e.name, 'run', c)::text);
                     END LOOP;
-                    RETURN NEXT pglock_cron_start(e.name, NULL, t.tick, 'scheduled', p_instance, e.ttl, v_now);
+                    v_start_names := v_start_names || e.name;
+                    v_start_ticks := v_start_ticks || t.tick;
+                    v_start_ttls := v_start_ttls || e.ttl;
+                    v_start_nows := v_start_nows || v_now;
                     v_running := 1;
                     v_counted := v_counted + 1;
                 ELSIF v_s.overlap = 'buffer_one' AND NOT v_buffered THEN
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
                     VALUES (e.name, t.tick, 'scheduled', 'pending', 1, v_now);
                     v_buffered := true;
+                    v_pending := v_pending + 1;
                 ELSE
                     INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at, finished_at, error)
                     VALUES (e.name, t.tick, 'scheduled', 'skipped', 0, v_now, v_now,
@@ -486,12 +507,13 @@ BEGIN
                     END IF;
                 END IF;
             END LOOP;
-            UPDATE pglock_cron_schedules SET accounted_until = e.until WHERE name = e.name;
+            v_moved_names := v_moved_names || e.name;
+            v_moved_untils := v_moved_untils || e.until;
         END IF;
 
         -- Pending runs start oldest first, one at a time unless the schedule allows overlap.
         LOOP
-            EXIT WHEN v_running > 0 AND v_s.overlap <> 'allow';
+            EXIT WHEN v_pending = 0 OR v_running > 0 AND v_s.overlap <> 'allow';
             SELECT * INTO v_run FROM pglock_cron_runs
              WHERE schedule = e.name AND status = 'pending' ORDER BY id LIMIT 1;
             EXIT WHEN NOT FOUND;
@@ -512,13 +534,29 @@ BEGIN
                 v_counted := v_counted + 1;
             END IF;
         END LOOP;
-        IF v_counted > 0 THEN
+        IF v_counted > 0 AND v_s.run_limit IS NOT NULL THEN
             UPDATE pglock_cron_schedules SET runs_started = runs_started + v_counted WHERE name = e.name;
         END IF;
         IF v_s.runs_started + v_counted >= v_s.run_limit THEN
             RETURN NEXT ROW('finished', e.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v_now)::pglock_cron_claimed;
         END IF;
     END LOOP;
+
+    UPDATE pglock_cron_schedules s SET accounted_until = m.until
+      FROM unnest(v_moved_names, v_moved_untils) AS m(name, until)
+     WHERE s.name = m.name;
+    RETURN QUERY
+        WITH started AS (
+            INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, instance, fencing_token,
+                                          lease_expires_at, created_at, started_at)
+            SELECT n.name, n.tick, 'scheduled', 'running', 1, p_instance, pglock_next_token('pglock_cron_runs_fencing_token_seq'),
+                   n.now + n.ttl * interval '1 millisecond', n.now, n.now
+              FROM unnest(v_start_names, v_start_ticks, v_start_ttls, v_start_nows) AS n(name, tick, ttl, now)
+            RETURNING *
+        )
+        SELECT (ROW('run', r.schedule, r.id, r.scheduled_time, r.kind, r.attempt, r.fencing_token, r.lease_expires_at,
+                    NULL, r.started_at)::pglock_cron_claimed).*
+          FROM started r;
 
     -- Every other schedule's runs whose instance stopped renewing, last and without waiting for a
     -- row another claim holds: a claim that waited here while holding schedule locks could

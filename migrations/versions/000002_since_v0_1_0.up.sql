@@ -59,7 +59,7 @@ ALTER TABLE pglock_cron_schedules
     ADD COLUMN starts_at            timestamptz,
     ADD COLUMN ends_at              timestamptz,
     ADD COLUMN run_limit            integer,      -- runs of its ticks before it is finished; NULL: no limit
-    ADD COLUMN runs_started         bigint  NOT NULL DEFAULT 0,
+    ADD COLUMN runs_started         bigint  NOT NULL DEFAULT 0, -- runs of its ticks started while it has a run limit
     ADD COLUMN pause_after_failures integer,      -- failed runs in a row that pause it; NULL: never
     ADD COLUMN failures_in_row      integer NOT NULL DEFAULT 0,
     ADD COLUMN revision             bigint  NOT NULL DEFAULT nextval('pglock_cron_revision_seq'),
