@@ -187,8 +187,8 @@ func optionsOf(r db.PglockCronSchedule) (*Options, error) {
 }
 
 // Handle makes this instance run the runtime schedules of kind with fn (Define): it reads them
-// at Start, and learns of those defined, updated or deleted later at once by notification, or
-// within a poll interval. An instance runs only the kinds it handles; a schedule whose kind no
+// as soon as it is started, and learns of those defined, updated or deleted later at once by
+// notification, or within a poll interval. An instance runs only the kinds it handles; a schedule whose kind no
 // instance handles is shown unhandled, and its ticks are accounted for by its catch-up policy
 // once one does. Errors match [pglock.ErrInvalidName] for a bad kind, [pglock.ErrInvalidArgument]
 // for a nil fn or a kind handled already, [pglock.ErrClosed] after Stop.
@@ -222,8 +222,8 @@ type definitions struct {
 
 // syncDefinitions reads the runtime schedules of the kinds handled, when one changed or a poll
 // interval has passed, and makes this instance's entries of them match. It answers whether
-// it added one (to record promptly that they are handled).
-func (s *Scheduler) syncDefinitions(ctx context.Context, now time.Time) (added bool, err error) {
+// it read one anew (to record promptly that they are handled: a change of kind clears that).
+func (s *Scheduler) syncDefinitions(ctx context.Context, now time.Time) (renewed bool, err error) {
 	s.mu.Lock()
 	kinds := make([]string, 0, len(s.handlers))
 	for kind := range s.handlers {
@@ -278,14 +278,14 @@ func (s *Scheduler) syncDefinitions(ctx context.Context, now time.Time) (added b
 			continue
 		}
 		s.entries[r.Name] = e
-		added = added || old == nil
+		renewed = true
 	}
 	for name, e := range s.entries {
 		if e.kind != "" && !present[name] {
 			delete(s.entries, name)
 		}
 	}
-	return added, nil
+	return renewed, nil
 }
 
 // definitionEntry is the entry of a runtime schedule's row, run by fn.
@@ -300,7 +300,7 @@ func definitionEntry(r db.PglockCronSchedule, fn Func) (*entry, error) {
 	}
 	return &entry{
 		name: r.Name, spec: r.Spec, zone: zone, sched: sched, set: set, fn: fn,
-		kind: db.Deref(r.Kind), args: r.Args, revision: r.Revision,
+		kind: db.Deref(r.Kind), args: r.Args, revision: r.Revision, definedAt: db.Deref(r.DefinedAt),
 		registered: true, watermark: r.AccountedUntil, finished: r.RunLimit != nil && r.RunsStarted >= int64(*r.RunLimit),
 	}, nil
 }

@@ -226,7 +226,7 @@ func TestRunLimitEndAndPauseAfterFailures(t *testing.T) {
 	var h handled
 	failing := func(context.Context, cron.Run) error { return errBoom }
 	now := dbNow(t, d.Pool)
-	end := now.Add(3 * time.Second).Truncate(time.Second)
+	end := now.Add(5 * time.Second).Truncate(time.Second)
 	start(t, d.Pool, nil, func(s *cron.Scheduler) {
 		require.NoError(t, s.Add("limited", "@every 1s", &cron.Options{RunLimit: 3}, h.fn))
 		require.NoError(t, s.Add("failing", "@every 1s", &cron.Options{PauseAfterFailures: 2}, failing))
@@ -254,6 +254,7 @@ func TestRunLimitEndAndPauseAfterFailures(t *testing.T) {
 	require.Len(t, h.of("limited"), 3)
 	require.Len(t, h.of("limited-runtime"), 2)
 	require.Empty(t, info("limited").Next, "a finished schedule has no next tick")
+	require.NotEmpty(t, h.of("ending"), "its ticks before End ran")
 	for _, r := range h.of("ending") {
 		require.False(t, r.ScheduledTime.After(end), "a tick after End ran: %s", r.ScheduledTime)
 	}
@@ -363,7 +364,7 @@ func TestDefineInSQLRefusesBadArgumentsByName(t *testing.T) {
 		{1, `NULL`, "p_kind"},
 		{2, `''`, "p_spec"},
 		{3, `'Mars/Olympus'`, "p_time_zone"},
-		{4, `to_jsonb(repeat('x', 70000))`, "p_args"},
+		{4, `to_jsonb(repeat('x', 140000))`, "p_args"},
 		{5, `'sometimes'`, "p_overlap"},
 		{6, `'never'`, "p_catch_up"},
 		{7, `0`, "p_catch_up_window_ms"},
@@ -387,4 +388,72 @@ func TestDefineInSQLRefusesBadArgumentsByName(t *testing.T) {
 		require.Equal(t, c.column, pgErr.ColumnName)
 	}
 	require.Equal(t, "|", snapshotSchedules(t, d.Pool))
+}
+
+// A new spec takes the old spec's ticks waiting their turn (buffered, caught up) with it: they
+// are recorded skipped, never run after the update; another change keeps them. A new kind is
+// unhandled until an instance handles it.
+func TestUpdateOfTheSpecSkipsTheOldSpecsQueuedTicks(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	def := cron.Definition{Name: "queued", Kind: "a", Spec: "@every 1m"}
+	require.NoError(t, cron.Define(ctx, d.Pool, def, nil))
+	queue := func(tick time.Time) {
+		_, err := d.Pool.Exec(ctx, `INSERT INTO pglock_cron_runs (schedule, scheduled_time, kind, status, attempt, created_at)
+			VALUES ('queued', $1, 'catch_up', 'pending', 1, now())`, tick)
+		require.NoError(t, err)
+	}
+	status := func(tick time.Time) (s string) {
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT status FROM pglock_cron_runs WHERE schedule = 'queued' AND scheduled_time = $1`, tick).Scan(&s))
+		return s
+	}
+	first, second := time.Now().Add(-2*time.Hour).Truncate(time.Minute), time.Now().Add(-time.Hour).Truncate(time.Minute)
+	queue(first)
+	def.Args = json.RawMessage(`{"v": 2}`)
+	require.NoError(t, cron.Update(ctx, d.Pool, def, nil))
+	require.Equal(t, "pending", status(first), "the same spec keeps its queued ticks")
+	_, err := d.Pool.Exec(ctx, `UPDATE pglock_cron_schedules SET last_instance = 'i', last_seen_at = now() WHERE name = 'queued'`)
+	require.NoError(t, err)
+
+	queue(second)
+	def.Spec, def.Kind = "@every 2m", "b"
+	require.NoError(t, cron.Update(ctx, d.Pool, def, nil))
+	require.Equal(t, "skipped", status(first), "the old spec's queued ticks do not run")
+	require.Equal(t, "skipped", status(second))
+	list, err := cron.List(ctx, d.Pool)
+	require.NoError(t, err)
+	require.True(t, list[0].Unhandled, "no instance has handled its new kind")
+}
+
+// In a rolling deploy, a v0.1.0 scheduler's calls neither undo the extras a newer one gave a
+// schedule nor get answers v0.1.0 does not know.
+func TestVersion010SchedulersKeepTheExtrasAndGetAnswersTheyKnow(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `SELECT pglock_cron_register_extras('s', '@every 1s', 'UTC', 'skip', 'skip', 1000, 1000, 10, 'new',
+		5000, NULL, NULL, 2, 3)`)
+	require.NoError(t, err)
+	var until time.Time
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT pglock_cron_register('s', '@every 1s', 'UTC', 'skip', 'skip', 1000, 1000, 10, 'old')`).Scan(&until))
+	var jitter int64
+	var limit, pauseAfter int
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT jitter_ms, run_limit, pause_after_failures FROM pglock_cron_schedules WHERE name = 's'`).
+		Scan(&jitter, &limit, &pauseAfter))
+	require.Equal(t, []any{int64(5000), 2, 3}, []any{jitter, limit, pauseAfter})
+
+	_, err = d.Pool.Exec(ctx, `UPDATE pglock_cron_schedules SET runs_started = 2, accounted_until = $1 WHERE name = 's'`, until.Add(-time.Minute))
+	require.NoError(t, err)
+	tick := until.Add(-time.Minute).Truncate(time.Second).Add(time.Second)
+	rows, err := d.Pool.Query(ctx, `SELECT outcome FROM pglock_cron_claim('old', ARRAY['s'], ARRAY[$1::timestamptz], ARRAY[$2::timestamptz],
+		ARRAY[3000::bigint], ARRAY['s'], ARRAY[$2::timestamptz], ARRAY['scheduled'], ARRAY[$2::timestamptz], ARRAY[0::bigint])`,
+		until.Add(-time.Minute), tick)
+	require.NoError(t, err)
+	for rows.Next() {
+		var outcome string
+		require.NoError(t, rows.Scan(&outcome))
+		require.Contains(t, []string{"run", "stale", "early", "unknown"}, outcome)
+	}
+	require.NoError(t, rows.Err())
 }

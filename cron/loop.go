@@ -101,11 +101,11 @@ var claimBackoff = backoff.Capped{First: 50 * time.Millisecond, Max: 2 * time.Se
 // housekeep registers schedules added since, and, when their time comes, records that this
 // instance still has its schedules, applies retention and measures the clock offset again.
 func (s *Scheduler) housekeep(ctx context.Context, entries []*entry, now time.Time, lastSeen, lastCollect, lastOffset *time.Time) error {
-	added, err := s.syncDefinitions(ctx, now)
+	renewed, err := s.syncDefinitions(ctx, now)
 	if err != nil {
 		return err
 	}
-	if added { // record at once that they are handled
+	if renewed { // record at once that they are handled
 		*lastSeen = time.Time{}
 		entries = s.snapshot()
 	}
@@ -224,8 +224,11 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 	if err != nil {
 		return 0, errs.Errorf("claim: %w", err)
 	}
+	// Every answer is taken in before anything can fail: the runs claimed come last, and each
+	// must start (or its lease runs out before anyone records it).
 	again := time.Duration(-1)
-	measured := false
+	measure := false
+	var unknown error
 	for _, c := range claimed {
 		e := byName[c.Schedule]
 		switch c.Outcome {
@@ -238,12 +241,7 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 		case "early":
 			// This host's estimate of the database clock was ahead: wait until the tick is due
 			// by the database's clock, and measure again.
-			if !measured {
-				if err := s.measureOffset(ctx); err != nil {
-					return 0, err
-				}
-				measured = true
-			}
+			measure = true
 			if d := untils[c.Schedule].Sub(c.DbNow); again < 0 || d < again {
 				again = max(d, time.Millisecond)
 			}
@@ -251,7 +249,9 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 			s.unregister(e)
 			again = 0
 		case "finished":
+			// Its ticks after the limit were not recorded: none to tell as missed.
 			e.finished = true
+			ticksOf[c.Schedule] = nil
 			continue
 		case "skipped", "abandoned":
 			// Recorded by this claim, of this schedule or (abandoned) of any: told here alone.
@@ -261,13 +261,21 @@ func (s *Scheduler) claim(ctx context.Context, entries []*entry) (time.Duration,
 				Token: db.Deref(c.FencingToken)})
 			continue
 		default:
-			return 0, errs.Errorf("claim answered %q for %q", c.Outcome, c.Schedule)
+			unknown = errs.Errorf("claim answered %q for %q", c.Outcome, c.Schedule)
 		}
 		delete(untils, c.Schedule)
 	}
 	for name, until := range untils {
 		byName[name].watermark = until
 		s.observeMissed(byName[name], ticksOf[name])
+	}
+	if unknown != nil {
+		return 0, unknown
+	}
+	if measure {
+		if err := s.measureOffset(ctx); err != nil {
+			return 0, err
+		}
 	}
 	if again >= 0 {
 		return again, nil

@@ -178,6 +178,8 @@ func TestLastDayOfTheMonth(t *testing.T) {
 			[]string{"2100-02-28T12:00:00Z", "2101-02-28T12:00:00Z"}},
 		{"beside listed days", "0 0 9 15,L * *", "UTC", "2027-02-01T00:00:00Z",
 			[]string{"2027-02-15T09:00:00Z", "2027-02-28T09:00:00Z", "2027-03-15T09:00:00Z", "2027-03-31T09:00:00Z"}},
+		{"beside listed days, the minutes naming the same range", "28-31 9 15,L * *", "UTC", "2027-02-27T00:00:00Z",
+			[]string{"2027-02-28T09:28:00Z", "2027-02-28T09:29:00Z", "2027-02-28T09:30:00Z", "2027-02-28T09:31:00Z", "2027-03-15T09:28:00Z"}},
 		{"spring forward on the last day: 02:30 runs at the transition", "30 2 L * *", "Europe/Berlin", "2024-03-30T00:00:00Z",
 			[]string{"2024-03-31T01:00:00Z", "2024-04-30T00:30:00Z"}},
 		{"fall back on the last day: 02:30 runs once", "30 2 L * *", "Europe/Berlin", "2027-10-30T00:00:00Z",
@@ -237,6 +239,22 @@ func TestJitteredTickWaitsForItsOffsetAndKeepsItsTime(t *testing.T) {
 	ticks, until = plan(s, set, watermark, nominal.Add(20*time.Second), fire)
 	require.Equal(t, []tick{{at: nominal, kind: "scheduled"}}, ticks)
 	require.Equal(t, nominal, until)
+}
+
+// An update that shortens the jitter of the tick in flight, so that its new fire time has
+// passed, runs it at once, on time: it is not recorded missed however late the update came.
+func TestAShortenedJitterRunsTheTickInFlightAtOnce(t *testing.T) {
+	t.Parallel()
+	s := mustParse(t, "@every 1h", "UTC")
+	nominal := at(t, "2026-05-01T10:00:00Z")
+	updated := nominal.Add(50 * time.Minute) // the new jitter, a minute at most, had passed long before
+	e := &entry{name: "in-flight", sched: s, set: settings{catchUp: CatchUpSkip, window: time.Hour, jitter: time.Minute}, definedAt: updated}
+	require.Equal(t, updated, e.fire(nominal))
+	ticks, until := plan(s, e.set, nominal.Add(-time.Hour), updated.Add(time.Second), e.fire)
+	require.Equal(t, []tick{{at: nominal, kind: "scheduled"}}, ticks)
+	require.Equal(t, nominal, until)
+	later := nominal.Add(time.Hour)
+	require.Equal(t, later.Add(jitterOf("in-flight", later, time.Minute)), e.fire(later), "the next tick keeps its jitter")
 }
 
 // A jitter must be shorter than the shortest interval between ticks, a daylight-saving change

@@ -70,6 +70,7 @@ type entry struct {
 	kind             string          // a runtime schedule's; "" for one added in code
 	args             json.RawMessage // a runtime schedule's
 	revision         int64           // of a runtime schedule's definition
+	definedAt        time.Time       // when a runtime schedule's definition was written
 
 	registered bool
 	watermark  time.Time // every tick up to it is accounted for, as last read
@@ -86,8 +87,15 @@ func (e *entry) kindOrNone() string {
 	return e.kind
 }
 
-// fire is when a tick of the entry fires: at its time plus its jitter.
-func (e *entry) fire(at time.Time) time.Time { return at.Add(jitterOf(e.name, at, e.set.jitter)) }
+// fire is when a tick of the entry fires: at its time plus its jitter, and not before its
+// definition was written (an update that shortened the jitter of the tick in flight runs it
+// now, not late).
+func (e *entry) fire(at time.Time) time.Time {
+	if fire := at.Add(jitterOf(e.name, at, e.set.jitter)); fire.After(e.definedAt) {
+		return fire
+	}
+	return e.definedAt
+}
 
 // New returns a Scheduler that takes its connections from pool. A nil cfg means the defaults.
 func New(pool *pgxpool.Pool, cfg *Config) (*Scheduler, error) {
@@ -272,7 +280,7 @@ type Stats struct {
 	ClockUncertainty time.Duration
 	// OffsetMeasuredAt is when the offset was last measured, on this host's clock.
 	OffsetMeasuredAt time.Time
-	Schedules        int // added and not removed
+	Schedules        int // added and not removed, and the runtime schedules of the kinds handled
 	Running          int // runs under way in this instance
 }
 
@@ -366,6 +374,6 @@ func (s *Scheduler) register(ctx context.Context, e *entry) error {
 	if err != nil {
 		return errs.Errorf("register schedule %q: %w", e.name, err)
 	}
-	e.registered, e.watermark = true, until
+	e.registered, e.watermark, e.finished = true, until, false // a claim tells it finished again
 	return nil
 }

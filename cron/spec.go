@@ -81,7 +81,7 @@ func parseSpec(spec string, loc *time.Location) (sched schedule, zone string, er
 	if lastDay {
 		days := uint64(0)
 		if listed != "" {
-			withListed, err := parseFields(strings.Replace(body, domCandidates, listed, 1))
+			withListed, err := parseFields(listed)
 			if err != nil {
 				return nil, "", invalid("%v", err)
 			}
@@ -122,8 +122,8 @@ func newSpecSchedule(spec6 *robfig.SpecSchedule, loc *time.Location) schedule {
 const domCandidates = "28-31"
 
 // cutLastDay takes L out of the day-of-month field of body (fields only, no zone prefix): it
-// returns body with that field replaced by the candidate days, whether L was there, and the
-// field's other days ("" for none).
+// returns body with that field replaced by the candidate days, whether L was there, and, when
+// the field lists other days beside L, body with that field holding them alone ("" for none).
 func cutLastDay(body string) (out string, lastDay bool, listed string, err error) {
 	fields := strings.Fields(body)
 	dom, dow := -1, -1
@@ -150,10 +150,12 @@ func cutLastDay(body string) (out string, lastDay bool, listed string, err error
 	if d := fields[dow]; d != "*" && d != "?" {
 		return "", false, "", fmt.Errorf("the last day of the month (L) cannot be combined with a day of the week (%q)", d)
 	}
-	listed = strings.Join(others, ",")
-	fields[dom] = domCandidates
-	if listed != "" {
-		fields[dom] = listed + "," + domCandidates
+	if len(others) > 0 {
+		fields[dom] = strings.Join(others, ",")
+		listed = strings.Join(fields, " ")
+		fields[dom] += "," + domCandidates
+	} else {
+		fields[dom] = domCandidates
 	}
 	return strings.Join(fields, " "), true, listed, nil
 }

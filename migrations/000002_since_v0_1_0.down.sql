@@ -52,7 +52,7 @@ DROP TABLE pglock_cron_changes;
 ALTER TABLE pglock_cron_schedules
     DROP COLUMN kind, DROP COLUMN args, DROP COLUMN ttl_ms, DROP COLUMN timeout_ms, DROP COLUMN jitter_ms,
     DROP COLUMN starts_at, DROP COLUMN ends_at, DROP COLUMN run_limit, DROP COLUMN runs_started,
-    DROP COLUMN pause_after_failures, DROP COLUMN failures_in_row, DROP COLUMN revision,
+    DROP COLUMN pause_after_failures, DROP COLUMN failures_in_row, DROP COLUMN revision, DROP COLUMN defined_at,
     ALTER COLUMN last_instance SET NOT NULL,
     ALTER COLUMN last_seen_at SET NOT NULL;
 DROP SEQUENCE pglock_cron_revision_seq;

@@ -144,7 +144,7 @@ func (q *Queries) CronChanges(ctx context.Context, arg CronChangesParams) ([]Pgl
 }
 
 const cronDefinitions = `-- name: CronDefinitions :many
-SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at, kind, args, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at, run_limit, runs_started, pause_after_failures, failures_in_row, revision FROM pglock_cron_schedules WHERE kind = ANY ($1::varchar[]) ORDER BY name
+SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at, kind, args, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at, run_limit, runs_started, pause_after_failures, failures_in_row, revision, defined_at FROM pglock_cron_schedules WHERE kind = ANY ($1::varchar[]) ORDER BY name
 `
 
 // CronDefinitions reads the runtime schedules of the given kinds.
@@ -186,6 +186,7 @@ func (q *Queries) CronDefinitions(ctx context.Context, kinds []string) ([]Pglock
 			&i.PauseAfterFailures,
 			&i.FailuresInRow,
 			&i.Revision,
+			&i.DefinedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -408,7 +409,7 @@ func (q *Queries) GetCronRun(ctx context.Context, id int64) (PglockCronRun, erro
 }
 
 const getCronSchedule = `-- name: GetCronSchedule :one
-SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at, kind, args, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at, run_limit, runs_started, pause_after_failures, failures_in_row, revision FROM pglock_cron_schedules WHERE name = $1
+SELECT name, spec, time_zone, overlap, catch_up, catch_up_window_ms, keep_for_ms, keep_runs, accounted_until, paused, pause_note, paused_by, paused_at, last_instance, last_seen_at, created_at, kind, args, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at, run_limit, runs_started, pause_after_failures, failures_in_row, revision, defined_at FROM pglock_cron_schedules WHERE name = $1
 `
 
 func (q *Queries) GetCronSchedule(ctx context.Context, name string) (PglockCronSchedule, error) {
@@ -443,12 +444,13 @@ func (q *Queries) GetCronSchedule(ctx context.Context, name string) (PglockCronS
 		&i.PauseAfterFailures,
 		&i.FailuresInRow,
 		&i.Revision,
+		&i.DefinedAt,
 	)
 	return i, err
 }
 
 const listCronSchedules = `-- name: ListCronSchedules :many
-SELECT s.name, s.spec, s.time_zone, s.overlap, s.catch_up, s.catch_up_window_ms, s.keep_for_ms, s.keep_runs, s.accounted_until, s.paused, s.pause_note, s.paused_by, s.paused_at, s.last_instance, s.last_seen_at, s.created_at, s.kind, s.args, s.ttl_ms, s.timeout_ms, s.jitter_ms, s.starts_at, s.ends_at, s.run_limit, s.runs_started, s.pause_after_failures, s.failures_in_row, s.revision, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
+SELECT s.name, s.spec, s.time_zone, s.overlap, s.catch_up, s.catch_up_window_ms, s.keep_for_ms, s.keep_runs, s.accounted_until, s.paused, s.pause_note, s.paused_by, s.paused_at, s.last_instance, s.last_seen_at, s.created_at, s.kind, s.args, s.ttl_ms, s.timeout_ms, s.jitter_ms, s.starts_at, s.ends_at, s.run_limit, s.runs_started, s.pause_after_failures, s.failures_in_row, s.revision, s.defined_at, l.id AS last_run_id, l.scheduled_time AS last_scheduled_time, l.kind AS last_kind,
        l.status AS last_status, l.attempt AS last_attempt, l.instance AS last_instance_run,
        l.fencing_token AS last_token, l.started_at AS last_started_at, l.finished_at AS last_finished_at,
        l.error AS last_error, c.changed_by AS changed_by, c.changed_at AS changed_at, c.note AS change_note,
@@ -520,6 +522,7 @@ func (q *Queries) ListCronSchedules(ctx context.Context) ([]ListCronSchedulesRow
 			&i.PglockCronSchedule.PauseAfterFailures,
 			&i.PglockCronSchedule.FailuresInRow,
 			&i.PglockCronSchedule.Revision,
+			&i.PglockCronSchedule.DefinedAt,
 			&i.LastRunID,
 			&i.LastScheduledTime,
 			&i.LastKind,

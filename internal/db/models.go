@@ -113,6 +113,7 @@ type PglockCronSchedule struct {
 	PauseAfterFailures *int32
 	FailuresInRow      int32
 	Revision           int64
+	DefinedAt          *time.Time
 }
 
 type PglockInstance struct {

@@ -110,7 +110,8 @@ $$;
 REVOKE ALL ON FUNCTION pglock_cron_register_extras(varchar, text, text, text, text, bigint, bigint, integer, varchar,
     bigint, timestamptz, timestamptz, integer, integer) FROM PUBLIC;
 
--- What v0.1.0's schedulers call: a schedule without the extras.
+-- What v0.1.0's schedulers call: a schedule without the extras, which keeps those a newer
+-- instance gave it (old and new instances side by side in a rolling deploy do not undo them).
 CREATE OR REPLACE FUNCTION pglock_cron_register(p_name varchar, p_spec text, p_time_zone text, p_overlap text,
     p_catch_up text, p_catch_up_window_ms bigint, p_keep_for_ms bigint, p_keep_runs integer, p_instance varchar)
 RETURNS timestamptz
@@ -118,7 +119,10 @@ LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
     SELECT pglock_cron_register_extras(p_name, p_spec, p_time_zone, p_overlap, p_catch_up, p_catch_up_window_ms,
-                                       p_keep_for_ms, p_keep_runs, p_instance, 0, NULL, NULL, NULL, NULL)
+                                       p_keep_for_ms, p_keep_runs, p_instance, coalesce(s.jitter_ms, 0), s.starts_at,
+                                       s.ends_at, s.run_limit, s.pause_after_failures)
+      FROM (SELECT) AS one
+      LEFT JOIN pglock_cron_schedules s ON s.name = p_name
 $$;
 
 REVOKE ALL ON FUNCTION pglock_cron_register(varchar, text, text, text, text, bigint, bigint, integer, varchar) FROM PUBLIC;
@@ -141,6 +145,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_s pglock_cron_schedules;
+    v_new_spec boolean;
 BEGIN
     PERFORM pglock_cron_check(p_name, '-');
     IF p_kind IS NULL OR octet_length(p_kind) < 1 OR length(p_kind) > 255 THEN
@@ -153,8 +158,9 @@ BEGIN
     EXCEPTION WHEN invalid_parameter_value THEN
         RAISE EXCEPTION 'p_time_zone: % is not a time zone', p_time_zone USING ERRCODE = '22023', COLUMN = 'p_time_zone';
     END;
-    IF octet_length(p_args::text) > 65536 THEN
-        RAISE EXCEPTION 'p_args: at most 65536 bytes of JSON' USING ERRCODE = '22023', COLUMN = 'p_args';
+    -- jsonb's text form spaces what it separates: this bound leaves room for every 64 KiB of JSON.
+    IF octet_length(p_args::text) > 131072 THEN
+        RAISE EXCEPTION 'p_args: at most 131072 bytes of JSON' USING ERRCODE = '22023', COLUMN = 'p_args';
     END IF;
     IF pglock_ttl_ok(p_ttl_ms) IS NOT TRUE THEN
         PERFORM pglock_raise_bad_ttl(p_ttl_ms, 'p_ttl_ms');
@@ -171,23 +177,33 @@ BEGIN
             RAISE EXCEPTION 'schedule % is defined in code: change it there', p_name
                 USING ERRCODE = '55000', CONSTRAINT = 'pglock_cron_defined_in_code';
         END IF;
+        v_new_spec := (v_s.spec, v_s.time_zone) IS DISTINCT FROM (p_spec, p_time_zone);
         UPDATE pglock_cron_schedules
            SET kind = p_kind, spec = p_spec, time_zone = p_time_zone, args = p_args, overlap = p_overlap,
                catch_up = p_catch_up, catch_up_window_ms = p_catch_up_window_ms, keep_for_ms = p_keep_for_ms,
                keep_runs = p_keep_runs, ttl_ms = p_ttl_ms, timeout_ms = p_timeout_ms, jitter_ms = p_jitter_ms,
                starts_at = p_starts_at, ends_at = p_ends_at, run_limit = p_run_limit,
                pause_after_failures = p_pause_after_failures, revision = nextval('pglock_cron_revision_seq'),
-               accounted_until = CASE WHEN (spec, time_zone) = (p_spec, p_time_zone) THEN accounted_until
-                                      ELSE greatest(accounted_until, v_now) END
+               defined_at = v_now,
+               accounted_until = CASE WHEN v_new_spec THEN greatest(accounted_until, v_now) ELSE accounted_until END,
+               -- Another kind: no instance has handled it yet.
+               last_instance = CASE WHEN kind = p_kind THEN last_instance END,
+               last_seen_at = CASE WHEN kind = p_kind THEN last_seen_at END
          WHERE name = p_name
         RETURNING * INTO v_s;
+        IF v_new_spec THEN -- the old spec's ticks waiting their turn do not run
+            UPDATE pglock_cron_runs
+               SET status = 'skipped', attempt = 0, finished_at = v_now,
+                   error = format('its schedule was given another spec (revision %s)', v_s.revision)
+             WHERE schedule = p_name AND status = 'pending' AND kind IN ('scheduled', 'catch_up');
+        END IF;
     ELSE
         INSERT INTO pglock_cron_schedules (name, kind, spec, time_zone, args, overlap, catch_up, catch_up_window_ms,
                                            keep_for_ms, keep_runs, ttl_ms, timeout_ms, jitter_ms, starts_at, ends_at,
-                                           run_limit, pause_after_failures, accounted_until, created_at)
+                                           run_limit, pause_after_failures, accounted_until, defined_at, created_at)
         VALUES (p_name, p_kind, p_spec, p_time_zone, p_args, p_overlap, p_catch_up, p_catch_up_window_ms, p_keep_for_ms,
                 p_keep_runs, p_ttl_ms, p_timeout_ms, p_jitter_ms, p_starts_at, p_ends_at, p_run_limit,
-                p_pause_after_failures, v_now, v_now)
+                p_pause_after_failures, v_now, v_now, v_now)
         ON CONFLICT (name) DO NOTHING
         RETURNING * INTO v_s;
         IF NOT FOUND THEN
@@ -409,6 +425,21 @@ BEGIN
             RETURN NEXT ROW('changed', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
             CONTINUE;
         END IF;
+        -- Checked before anything is read of its runs: at a boundary where thousands are due, the
+        -- instances that lose the race find them all stale, and should cost little.
+        IF e.until IS DISTINCT FROM e.seen THEN
+            IF v_s.accounted_until IS DISTINCT FROM e.seen THEN
+                RETURN NEXT ROW('stale', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+                CONTINUE;
+            END IF;
+            IF e.until > v_now THEN
+                RETURN NEXT ROW('early', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
+                CONTINUE;
+            END IF;
+            IF e.until < e.seen THEN
+                RAISE EXCEPTION 'p_until: % is before the watermark of %', e.until, e.name USING ERRCODE = '22023', COLUMN = 'p_until';
+            END IF;
+        END IF;
         v_counted := 0;
         -- Its runs under way, in one read: a claim of thousands of schedules makes it for each.
         -- Caught-up ticks run in tick order: a tick that comes while some wait queues behind them.
@@ -431,17 +462,6 @@ BEGIN
         END IF;
 
         IF e.until IS DISTINCT FROM e.seen THEN
-            IF v_s.accounted_until IS DISTINCT FROM e.seen THEN
-                RETURN NEXT ROW('stale', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
-                CONTINUE;
-            END IF;
-            IF e.until > v_now THEN
-                RETURN NEXT ROW('early', e.name, NULL, NULL, NULL, NULL, NULL, NULL, v_s.accounted_until, v_now)::pglock_cron_claimed;
-                CONTINUE;
-            END IF;
-            IF e.until < e.seen THEN
-                RAISE EXCEPTION 'p_until: % is before the watermark of %', e.until, e.name USING ERRCODE = '22023', COLUMN = 'p_until';
-            END IF;
             FOR t IN SELECT u.tick, u.kind, u.missed_until, u.missed_count
                        FROM unnest(e.ticks, e.kinds, e.missed_untils, e.missed_counts) AS u(tick, kind, missed_until, missed_count)
             LOOP
@@ -587,7 +607,8 @@ SET search_path FROM CURRENT
 AS $$
     SELECT * FROM pglock_cron_claim_reporting(p_instance, p_names, p_seen, p_until, p_ttl_ms,
                                               array_fill(0::bigint, ARRAY[cardinality(p_names)]), p_tick_names,
-                                              p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts, false)
+                                              p_tick_times, p_tick_kinds, p_missed_until, p_missed_counts, false) AS c
+     WHERE c.outcome IN ('run', 'stale', 'early', 'unknown') -- the answers v0.1.0 knows
 $$;
 
 -- Renews a run's lease; NULL once the run is no longer running under this token.

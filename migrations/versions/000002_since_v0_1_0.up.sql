@@ -63,6 +63,7 @@ ALTER TABLE pglock_cron_schedules
     ADD COLUMN pause_after_failures integer,      -- failed runs in a row that pause it; NULL: never
     ADD COLUMN failures_in_row      integer NOT NULL DEFAULT 0,
     ADD COLUMN revision             bigint  NOT NULL DEFAULT nextval('pglock_cron_revision_seq'),
+    ADD COLUMN defined_at           timestamptz,  -- when a runtime schedule's definition was last written
     ALTER COLUMN last_instance DROP NOT NULL,
     ALTER COLUMN last_seen_at DROP NOT NULL;
 
