@@ -457,3 +457,45 @@ func TestVersion010SchedulersKeepTheExtrasAndGetAnswersTheyKnow(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 }
+
+// A claim planned with a definition's old revision is refused, whatever it carries: no tick of
+// a replaced spec starts once the update has committed, however late an instance hears of it;
+// a claim of a deleted schedule starts nothing.
+func TestClaimsRefuseAnOldRevisionAndADeletedSchedule(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	def := cron.Definition{Name: "r", Kind: "k", Spec: "@every 1s"}
+	require.NoError(t, cron.Define(ctx, d.Pool, def, nil))
+	var old int64
+	var seen time.Time
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT revision, accounted_until FROM pglock_cron_schedules WHERE name = 'r'`).Scan(&old, &seen))
+	def.Args = json.RawMessage(`1`)
+	require.NoError(t, cron.Update(ctx, d.Pool, def, nil))
+	time.Sleep(1100 * time.Millisecond) // a tick after the watermark is due
+	tick := seen.Truncate(time.Second).Add(time.Second)
+	claim := func(revision int64) []string {
+		rows, err := d.Pool.Query(ctx, `SELECT outcome FROM pglock_cron_claim_reporting('i', ARRAY['r'], ARRAY[$1::timestamptz],
+			ARRAY[$2::timestamptz], ARRAY[3000::bigint], ARRAY[$3::bigint], ARRAY['r'], ARRAY[$2::timestamptz], ARRAY['scheduled'],
+			ARRAY[$2::timestamptz], ARRAY[0::bigint], true)`, seen, tick, revision)
+		require.NoError(t, err)
+		var outcomes []string
+		for rows.Next() {
+			var o string
+			require.NoError(t, rows.Scan(&o))
+			outcomes = append(outcomes, o)
+		}
+		require.NoError(t, rows.Err())
+		return outcomes
+	}
+	runs := func() (n int) {
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pglock_cron_runs WHERE schedule = 'r'`).Scan(&n))
+		return n
+	}
+	require.Equal(t, []string{"changed"}, claim(old), "the old revision")
+	require.Equal(t, []string{"changed"}, claim(0), "as if it were a schedule in code")
+	require.Zero(t, runs())
+	require.NoError(t, cron.Delete(ctx, d.Pool, "r", nil))
+	require.Equal(t, []string{"unknown"}, claim(old+1))
+	require.Zero(t, runs())
+}

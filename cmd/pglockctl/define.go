@@ -127,6 +127,19 @@ func (a *app) definitionCommands(by *string) []*cobra.Command {
 		return nil
 	}
 	change := func() *cron.Change { return &cron.Change{By: *by, Note: note, DryRun: dryRun} }
+	// onDefinition runs do with the definition of the runtime schedule name, once a note is given.
+	onDefinition := func(cmd *cobra.Command, name string, do func(context.Context, *pgxpool.Pool, cron.Definition) error) error {
+		if err := needNote(); err != nil {
+			return err
+		}
+		return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
+			def, err := ops.Definition(ctx, pool, name)
+			if err != nil {
+				return definitionError(err)
+			}
+			return do(ctx, pool, def)
+		})
+	}
 
 	var create definitionFlags
 	createCmd := common(&cobra.Command{
@@ -157,14 +170,7 @@ func (a *app) definitionCommands(by *string) []*cobra.Command {
 		Short: "Change a runtime schedule: the flags given replace those parts of its definition",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
-			if err := needNote(); err != nil {
-				return err
-			}
-			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				def, err := ops.Definition(ctx, pool, arguments[0])
-				if err != nil {
-					return definitionError(err)
-				}
+			return onDefinition(cmd, arguments[0], func(ctx context.Context, pool *pgxpool.Pool, def cron.Definition) error {
 				if err := update.apply(cmd.Flags(), &def, false); err != nil {
 					return err
 				}
@@ -182,14 +188,7 @@ func (a *app) definitionCommands(by *string) []*cobra.Command {
 		Short: "Delete a runtime schedule and its history: no tick of it starts once deleted",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, arguments []string) error {
-			if err := needNote(); err != nil {
-				return err
-			}
-			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				def, err := ops.Definition(ctx, pool, arguments[0])
-				if err != nil {
-					return definitionError(err)
-				}
+			return onDefinition(cmd, arguments[0], func(ctx context.Context, pool *pgxpool.Pool, def cron.Definition) error {
 				if err := ops.Delete(ctx, pool, arguments[0], change()); err != nil {
 					return definitionError(err)
 				}

@@ -362,6 +362,9 @@ CREATE OR REPLACE FUNCTION pglock_cron_claim_reporting(p_instance varchar, p_nam
 RETURNS SETOF pglock_cron_claimed
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
+-- Its statements' plans are cached for the session and made from statistics that may say a
+-- table is empty: the rows it joins by primary key are found by it, never by a scan apiece.
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamptz;
@@ -580,15 +583,18 @@ BEGIN
 
     -- Every other schedule's runs whose instance stopped renewing, last and without waiting for a
     -- row another claim holds: a claim that waited here while holding schedule locks could
-    -- deadlock with one that holds such a row and waits for a schedule.
-    FOR v_rec IN UPDATE pglock_cron_runs r
-                    SET status = 'abandoned', finished_at = r.lease_expires_at,
-                        error = 'its instance (' || r.instance || ') stopped renewing its lease'
-                  WHERE r.id IN (SELECT x.id FROM pglock_cron_runs x
-                                  WHERE x.status = 'running' AND x.lease_expires_at < clock_timestamp()
-                                    FOR UPDATE SKIP LOCKED)
-              RETURNING r.*
+    -- deadlock with one that holds such a row and waits for a schedule. Each is recorded by its
+    -- id: one UPDATE joined to the locking read ran that read again for every run (a semi-join
+    -- planned for a table its statistics said was empty), 9 s with ten thousand running.
+    FOR c IN SELECT x.id FROM pglock_cron_runs x
+              WHERE x.status = 'running' AND x.lease_expires_at < clock_timestamp()
+                FOR UPDATE SKIP LOCKED
     LOOP
+        UPDATE pglock_cron_runs
+           SET status = 'abandoned', finished_at = lease_expires_at,
+               error = 'its instance (' || instance || ') stopped renewing its lease'
+         WHERE id = c
+        RETURNING * INTO v_rec;
         CONTINUE WHEN NOT p_report;
         RETURN NEXT pglock_cron_recorded(v_rec, clock_timestamp());
     END LOOP;
