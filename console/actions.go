@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/cron"
@@ -178,45 +181,15 @@ var actions = map[string]action{
 	"create": {
 		title: "Create schedule %[1]q", fields: []string{"name"}, optional: definitionFields, needNote: true,
 		explain: "The instances that handle its kind run it, each tick once, from its first tick after now (or its start).",
-		preview: func(c *console, r *http.Request, f url.Values) (string, error) {
-			def, err := formDefinition(cron.Definition{Name: f.Get("name")}, f)
-			if err != nil {
-				return "", err
-			}
-			return definitionPreview(def, ops.Define(r.Context(), c.pool, def, &cron.Change{DryRun: true}))
-		},
-		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
-			def, err := formDefinition(cron.Definition{Name: f.Get("name")}, f)
-			if err != nil {
-				return "", "", err
-			}
-			if err := ops.Define(r.Context(), c.pool, def, &cron.Change{By: by, Note: f.Get("note")}); err != nil {
-				return "", "", err
-			}
-			return fmt.Sprintf("Created %q: %s, kind %s.", def.Name, def.Spec, def.Kind), "schedule?name=" + url.QueryEscape(def.Name), nil
-		},
+		preview: definitionPreview(newDefinition, ops.Define),
+		do:      definitionDo(newDefinition, ops.Define, "Created"),
 	},
 	"update": {
 		title: "Update schedule %[1]q", fields: []string{"name"}, optional: definitionFields, needNote: true,
 		explain: "Every instance runs it as the new definition says from its next tick: no tick of the old spec starts once this is done.",
 		exists:  runtimeSchedule,
-		preview: func(c *console, r *http.Request, f url.Values) (string, error) {
-			def, err := updatedDefinition(c, r, f)
-			if err != nil {
-				return "", err
-			}
-			return definitionPreview(def, ops.Update(r.Context(), c.pool, def, &cron.Change{DryRun: true}))
-		},
-		do: func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
-			def, err := updatedDefinition(c, r, f)
-			if err != nil {
-				return "", "", err
-			}
-			if err := ops.Update(r.Context(), c.pool, def, &cron.Change{By: by, Note: f.Get("note")}); err != nil {
-				return "", "", err
-			}
-			return fmt.Sprintf("Updated %q: %s, kind %s.", def.Name, def.Spec, def.Kind), "schedule?name=" + url.QueryEscape(def.Name), nil
-		},
+		preview: definitionPreview(updatedDefinition, ops.Update),
+		do:      definitionDo(updatedDefinition, ops.Update, "Updated"),
 	},
 	"delete": {
 		title: "Delete schedule %q", fields: []string{"name"}, needNote: true,
@@ -328,16 +301,48 @@ func runtimeSchedule(c *console, r *http.Request, f url.Values) error {
 	return err
 }
 
-// definitionPreview says what a dry run of a definition found.
-func definitionPreview(def cron.Definition, err error) (string, error) {
-	if err != nil {
-		return "", err
+// definitionPreview is a create's or update's preview: what a dry run of the form's definition
+// (read by read) found, written by write.
+func definitionPreview(read definitionReader, write definitionWriter) func(*console, *http.Request, url.Values) (string, error) {
+	return func(c *console, r *http.Request, f url.Values) (string, error) {
+		def, err := read(c, r, f)
+		if err == nil {
+			err = write(r.Context(), c.pool, def, &cron.Change{DryRun: true})
+		}
+		if err != nil {
+			return "", err
+		}
+		zone := "UTC"
+		if def.Options != nil && def.Options.Location != nil {
+			zone = def.Options.Location.String()
+		}
+		return fmt.Sprintf("It checks out: %s in %s, run by the instances that handle kind %q.", def.Spec, zone, def.Kind), nil
 	}
-	zone := "UTC"
-	if def.Options != nil && def.Options.Location != nil {
-		zone = def.Options.Location.String()
+}
+
+// definitionDo is a create's or update's action: the form's definition (read by read), written
+// by write with who and why; done says what was done.
+func definitionDo(read definitionReader, write definitionWriter, done string) func(*console, *http.Request, url.Values, string) (string, string, error) {
+	return func(c *console, r *http.Request, f url.Values, by string) (string, string, error) {
+		def, err := read(c, r, f)
+		if err != nil {
+			return "", "", err
+		}
+		if err := write(r.Context(), c.pool, def, &cron.Change{By: by, Note: f.Get("note")}); err != nil {
+			return "", "", err
+		}
+		return fmt.Sprintf("%s %q: %s, kind %s.", done, def.Name, def.Spec, def.Kind), "schedule?name=" + url.QueryEscape(def.Name), nil
 	}
-	return fmt.Sprintf("It checks out: %s in %s, run by the instances that handle kind %q.", def.Spec, zone, def.Kind), nil
+}
+
+type (
+	definitionReader func(c *console, r *http.Request, f url.Values) (cron.Definition, error)
+	definitionWriter func(ctx context.Context, pool *pgxpool.Pool, def cron.Definition, change *cron.Change) error
+)
+
+// newDefinition is the new runtime schedule the form describes.
+func newDefinition(_ *console, _ *http.Request, f url.Values) (cron.Definition, error) {
+	return formDefinition(cron.Definition{Name: f.Get("name")}, f)
 }
 
 // scheduleExists is nil if the schedule the form names exists, else an error matching

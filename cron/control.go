@@ -92,16 +92,12 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to tim
 
 // PreviewBackfill returns how many ticks Backfill would queue now, and queues none: it backfills
 // in a transaction that it rolls back.
-func PreviewBackfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time) (int, error) {
-	if pool == nil {
-		return 0, errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return 0, errs.Errorf("preview backfill %q: %w", name, db.Translate(err))
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	return backfill(ctx, db.New(db.Translating(tx)), name, from, to, "preview")
+func PreviewBackfill(ctx context.Context, pool *pgxpool.Pool, name string, from, to time.Time) (n int, err error) {
+	err = withQueries(ctx, pool, true, func(q *db.Queries) error {
+		n, err = backfill(ctx, q, name, from, to, "preview")
+		return err
+	})
+	return n, err
 }
 
 func backfill(ctx context.Context, q *db.Queries, name string, from, to time.Time, by string) (int, error) {

@@ -65,7 +65,7 @@ func define(ctx context.Context, pool *pgxpool.Pool, def Definition, change *Cha
 	if replace {
 		op = "update"
 	}
-	err = write(ctx, pool, change, func(q *db.Queries) error {
+	err = withQueries(ctx, pool, change != nil && change.DryRun, func(q *db.Queries) error {
 		_, err := q.DefineCronSchedule(ctx, p)
 		return err
 	})
@@ -84,7 +84,7 @@ func Delete(ctx context.Context, pool *pgxpool.Pool, name string, change *Change
 	if change != nil {
 		c = *change
 	}
-	err := write(ctx, pool, change, func(q *db.Queries) error {
+	err := withQueries(ctx, pool, change != nil && change.DryRun, func(q *db.Queries) error {
 		return q.DeleteCronSchedule(ctx, db.DeleteCronScheduleParams{Name: name, ChangedBy: &c.By, Note: &c.Note})
 	})
 	if err != nil {
@@ -93,13 +93,14 @@ func Delete(ctx context.Context, pool *pgxpool.Pool, name string, change *Change
 	return nil
 }
 
-// write runs fn on pool, or in a transaction rolled back for a dry run.
-func write(ctx context.Context, pool *pgxpool.Pool, change *Change, fn func(q *db.Queries) error) error {
-	if pool == nil {
-		return errs.Errorf("%w: nil pool", pglock.ErrInvalidArgument)
-	}
-	if change == nil || !change.DryRun {
-		return fn(db.New(db.Translating(pool)))
+// withQueries runs fn on pool, or, for a dry run (a preview), in a transaction it rolls back.
+func withQueries(ctx context.Context, pool *pgxpool.Pool, dryRun bool, fn func(q *db.Queries) error) error {
+	q, err := queries(pool)
+	switch {
+	case err != nil:
+		return err
+	case !dryRun:
+		return fn(q)
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
