@@ -75,6 +75,11 @@ var (
 	// it (the Replace overlap policy): the cause of the run's context.
 	ErrReplaced = errors.New("pglock: replaced by a newer run")
 
+	// ErrSuperseded means a job attempt was canceled because a newer delivery of its key, in
+	// the jobs.Supersede mode, took the key over: the cause of the attempt's context, which
+	// matches ErrLockLost too. The attempt's fence checks and outcome are refused from then.
+	ErrSuperseded = errors.New("pglock: superseded by a newer delivery")
+
 	// ErrUnsafeSchema means pglock will not migrate a schema where another role could make the
 	// migrating role run its code: one every role may create objects in (SQLSTATE 42501 from
 	// the migrations), or one whose version table someone else made.

@@ -59,6 +59,9 @@ type Event struct {
 	Outcome Outcome
 	Cause   Cause // EventLost, EventLeader (Outcome OutcomeLost)
 	Mode    Mode  // EventJobRun, EventJobDelivery: how the job ran; EventCronRun: the run's kind
+	// Uniqueness is a job delivery's jobs.Mode, in the events of its delivery, run and lease:
+	// "" for the default, "while_running", "per_period", "supersede" or "debounce".
+	Uniqueness string
 
 	Wait    time.Duration // acquisitions and rate-limit waits: how long the caller waited
 	Held    time.Duration // EventReleased, EventLost, EventLeader: how long it was held
@@ -114,11 +117,13 @@ const (
 	// loss was noticed before or by that Fence. Token, Err.
 	EventFenceRefused EventKind = "fence_refused"
 	// EventJobRun: an attempt ran the job's function (Begin was called before it). Outcome
-	// is OutcomeRan or OutcomeFailed; Mode, Run, Attempt, Token, Err.
+	// is OutcomeRan, OutcomeFailed or OutcomeSuperseded; Mode, Uniqueness, Run, Attempt, Token,
+	// Err.
 	EventJobRun EventKind = "job_run"
 	// EventJobDelivery: a delivery (Run, Do, RunTx) ended. Outcome is OutcomeRan,
 	// OutcomeAlreadyDone, OutcomeInProgress, OutcomeFailed, OutcomeGaveUp,
-	// OutcomeFingerprintMismatch or OutcomeError; Mode, Attempt, Err.
+	// OutcomeFingerprintMismatch, OutcomeSuperseded or OutcomeError; Mode, Uniqueness, Attempt,
+	// Err.
 	EventJobDelivery EventKind = "job_delivery"
 	// EventCronRun: a cron run was accounted for by this instance — run (Begin was called
 	// before it), or recorded as skipped, missed or abandoned, each once in the fleet.
@@ -169,6 +174,7 @@ const (
 	OutcomeFailed              Outcome = "failed"
 	OutcomeGaveUp              Outcome = "gave_up"
 	OutcomeFingerprintMismatch Outcome = "fingerprint_mismatch"
+	OutcomeSuperseded          Outcome = "superseded" // a newer delivery took the key over (jobs.Supersede)
 
 	OutcomeSkipped     Outcome = "skipped"
 	OutcomeMissed      Outcome = "missed"
@@ -199,6 +205,8 @@ const (
 	CauseExpired Cause = "expired"
 	// CauseClosed: the Locker (or Session) was closed while it was held.
 	CauseClosed Cause = "closed"
+	// CauseSuperseded: a newer delivery of a job's key took it over (jobs.Supersede).
+	CauseSuperseded Cause = "superseded"
 )
 
 // CauseOf returns why a lease was lost (a table lock's, a semaphore place's, a leader's term,

@@ -76,6 +76,8 @@ func (d *Deduper) newBatch(keys []string, opts *Options, nilFn bool) ([]request,
 		return nil, errs.Errorf("%w: Options.Wait: a batch answers a key in progress, it does not wait", pglock.ErrInvalidArgument)
 	case opts != nil && opts.Fingerprint != "":
 		return nil, errs.Errorf("%w: Options.Fingerprint is one payload's, not a batch's", pglock.ErrInvalidArgument)
+	case opts != nil && opts.Mode != OncePerWindow:
+		return nil, errs.Errorf("%w: Options.Mode %s: a batch delivers in the default mode, OncePerWindow", pglock.ErrInvalidArgument, opts.Mode)
 	}
 	// The options are checked once, with the first key; every key is a request like it.
 	first, err := d.newRequest(keys[0], opts)

@@ -102,6 +102,10 @@ type Options struct {
 	// succeeded; if it failed, or its runner vanished, this delivery claims and runs it.
 	// Default: false.
 	Wait bool
+
+	// Mode says when a key that ran may run again: OncePerWindow (the default), WhileRunning,
+	// PerPeriod(d) or Supersede.
+	Mode Mode
 }
 
 // withDefaults fills the zero fields of c (nil for none) with the defaults.
@@ -139,6 +143,7 @@ type request struct {
 	maxAttempts int32
 	timing      lease.Timing // Run's lease
 	wait        bool
+	mode        Mode
 }
 
 // withDefaults fills the zero fields of o (nil for none) with the defaults, Config's among them.
@@ -178,6 +183,12 @@ func (d *Deduper) newRequest(key string, o *Options) (request, error) {
 	if opts.MaxAttempts < 0 || opts.MaxAttempts > 1<<31-1 {
 		return invalid("Options.MaxAttempts (%d) must be 0 (no limit) or more", opts.MaxAttempts)
 	}
+	if err := opts.Mode.check(opts); err != nil {
+		return request{}, err
+	}
+	if opts.Mode.period > opts.Window {
+		opts.Window = opts.Mode.period // the record outlives its period
+	}
 	timing, err := lease.NewTiming(opts.TTL, 0, 0)
 	if err != nil {
 		return request{}, errs.Errorf("Options.TTL: %w", err)
@@ -191,9 +202,21 @@ func (d *Deduper) newRequest(key string, o *Options) (request, error) {
 	}
 	return request{
 		scope: opts.Scope, key: key, fingerprint: fingerprint, window: opts.Window,
-		maxAttempts: int32(opts.MaxAttempts), timing: timing, wait: opts.Wait,
+		maxAttempts: int32(opts.MaxAttempts), timing: timing, wait: opts.Wait, mode: opts.Mode,
 	}, nil
 }
+
+// periodMs is PerPeriod's period for the claim, nil in the other modes.
+func (r request) periodMs() *int64 {
+	if r.mode.period == 0 {
+		return nil
+	}
+	ms := r.mode.period.Milliseconds()
+	return &ms
+}
+
+// uniqueness names the delivery's mode in its events.
+func (r request) uniqueness() string { return r.mode.name }
 
 // checkKey refuses what cannot be a job key, with an error matching [pglock.ErrInvalidArgument].
 func checkKey(key string) error {

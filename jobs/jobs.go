@@ -95,6 +95,8 @@ type Deduper struct {
 	instance string
 	renewals *lease.Set // the leases of Run's attempts, renewed together
 
+	superseding superseding // the Supersede attempts under way
+
 	// The watches of the keys deliveries wait for, by lock key (the notification's payload);
 	// the listener's subscription lives while there are any.
 	mu             sync.Mutex

@@ -28,8 +28,8 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		GRANT SELECT ON pglock_jobs TO %[1]s;
 		GRANT INSERT, SELECT ON effects TO %[1]s;
 		GRANT EXECUTE ON FUNCTION
-			pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint),
-			pglock_job_renew(varchar, text, bigint, bigint),
+			pglock_job_claim_in_mode(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint, text, bigint),
+			pglock_job_fence(varchar, text, bigint, bigint), pglock_job_renew(varchar, text, bigint, bigint),
 			pglock_job_renew_many(varchar[], text[], bigint[], bigint[]), pglock_job_running(varchar, text),
 			pglock_job_finish(varchar, text, bigint, boolean, jsonb, text, bigint),
 			pglock_job_finish_tx(varchar, text, bigint, bigint),

@@ -37,7 +37,7 @@ func (d *Deduper) deliver(ctx context.Context, req request, mode pglock.Mode, at
 // delivered tells the Observer how the delivery of req ended.
 func (d *Deduper) delivered(ctx context.Context, req request, mode pglock.Mode, res Result, err error) {
 	d.events.Emit(ctx, pglock.Event{Kind: pglock.EventJobDelivery, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-		Mode: mode, Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
+		Mode: mode, Uniqueness: req.uniqueness(), Outcome: deliveryOutcome(res, err), Attempt: res.Attempts, Token: res.Token, Err: err})
 }
 
 // errPanicked is the error a delivery's event reports when fn panicked.
@@ -80,6 +80,8 @@ func deliveryOutcome(res Result, err error) pglock.Outcome {
 		return pglock.OutcomeGaveUp
 	case errors.Is(err, pglock.ErrFingerprintMismatch):
 		return pglock.OutcomeFingerprintMismatch
+	case errors.Is(err, pglock.ErrSuperseded):
+		return pglock.OutcomeSuperseded
 	case res.Outcome == OutcomeRan && err != nil:
 		return pglock.OutcomeFailed
 	case err != nil:
@@ -99,11 +101,14 @@ func (d *Deduper) beginRun(ctx context.Context, req request, mode pglock.Mode, r
 		return ctx, func(error) {}
 	}
 	e := pglock.Event{Kind: pglock.EventJobRun, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-		Mode: mode, Attempt: res.Attempts, Token: res.Token}
+		Mode: mode, Uniqueness: req.uniqueness(), Attempt: res.Attempts, Token: res.Token}
 	runCtx, start := d.events.Begin(ctx, e), time.Now()
 	return runCtx, func(err error) {
 		e.Run, e.Outcome, e.Err = time.Since(start), pglock.OutcomeRan, err
-		if err != nil {
+		switch {
+		case errors.Is(err, pglock.ErrSuperseded):
+			e.Outcome = pglock.OutcomeSuperseded
+		case err != nil:
 			e.Outcome = pglock.OutcomeFailed
 		}
 		d.events.Emit(runCtx, e)
@@ -143,6 +148,7 @@ func (d *Deduper) claimParams(req request, holder string) db.ClaimJobParams {
 	return db.ClaimJobParams{
 		Scope: req.scope, JobKey: req.key, HolderID: holder, Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(),
 		Fingerprint: req.fingerprint, WindowMs: req.window.Milliseconds(), MaxAttempts: req.maxAttempts,
+		Mode: req.mode.sqlName(), PeriodMs: req.periodMs(),
 	}
 }
 
@@ -197,21 +203,36 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 		OnLost: func(err error, cause pglock.Cause) {
 			d.cfg.Logger.Error("pglock: job attempt lost its lease", "job", req.key, "scope", req.scope, "token", res.Token, "cause", cause, "error", err)
 			d.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-				Token: res.Token, Attempt: res.Attempts, Cause: cause, Err: err})
+				Uniqueness: req.uniqueness(), Token: res.Token, Attempt: res.Attempts, Cause: cause, Err: err})
 		},
 		OnRenewFailed: func(err error, failures int) {
 			d.cfg.Logger.Warn("pglock: job lease renewal failed; retrying", "job", req.key, "scope", req.scope, "failures", failures, "error", err)
 			d.events.Emit(*observedCtx.Load(), pglock.Event{Kind: pglock.EventRenewFailed, Primitive: pglock.PrimitiveJob, Name: req.scope, Key: req.key,
-				Token: res.Token, Attempt: res.Attempts, Err: err})
+				Uniqueness: req.uniqueness(), Token: res.Token, Attempt: res.Attempts, Err: err})
 		},
 	})
 	keeper.Start()
 	ctx, ran := d.beginRun(ctx, req, pglock.ModeRun, res)
 	observedCtx.Store(&ctx)
-	fnCtx, stop := keeper.Guard(ctx)
+	// A supersession cancels fn's context before the lease is declared lost, so that its cause
+	// is the first: ErrSuperseded.
+	supersedable, supersede := context.WithCancelCause(ctx)
+	guarded, stop := keeper.Guard(supersedable)
+	run := &running{scope: req.scope, key: req.key, label: req.label(), token: res.Token, supersede: func(err error) {
+		supersede(err)
+		keeper.Lose(pglock.CauseSuperseded, err)
+	}}
+	fnCtx := context.WithValue(guarded, attemptKey{}, run)
+	run.ctx = fnCtx
+	untrack := func() {}
+	if req.mode == Supersede {
+		untrack = d.track(run)
+	}
 	// Stopped before the outcome is written: a renewal after it would find the attempt gone.
 	stopKeeping := func() {
+		untrack()
 		stop()
+		supersede(nil)
 		keeper.Stop()
 		background.Wait()
 	}
@@ -221,14 +242,22 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 		d.finish(ctx, req, res.Token, nil, panicked)
 	})
 	stopKeeping()
-	ran(fnErr)
+	superseded := d.supersededErr(req, res.Token, keeper.Err())
+	ran(errors.Join(fnErr, superseded))
 	finishedAt, err := d.finish(ctx, req, res.Token, saved, fnErr)
 	res.FinishedAt = finishedAt
 	if fnErr != nil {
 		// Why fn failed may be that its lease was lost.
-		return res, 0, errors.Join(fnErr, keeper.Err(), err)
+		lost := keeper.Err()
+		if superseded != nil {
+			lost = superseded
+		}
+		return res, 0, errors.Join(fnErr, lost, err)
 	}
 	// An outcome recorded stands, lease lost or not: nobody else ran the key.
+	if err != nil {
+		err = errors.Join(superseded, err)
+	}
 	return res, 0, err
 }
 

@@ -63,6 +63,10 @@ func (d *Deduper) runTx(ctx context.Context, key string, opts *Options, newRun f
 	if err != nil {
 		return Result{}, err
 	}
+	if req.mode == Supersede {
+		// A transaction holds its key's lock until it ends: no newer delivery could take it.
+		return Result{}, errs.Errorf("%w: Options.Mode Supersede is for Run and Do, whose attempts run under a lease", pglock.ErrInvalidArgument)
+	}
 	return d.deliver(ctx, req, pglock.ModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
 		return d.attemptTx(ctx, req, newRun(req))
 	})
@@ -117,7 +121,8 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	defer run.close()
 	claimed, err := run.claim(ctx, db.ClaimJobTxParams{
 		Scope: req.scope, JobKey: req.key, HolderID: ident.NewHolderID(), Instance: d.instance, Fingerprint: req.fingerprint,
-		WindowMs: req.window.Milliseconds(), MaxAttempts: req.maxAttempts, IdleTimeoutMs: max(0, d.cfg.TxIdleTimeout.Milliseconds())})
+		WindowMs: req.window.Milliseconds(), MaxAttempts: req.maxAttempts, IdleTimeoutMs: max(0, d.cfg.TxIdleTimeout.Milliseconds()),
+		Mode: req.mode.sqlName(), PeriodMs: req.periodMs()})
 	if err != nil {
 		run.rollback(ctx)
 		return Result{}, 0, errs.Errorf("claim %s: %w", req.label(), err)
@@ -455,6 +460,7 @@ func (d *Deduper) recordOutcome(ctx context.Context, req request, fnErr error) e
 		_, err := d.queries.RecordJobOutcome(ctx, db.RecordJobOutcomeParams{
 			Scope: req.scope, JobKey: req.key, Succeeded: p.Succeeded, Error: p.Error, WindowMs: p.WindowMs, HolderID: ident.NewHolderID(),
 			Instance: d.instance, TtlMs: req.timing.TTL.Milliseconds(), Fingerprint: req.fingerprint, MaxAttempts: req.maxAttempts,
+			Mode: req.mode.sqlName(), PeriodMs: req.periodMs(),
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Not claimed: done, given up, or running. Held by a transaction (no lease), it is

@@ -16,8 +16,8 @@
   WHERE false)
 UNION ALL
 SELECT a.*
-  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
-                        @window_ms, @max_attempts, 0) AS a;
+  FROM pglock_job_claim_in_mode(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
+                                @window_ms, @max_attempts, 0, @mode, sqlc.narg('period_ms')::bigint) AS a;
 
 -- ClaimJobTx claims inside RunTx's transaction. With finish, a claim that runs the key also
 -- writes its outcome, succeeded, in the same statement (finished_at is then its time), for
@@ -37,8 +37,8 @@ SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token
             THEN pglock_job_require_claim(pglock_job_finish_tx(@scope, @job_key, a.fencing_token, @window_ms), @scope, @job_key)
             ELSE a.finished_at END,
        a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
-  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, true, NULL, sqlc.narg('fingerprint')::text,
-                        @window_ms, @max_attempts, @idle_timeout_ms) AS a;
+  FROM pglock_job_claim_in_mode(@scope, @job_key, @holder_id, @instance, true, NULL, sqlc.narg('fingerprint')::text,
+                                @window_ms, @max_attempts, @idle_timeout_ms, @mode, sqlc.narg('period_ms')::bigint) AS a;
 
 -- ClaimJobsTx claims many keys inside RunTxBatch's transaction (pglock_job_claim_many): a row
 -- per key, in the order given. The first branch names the columns, as ClaimJob's does.
@@ -75,6 +75,14 @@ SELECT coalesce(r.running, false)::boolean     AS running,
   FROM pglock_job_running(@scope, @job_key) AS r;
 
 -- FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
+-- FenceJob verifies, and keeps until the transaction ends, that the job attempt with the token
+-- still runs, and bounds the transaction (pglock_job_fence): the lease's expiry, or no row
+-- (pgx.ErrNoRows) when it no longer runs.
+-- name: FenceJob :one
+SELECT f.expires_at::timestamptz AS expires_at
+  FROM pglock_job_fence(@scope, @job_key, @fencing_token, @grace_ms) AS f(expires_at)
+ WHERE f.expires_at IS NOT NULL;
+
 -- name: FinishJob :one
 SELECT f.finished_at::timestamptz AS finished_at
   FROM pglock_job_finish(@scope, @job_key, @fencing_token, @succeeded,
@@ -94,8 +102,8 @@ SELECT pglock_job_require_claim(pglock_job_finish_tx(@scope, @job_key, @fencing_
 -- that counts).
 -- name: RecordJobOutcome :one
 SELECT pglock_job_finish(@scope, @job_key, c.fencing_token, @succeeded, NULL, sqlc.narg('error')::text, @window_ms)::timestamptz AS finished_at
-  FROM pglock_job_claim(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
-                        @window_ms, @max_attempts, 0) AS c
+  FROM pglock_job_claim_in_mode(@scope, @job_key, @holder_id, @instance, false, @ttl_ms, sqlc.narg('fingerprint')::text,
+                                @window_ms, @max_attempts, 0, @mode, sqlc.narg('period_ms')::bigint) AS c
  WHERE c.outcome = 'claimed';
 
 -- name: AwaitJob :one

@@ -43,8 +43,8 @@ const claimJob = `-- name: ClaimJob :one
   WHERE false)
 UNION ALL
 SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token, a.lease_expires_at, a.started_at, a.finished_at, a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
-  FROM pglock_job_claim($1, $2, $3, $4, false, $5, $6::text,
-                        $7, $8, 0) AS a
+  FROM pglock_job_claim_in_mode($1, $2, $3, $4, false, $5, $6::text,
+                                $7, $8, 0, $9, $10::bigint) AS a
 `
 
 type ClaimJobParams struct {
@@ -56,6 +56,8 @@ type ClaimJobParams struct {
 	Fingerprint *string
 	WindowMs    int64
 	MaxAttempts int32
+	Mode        string
+	PeriodMs    *int64
 }
 
 type ClaimJobRow struct {
@@ -94,6 +96,8 @@ func (q *Queries) ClaimJob(ctx context.Context, arg ClaimJobParams) (ClaimJobRow
 		arg.Fingerprint,
 		arg.WindowMs,
 		arg.MaxAttempts,
+		arg.Mode,
+		arg.PeriodMs,
 	)
 	var i ClaimJobRow
 	err := row.Scan(
@@ -129,8 +133,8 @@ SELECT a.outcome, a.status, a.holder_id, a.instance, a.attempts, a.fencing_token
             THEN pglock_job_require_claim(pglock_job_finish_tx($2, $3, a.fencing_token, $4), $2, $3)
             ELSE a.finished_at END,
        a.last_error, a.result, a.fingerprint, a.retain_until, a.created_at, a.lock_key
-  FROM pglock_job_claim($2, $3, $5, $6, true, NULL, $7::text,
-                        $4, $8, $9) AS a
+  FROM pglock_job_claim_in_mode($2, $3, $5, $6, true, NULL, $7::text,
+                                $4, $8, $9, $10, $11::bigint) AS a
 `
 
 type ClaimJobTxParams struct {
@@ -143,6 +147,8 @@ type ClaimJobTxParams struct {
 	Fingerprint   *string
 	MaxAttempts   int32
 	IdleTimeoutMs int64
+	Mode          string
+	PeriodMs      *int64
 }
 
 type ClaimJobTxRow struct {
@@ -179,6 +185,8 @@ func (q *Queries) ClaimJobTx(ctx context.Context, arg ClaimJobTxParams) (ClaimJo
 		arg.Fingerprint,
 		arg.MaxAttempts,
 		arg.IdleTimeoutMs,
+		arg.Mode,
+		arg.PeriodMs,
 	)
 	var i ClaimJobTxRow
 	err := row.Scan(
@@ -299,6 +307,35 @@ func (q *Queries) CollectJobs(ctx context.Context, batch int32) (int32, error) {
 	return deleted, err
 }
 
+const fenceJob = `-- name: FenceJob :one
+SELECT f.expires_at::timestamptz AS expires_at
+  FROM pglock_job_fence($1, $2, $3, $4) AS f(expires_at)
+ WHERE f.expires_at IS NOT NULL
+`
+
+type FenceJobParams struct {
+	Scope        string
+	JobKey       string
+	FencingToken int64
+	GraceMs      int64
+}
+
+// FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
+// FenceJob verifies, and keeps until the transaction ends, that the job attempt with the token
+// still runs, and bounds the transaction (pglock_job_fence): the lease's expiry, or no row
+// (pgx.ErrNoRows) when it no longer runs.
+func (q *Queries) FenceJob(ctx context.Context, arg FenceJobParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, fenceJob,
+		arg.Scope,
+		arg.JobKey,
+		arg.FencingToken,
+		arg.GraceMs,
+	)
+	var expires_at time.Time
+	err := row.Scan(&expires_at)
+	return expires_at, err
+}
+
 const finishJob = `-- name: FinishJob :one
 SELECT f.finished_at::timestamptz AS finished_at
   FROM pglock_job_finish($1, $2, $3, $4,
@@ -316,7 +353,6 @@ type FinishJobParams struct {
 	WindowMs     int64
 }
 
-// FinishJob returns no row (pgx.ErrNoRows) when the attempt's outcome was refused.
 func (q *Queries) FinishJob(ctx context.Context, arg FinishJobParams) (time.Time, error) {
 	row := q.db.QueryRow(ctx, finishJob,
 		arg.Scope,
@@ -516,8 +552,8 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsR
 
 const recordJobOutcome = `-- name: RecordJobOutcome :one
 SELECT pglock_job_finish($1, $2, c.fencing_token, $3, NULL, $4::text, $5)::timestamptz AS finished_at
-  FROM pglock_job_claim($1, $2, $6, $7, false, $8, $9::text,
-                        $5, $10, 0) AS c
+  FROM pglock_job_claim_in_mode($1, $2, $6, $7, false, $8, $9::text,
+                                $5, $10, 0, $11, $12::bigint) AS c
  WHERE c.outcome = 'claimed'
 `
 
@@ -532,6 +568,8 @@ type RecordJobOutcomeParams struct {
 	TtlMs       int64
 	Fingerprint *string
 	MaxAttempts int32
+	Mode        string
+	PeriodMs    *int64
 }
 
 // RecordJobOutcome records the outcome of a RunTx attempt whose transaction did not record it:
@@ -551,6 +589,8 @@ func (q *Queries) RecordJobOutcome(ctx context.Context, arg RecordJobOutcomePara
 		arg.TtlMs,
 		arg.Fingerprint,
 		arg.MaxAttempts,
+		arg.Mode,
+		arg.PeriodMs,
 	)
 	var finished_at time.Time
 	err := row.Scan(&finished_at)

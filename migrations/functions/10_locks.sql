@@ -572,9 +572,6 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_expires_at timestamptz;
-    v_bound      bigint;
-    v_name       text;
-    v_ms         bigint;
 BEGIN
     IF p_grace_ms IS NULL OR p_grace_ms < 0 OR p_grace_ms > 86400000 THEN
         RAISE EXCEPTION 'p_grace_ms: must be from 0 to 86400000 milliseconds (24 h), got %',
@@ -589,8 +586,27 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    PERFORM pglock_bound_fenced(v_expires_at, p_grace_ms);
+    RETURN v_expires_at;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_fence(varchar, bigint, bigint) FROM PUBLIC;
+
+-- Bounds the calling transaction's idle_in_transaction_session_timeout and statement_timeout,
+-- for its rest, to the time left until p_expires_at (a fenced lease's expiry) plus p_grace_ms,
+-- as pglock_fence and pglock_job_fence do.
+CREATE OR REPLACE FUNCTION pglock_bound_fenced(p_expires_at timestamptz, p_grace_ms bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_bound bigint;
+    v_name  text;
+    v_ms    bigint;
+BEGIN
     -- Whole milliseconds, rounded up, and at least 1: 0 would mean no limit at all.
-    v_bound := greatest(1, ceil(extract(epoch FROM v_expires_at - clock_timestamp()) * 1000)::bigint + p_grace_ms);
+    v_bound := greatest(1, ceil(extract(epoch FROM p_expires_at - clock_timestamp()) * 1000)::bigint + p_grace_ms);
     -- Both in milliseconds, 0 for none: current_setting shows them with a unit that interval
     -- input reads ('30s', '1min'). A stricter limit (the caller's, or an earlier fence's in
     -- this transaction) is kept.
@@ -600,11 +616,10 @@ BEGIN
             PERFORM set_config(v_name, v_bound::text, true);
         END IF;
     END LOOP;
-    RETURN v_expires_at;
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_fence(varchar, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_bound_fenced(timestamptz, bigint) FROM PUBLIC;
 
 -- Renews the locks p_holder_ids[i] holds on p_lock_names[i] for p_ttl_ms[i] from now, as
 -- extend_lock_ms does one.

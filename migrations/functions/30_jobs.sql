@@ -136,7 +136,7 @@ REVOKE ALL ON FUNCTION pglock_job_write_pending(varchar, text, bigint, timestamp
 -- fails, and which pglock_job_claim_many checks here once.
 CREATE OR REPLACE FUNCTION pglock_job_check_claim(p_scope varchar, p_key text, p_holder_id varchar, p_transactional boolean,
                                                   p_ttl_ms bigint, p_window_ms bigint, p_max_attempts integer,
-                                                  p_idle_timeout_ms bigint)
+                                                  p_idle_timeout_ms bigint, p_mode text, p_period_ms bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
@@ -160,10 +160,31 @@ BEGIN
     IF p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647 THEN
         RAISE EXCEPTION 'p_idle_timeout_ms: must be from 0 (none) to 2147483647' USING ERRCODE = '22023', COLUMN = 'p_idle_timeout_ms';
     END IF;
+    IF p_mode IS NULL OR p_mode NOT IN ('window', 'while_running', 'per_period', 'supersede') THEN
+        RAISE EXCEPTION 'p_mode: must be window, while_running, per_period or supersede, got %', coalesce(p_mode, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_mode';
+    END IF;
+    IF p_mode = 'supersede' AND p_transactional THEN
+        RAISE EXCEPTION 'p_mode: supersede claims outside a transaction only' USING ERRCODE = '22023', COLUMN = 'p_mode';
+    END IF;
+    IF p_mode = 'supersede' AND p_max_attempts <> 0 THEN
+        RAISE EXCEPTION 'p_max_attempts: must be 0 in mode supersede, where every delivery runs' USING ERRCODE = '22023', COLUMN = 'p_max_attempts';
+    END IF;
+    IF p_mode = 'per_period' AND pglock_job_window_ok(p_period_ms) IS NOT TRUE THEN
+        RAISE EXCEPTION 'p_period_ms: must be from 1 ms to 3650 days in mode per_period, got %', coalesce(p_period_ms::text, 'null')
+            USING ERRCODE = '22023', COLUMN = 'p_period_ms';
+    END IF;
+    IF p_mode = 'per_period' AND p_window_ms < p_period_ms THEN
+        RAISE EXCEPTION 'p_window_ms: must be at least p_period_ms (%) in mode per_period, got %', p_period_ms, p_window_ms
+            USING ERRCODE = '22023', COLUMN = 'p_window_ms';
+    END IF;
+    IF p_mode <> 'per_period' AND p_period_ms IS NOT NULL THEN
+        RAISE EXCEPTION 'p_period_ms: must be NULL but in mode per_period' USING ERRCODE = '22023', COLUMN = 'p_period_ms';
+    END IF;
 END;
 $$;
 
-REVOKE ALL ON FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint, text, bigint) FROM PUBLIC;
 
 -- Bounds the calling transaction's idle_in_transaction_session_timeout to p_idle_timeout_ms
 -- when positive (never loosening a stricter one), as a claim inside a transaction does, so that
@@ -185,15 +206,29 @@ REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
 
 -- Claims a delivery of (p_scope, p_key) for the holder p_holder_id of instance p_instance, in one
 -- statement, and answers with the outcome and the record:
---   done      it succeeded before, and the record is within its retention: do nothing;
+--   done      it succeeded before, and the record is within its retention and its cycle (see
+--             p_mode): do nothing;
 --   running   another attempt is under way (a live lease, or a claim in a transaction that has
 --             not ended): do nothing, or wait for its outcome (see pglock_job_await);
---   gave_up   it was claimed p_max_attempts times (0: no limit) and the last attempt failed,
---             or its runner vanished;
+--   gave_up   it was claimed p_max_attempts times (0: no limit) in its cycle and the last attempt
+--             failed, or its runner vanished;
 --   mismatch  the record's fingerprint is not p_fingerprint (a NULL on either side matches);
 --   claimed   this delivery runs it: a new record, or one that had failed, whose lease expired
---             (its runner vanished) or whose retention ended (never while a lease on it is
---             live). attempts counts the claims of the record, fencing_token is the attempt's.
+--             (its runner vanished), whose retention or cycle ended (never while a lease on it
+--             is live), or, in mode supersede, one running under a live lease. attempts counts
+--             the claims of the record in its cycle, fencing_token is the attempt's.
+-- p_mode says when a record's cycle ends, so that the next delivery runs afresh (attempts 1):
+--   window         when its retention ends (p_window_ms after its outcome): the default;
+--   while_running  also once it succeeded: a duplicate is refused only while an attempt runs;
+--   per_period     also when the period of p_period_ms its first claim fell in has passed:
+--                  periods are counted from the Unix epoch (UTC), so that every instance's
+--                  periods are the same; p_window_ms must be at least p_period_ms, so that the
+--                  record outlives its period;
+--   supersede      as window, and a delivery of a key running under a live lease takes it over
+--                  with a new fencing token: the superseded attempt's renewals, fence checks
+--                  (pglock_job_fence) and outcome are refused from then, and its fencing token
+--                  is announced on the channel pglock_job_superseded when the claim commits, so
+--                  that its runner stops at once. Outside a transaction only.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
 -- transaction (p_transactional true), the record is written in that transaction, so that
@@ -210,25 +245,28 @@ REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
 -- that a caller that vanishes mid-transaction holds the key no longer. p_window_ms is the
 -- retention of the record from now (and from its outcome, which pglock_job_finish sets). A
 -- claim never waits for another: not for a row lock held by an attempt, nor for the
--- uncommitted insert of one.
-CREATE OR REPLACE FUNCTION pglock_job_claim(
+-- uncommitted insert of one; except that a supersede waits for a transaction that checked the
+-- running attempt's fence (pglock_job_fence) to end, so that what it wrote precedes the new
+-- attempt.
+CREATE OR REPLACE FUNCTION pglock_job_claim_in_mode(
     p_scope varchar, p_key text, p_holder_id varchar, p_instance varchar, p_transactional boolean,
     p_ttl_ms bigint, p_fingerprint text, p_window_ms bigint, p_max_attempts integer,
-    p_idle_timeout_ms bigint)
+    p_idle_timeout_ms bigint, p_mode text, p_period_ms bigint)
 RETURNS pglock_job_answer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
 DECLARE
-    v_lock_key bigint;
-    v_locked   boolean;
-    v_now      timestamptz;
-    v_job      pglock_jobs;
-    v_exists   boolean;
-    v_found    boolean;
-    v_claimed  boolean;
-    v_text     text;
+    v_lock_key   bigint;
+    v_locked     boolean;
+    v_now        timestamptz;
+    v_job        pglock_jobs;
+    v_exists     boolean;
+    v_found      boolean;
+    v_claimed    boolean;
+    v_superseded bigint;
+    v_text       text;
 BEGIN
     -- One condition on the way through; the checks that name the argument only when it fails.
     IF p_scope IS NULL OR length(p_scope) > 255 OR p_key IS NULL OR octet_length(p_key) NOT BETWEEN 1 AND 1024
@@ -236,9 +274,13 @@ BEGIN
        OR (NOT p_transactional AND pglock_ttl_ok(p_ttl_ms) IS NOT TRUE)
        OR pglock_job_window_ok(p_window_ms) IS NOT TRUE
        OR p_max_attempts IS NULL OR p_max_attempts < 0
-       OR p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647 THEN
+       OR p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647
+       OR (CASE p_mode WHEN 'window' THEN p_period_ms IS NULL WHEN 'while_running' THEN p_period_ms IS NULL
+                       WHEN 'supersede' THEN p_period_ms IS NULL AND NOT p_transactional AND p_max_attempts = 0
+                       WHEN 'per_period' THEN pglock_job_window_ok(p_period_ms) AND p_window_ms >= p_period_ms
+                       ELSE false END) IS NOT TRUE THEN
         PERFORM pglock_job_check_claim(p_scope, p_key, p_holder_id, p_transactional, p_ttl_ms, p_window_ms,
-                                       p_max_attempts, p_idle_timeout_ms);
+                                       p_max_attempts, p_idle_timeout_ms, p_mode, p_period_ms);
     END IF;
     -- A claim pending in this transaction is written first: this claim may be of its key.
     IF current_setting('pglock.job_claim', true) <> '' THEN
@@ -254,15 +296,21 @@ BEGIN
         v_now := clock_timestamp();
         SELECT * INTO v_job FROM pglock_jobs j WHERE j.scope = p_scope AND j.job_key = p_key;
         v_exists := FOUND;
-        -- A record counts within its retention, and always while a lease on it is live.
-        v_found := v_exists AND (v_job.retain_until > v_now OR (v_job.status = 'running' AND v_job.lease_expires_at > v_now));
+        -- A record counts within its retention and cycle, and always while a lease on it is live.
+        v_found := v_exists AND ((v_job.status = 'running' AND v_job.lease_expires_at > v_now)
+                                 OR NOT pglock_job_cycle_ended(v_job.retain_until, v_job.status, v_job.created_at,
+                                                               v_now, p_mode, p_period_ms));
+        v_superseded := NULL;
         IF v_found THEN
             IF p_fingerprint IS NOT NULL AND v_job.fingerprint IS NOT NULL AND v_job.fingerprint <> p_fingerprint THEN
                 RETURN pglock_job_answer_of('mismatch', v_job, v_lock_key);
             ELSIF v_job.status = 'succeeded' THEN
                 RETURN pglock_job_answer_of('done', v_job, v_lock_key);
             ELSIF v_job.status = 'running' AND v_job.lease_expires_at > v_now THEN
-                RETURN pglock_job_answer_of('running', v_job, v_lock_key);
+                IF p_mode <> 'supersede' OR NOT v_locked THEN
+                    RETURN pglock_job_answer_of('running', v_job, v_lock_key);
+                END IF;
+                v_superseded := v_job.fencing_token;
             ELSIF p_max_attempts > 0 AND v_job.attempts >= p_max_attempts THEN
                 -- Failed, or running under a lease that expired: its runner vanished, and a
                 -- crashed attempt counts.
@@ -299,16 +347,20 @@ BEGIN
                SET status = excluded.status, holder_id = excluded.holder_id, instance = excluded.instance,
                    fencing_token = excluded.fencing_token, lease_expires_at = excluded.lease_expires_at,
                    started_at = excluded.started_at, finished_at = excluded.finished_at,
-                   -- A record past its retention is gone: this is a first delivery again.
-                   attempts = CASE WHEN j.retain_until > v_now THEN j.attempts + 1 ELSE 1 END,
-                   created_at = CASE WHEN j.retain_until > v_now THEN j.created_at ELSE v_now END,
-                   last_error = CASE WHEN j.retain_until > v_now THEN j.last_error END,
+                   -- A record whose cycle ended is gone: this is a first delivery again.
+                   attempts = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
+                                   THEN 1 ELSE j.attempts + 1 END,
+                   created_at = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
+                                     THEN v_now ELSE j.created_at END,
+                   last_error = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
+                                     THEN NULL ELSE j.last_error END,
                    result = NULL,
-                   fingerprint = CASE WHEN j.retain_until > v_now THEN coalesce(j.fingerprint, excluded.fingerprint)
-                                      ELSE excluded.fingerprint END,
+                   fingerprint = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
+                                      THEN excluded.fingerprint ELSE coalesce(j.fingerprint, excluded.fingerprint) END,
                    retain_until = excluded.retain_until
-             WHERE NOT (j.status = 'running' AND j.lease_expires_at > v_now)
-               AND (j.retain_until <= v_now
+             -- Not while a lease is live, but for the attempt this claim supersedes (its token).
+             WHERE (NOT (j.status = 'running' AND j.lease_expires_at > v_now) OR j.fencing_token = v_superseded)
+               AND (pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
                     OR ((p_fingerprint IS NULL OR j.fingerprint IS NULL OR j.fingerprint = p_fingerprint)
                         AND j.status <> 'succeeded'
                         AND (p_max_attempts = 0 OR j.attempts < p_max_attempts)))
@@ -318,6 +370,8 @@ BEGIN
         IF v_claimed THEN
             IF p_transactional THEN
                 v_text := pglock_job_bound_idle(p_idle_timeout_ms);
+            ELSIF v_superseded IS NOT NULL THEN
+                PERFORM pg_notify('pglock_job_superseded', v_superseded::text);
             END IF;
             RETURN pglock_job_answer_of('claimed', v_job, v_lock_key);
         END IF;
@@ -327,6 +381,37 @@ BEGIN
     RETURN pglock_job_answer_of('running', v_job, v_lock_key);
 END;
 $$;
+
+REVOKE ALL ON FUNCTION pglock_job_claim_in_mode(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint, text, bigint) FROM PUBLIC;
+
+-- pglock_job_claim_in_mode in mode window: the claim of v0.1.0, whose callers' grants stand.
+CREATE OR REPLACE FUNCTION pglock_job_claim(
+    p_scope varchar, p_key text, p_holder_id varchar, p_instance varchar, p_transactional boolean,
+    p_ttl_ms bigint, p_fingerprint text, p_window_ms bigint, p_max_attempts integer,
+    p_idle_timeout_ms bigint)
+RETURNS pglock_job_answer
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT pglock_job_claim_in_mode(p_scope, p_key, p_holder_id, p_instance, p_transactional, p_ttl_ms, p_fingerprint,
+                                    p_window_ms, p_max_attempts, p_idle_timeout_ms, 'window', NULL)
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_claim(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint) FROM PUBLIC;
+
+-- Whether a record's cycle ended at p_now (see pglock_job_claim_in_mode's p_mode), so that a
+-- delivery runs afresh: its retention ended; or, in mode while_running, it succeeded; or, in
+-- mode per_period, its first claim fell in an earlier period. Inlined where it is called (STABLE,
+-- as extract is).
+CREATE OR REPLACE FUNCTION pglock_job_cycle_ended(p_retain_until timestamptz, p_status text, p_created_at timestamptz,
+                                                  p_now timestamptz, p_mode text, p_period_ms bigint)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN p_retain_until OPERATOR(pg_catalog.<=) p_now
+    OR (p_mode OPERATOR(pg_catalog.=) 'while_running' AND p_status OPERATOR(pg_catalog.=) 'succeeded')
+    OR (p_mode OPERATOR(pg_catalog.=) 'per_period'
+        AND pg_catalog.div((extract(epoch FROM p_created_at) OPERATOR(pg_catalog.*) 1000)::pg_catalog.numeric, p_period_ms)
+            OPERATOR(pg_catalog.<) pg_catalog.div((extract(epoch FROM p_now) OPERATOR(pg_catalog.*) 1000)::pg_catalog.numeric, p_period_ms));
 
 -- A claim's answer: the outcome, the record and the key's lock key.
 CREATE OR REPLACE FUNCTION pglock_job_answer_of(p_outcome text, p_job pglock_jobs, p_lock_key bigint)
@@ -362,6 +447,40 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION pglock_job_renew(varchar, text, bigint, bigint) FROM PUBLIC;
+
+-- pglock_fence for a job attempt running outside a transaction: returns its lease's expiry when
+-- the attempt with p_fencing_token still runs (a live lease, not superseded nor taken over), and
+-- NULL (changing nothing) otherwise. When it runs, its record stays so until the calling
+-- transaction ends (FOR SHARE: a claim that would supersede it waits for that end), and that
+-- transaction is bounded as pglock_fence bounds it, to the lease's time left plus p_grace_ms.
+CREATE OR REPLACE FUNCTION pglock_job_fence(p_scope varchar, p_key text, p_fencing_token bigint, p_grace_ms bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_expires_at timestamptz;
+BEGIN
+    PERFORM pglock_job_check_key(p_scope, p_key);
+    IF p_grace_ms IS NULL OR p_grace_ms < 0 OR p_grace_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_grace_ms: must be from 0 to 86400000 milliseconds (24 h), got %',
+            coalesce(p_grace_ms::text, 'null') USING ERRCODE = '22023', COLUMN = 'p_grace_ms';
+    END IF;
+    SELECT j.lease_expires_at INTO v_expires_at
+      FROM pglock_jobs j
+     WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
+       AND j.status = 'running' AND j.lease_expires_at > clock_timestamp()
+       FOR SHARE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pglock_bound_fenced(v_expires_at, p_grace_ms);
+    RETURN v_expires_at;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_job_fence(varchar, text, bigint, bigint) FROM PUBLIC;
 
 -- Renews the leases of the job attempts (p_scopes[i], p_keys[i], p_fencing_tokens[i]) for
 -- p_ttl_ms[i] from now, as pglock_job_renew does one.
@@ -519,7 +638,8 @@ BEGIN
             USING ERRCODE = '22023', COLUMN = 'p_keys';
     END IF;
     -- Every argument, the first key among them; then any other key the check would refuse.
-    PERFORM pglock_job_check_claim(p_scope, p_keys[1], p_holder_id, true, NULL, p_window_ms, p_max_attempts, p_idle_timeout_ms);
+    PERFORM pglock_job_check_claim(p_scope, p_keys[1], p_holder_id, true, NULL, p_window_ms, p_max_attempts, p_idle_timeout_ms,
+                                   'window', NULL);
     SELECT k INTO v_text FROM unnest(p_keys) AS k WHERE k IS NULL OR octet_length(k) NOT BETWEEN 1 AND 1024 LIMIT 1;
     IF FOUND THEN
         PERFORM pglock_job_check_key(p_scope, v_text);
@@ -572,8 +692,8 @@ BEGIN
         -- which the batch's transaction would otherwise keep while it runs, and whatever the claim
         -- wrote first (a pending claim, written again at the next claim or at the finish).
         BEGIN
-            v_answer := pglock_job_claim(p_scope, p_keys[v_i], p_holder_id, p_instance, true, NULL, NULL,
-                                         p_window_ms, p_max_attempts, p_idle_timeout_ms);
+            v_answer := pglock_job_claim_in_mode(p_scope, p_keys[v_i], p_holder_id, p_instance, true, NULL, NULL,
+                                                 p_window_ms, p_max_attempts, p_idle_timeout_ms, 'window', NULL);
             v_answers[v_i] := v_answer;
             IF v_answer.outcome <> 'claimed' THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGLK1'; -- the answer stays in v_answers

@@ -15,7 +15,11 @@ DROP FUNCTION pglock_cron_claim_reporting(varchar, varchar[], timestamptz[], tim
 DROP FUNCTION pglock_cron_seen_clock(varchar[], varchar, bigint, bigint);
 DROP FUNCTION pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, integer, bigint);
 DROP FUNCTION pglock_job_finish_many(varchar, text[], bigint[], bigint);
-DROP FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint);
+DROP FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bigint, integer, bigint, text, bigint);
+DROP FUNCTION pglock_job_claim_in_mode(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint, text, bigint);
+DROP FUNCTION pglock_job_cycle_ended(timestamptz, text, timestamptz, timestamptz, text, bigint);
+DROP FUNCTION pglock_job_fence(varchar, text, bigint, bigint);
+DROP FUNCTION pglock_bound_fenced(timestamptz, bigint);
 DROP FUNCTION pglock_job_bound_idle(bigint);
 DROP FUNCTION pglock_job_window_ok(bigint);
 DROP FUNCTION pglock_job_raise_bad_window(bigint);
