@@ -120,10 +120,10 @@ const (
 	// is OutcomeRan, OutcomeFailed or OutcomeSuperseded; Mode, Uniqueness, Run, Attempt, Token,
 	// Err.
 	EventJobRun EventKind = "job_run"
-	// EventJobDelivery: a delivery (Run, Do, RunTx) ended. Outcome is OutcomeRan,
+	// EventJobDelivery: a delivery (Run, Do, RunTx, Debounce) ended. Outcome is OutcomeRan,
 	// OutcomeAlreadyDone, OutcomeInProgress, OutcomeFailed, OutcomeGaveUp,
-	// OutcomeFingerprintMismatch, OutcomeSuperseded or OutcomeError; Mode, Uniqueness, Attempt,
-	// Err.
+	// OutcomeFingerprintMismatch, OutcomeSuperseded, OutcomeDebounced or OutcomeError; Mode,
+	// Uniqueness, Attempt (for a debounced delivery: the pending cycle's deliveries so far), Err.
 	EventJobDelivery EventKind = "job_delivery"
 	// EventCronRun: a cron run was accounted for by this instance — run (Begin was called
 	// before it), or recorded as skipped, missed or abandoned, each once in the fleet.
@@ -175,6 +175,7 @@ const (
 	OutcomeGaveUp              Outcome = "gave_up"
 	OutcomeFingerprintMismatch Outcome = "fingerprint_mismatch"
 	OutcomeSuperseded          Outcome = "superseded" // a newer delivery took the key over (jobs.Supersede)
+	OutcomeDebounced           Outcome = "debounced"  // a debounced delivery recorded pending (jobs.Debounce)
 
 	OutcomeSkipped     Outcome = "skipped"
 	OutcomeMissed      Outcome = "missed"

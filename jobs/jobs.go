@@ -94,6 +94,8 @@ type Deduper struct {
 	cfg      Config
 	instance string
 	renewals *lease.Set // the leases of Run's attempts, renewed together
+	// debounceRenewals renews the leases of debounced runs (RunDebounced).
+	debounceRenewals *lease.Set
 
 	superseding superseding // the Supersede attempts under way
 
@@ -125,6 +127,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Deduper, error) {
 		watches: map[int64]*watch{},
 	}
 	d.renewals = lease.NewSet(lease.SetConfig{Renew: d.renewMany, Ctx: context.Background()})
+	d.debounceRenewals = lease.NewSet(lease.SetConfig{Renew: d.renewDebounced, Ctx: context.Background()})
 	return d, nil
 }
 

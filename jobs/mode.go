@@ -166,9 +166,6 @@ type superseding struct {
 	unsubscribe func()
 }
 
-// supersedeChannel is where a claim that supersedes an attempt announces its token.
-const supersedeChannel = "pglock_job_superseded"
-
 // track registers a Supersede attempt until the returned function is called; the attempt's
 // supersede is called when a newer delivery supersedes it.
 func (d *Deduper) track(a *running) (untrack func()) {
@@ -180,7 +177,7 @@ func (d *Deduper) track(a *running) (untrack func()) {
 	}
 	s.attempts[a.token] = a
 	if s.unsubscribe == nil && !d.cfg.DisableNotifications {
-		s.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, supersedeChannel,
+		s.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, db.SupersededChannel,
 			notify.Handler{Notify: d.supersededToken, Listening: func() { go d.checkSuperseded() }})
 	}
 	return func() {

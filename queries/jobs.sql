@@ -137,3 +137,46 @@ SELECT sqlc.embed(j), clock_timestamp()::timestamptz AS now
    AND (sqlc.narg('after_scope')::varchar IS NULL OR (j.scope, j.job_key) > (sqlc.narg('after_scope'), sqlc.narg('after_key')::text))
  ORDER BY j.scope, j.job_key
  LIMIT @max_rows;
+
+-- Debounce delivers a key debounced (pglock_job_debounce).
+-- name: Debounce :one
+SELECT d.due_at::timestamptz AS due_at, d.deliveries::integer AS deliveries, d.running::boolean AS running
+  FROM pglock_job_debounce(@scope, @job_key, @payload::jsonb, @quiet_ms, @max_wait_ms) AS d;
+
+-- ClaimDebounced claims the ready keys of a scope (pglock_job_debounce_claim).
+-- name: ClaimDebounced :many
+SELECT c.job_key::text AS job_key, c.payload::jsonb AS payload, c.deliveries::integer AS deliveries,
+       c.first_at::timestamptz AS first_at, c.fencing_token::bigint AS fencing_token, c.attempts::integer AS attempts,
+       c.started_at::timestamptz AS started_at, c.lease_expires_at::timestamptz AS lease_expires_at
+  FROM pglock_job_debounce_claim(@scope, @instance, @ttl_ms, @max_keys) AS c;
+
+-- NextDebounced is how long a scope's runners may sleep (pglock_job_debounce_next), -1 for
+-- until a delivery announces a new pending cycle.
+-- name: NextDebounced :one
+SELECT coalesce(pglock_job_debounce_next(@scope), -1)::bigint AS sleep_ms;
+
+-- RenewDebounced renews the leases of debounced runs (pglock_job_debounce_renew_many).
+-- name: RenewDebounced :many
+SELECT r.outcome::text AS outcome, coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_job_debounce_renew_many(@scopes::varchar[], @job_keys::text[], @fencing_tokens::bigint[], @ttl_ms::bigint[]) AS r;
+
+-- FinishDebounced ends a debounced run in its transaction, just before COMMIT: no row
+-- (pgx.ErrNoRows) when the run is no longer the token's.
+-- name: FinishDebounced :one
+SELECT f.finished_at::timestamptz AS finished_at
+  FROM pglock_job_debounce_finish(@scope, @job_key, @fencing_token) AS f(finished_at)
+ WHERE f.finished_at IS NOT NULL;
+
+-- FailDebounced records a debounced run's failure; no row when the run is no longer the token's.
+-- name: FailDebounced :one
+SELECT f.retry_at::timestamptz AS retry_at
+  FROM pglock_job_debounce_fail(@scope, @job_key, @fencing_token, @error, @retry_ms) AS f(retry_at)
+ WHERE f.retry_at IS NOT NULL;
+
+-- ListDebounced lists a scope's debounced keys, or every scope's, the earliest ready first.
+-- name: ListDebounced :many
+SELECT sqlc.embed(d), clock_timestamp()::timestamptz AS now
+  FROM pglock_job_debounces d
+ WHERE sqlc.narg('scope')::varchar IS NULL OR d.scope = sqlc.narg('scope')
+ ORDER BY d.ready_at NULLS LAST, d.scope, d.job_key
+ LIMIT @max_rows;

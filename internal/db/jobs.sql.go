@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -31,6 +32,66 @@ func (q *Queries) AwaitJob(ctx context.Context, arg AwaitJobParams) (int64, erro
 	var lock_key int64
 	err := row.Scan(&lock_key)
 	return lock_key, err
+}
+
+const claimDebounced = `-- name: ClaimDebounced :many
+SELECT c.job_key::text AS job_key, c.payload::jsonb AS payload, c.deliveries::integer AS deliveries,
+       c.first_at::timestamptz AS first_at, c.fencing_token::bigint AS fencing_token, c.attempts::integer AS attempts,
+       c.started_at::timestamptz AS started_at, c.lease_expires_at::timestamptz AS lease_expires_at
+  FROM pglock_job_debounce_claim($1, $2, $3, $4) AS c
+`
+
+type ClaimDebouncedParams struct {
+	Scope    string
+	Instance string
+	TtlMs    int64
+	MaxKeys  int32
+}
+
+type ClaimDebouncedRow struct {
+	JobKey         string
+	Payload        json.RawMessage
+	Deliveries     int32
+	FirstAt        time.Time
+	FencingToken   int64
+	Attempts       int32
+	StartedAt      time.Time
+	LeaseExpiresAt time.Time
+}
+
+// ClaimDebounced claims the ready keys of a scope (pglock_job_debounce_claim).
+func (q *Queries) ClaimDebounced(ctx context.Context, arg ClaimDebouncedParams) ([]ClaimDebouncedRow, error) {
+	rows, err := q.db.Query(ctx, claimDebounced,
+		arg.Scope,
+		arg.Instance,
+		arg.TtlMs,
+		arg.MaxKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimDebouncedRow
+	for rows.Next() {
+		var i ClaimDebouncedRow
+		if err := rows.Scan(
+			&i.JobKey,
+			&i.Payload,
+			&i.Deliveries,
+			&i.FirstAt,
+			&i.FencingToken,
+			&i.Attempts,
+			&i.StartedAt,
+			&i.LeaseExpiresAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const claimJob = `-- name: ClaimJob :one
@@ -307,6 +368,67 @@ func (q *Queries) CollectJobs(ctx context.Context, batch int32) (int32, error) {
 	return deleted, err
 }
 
+const debounce = `-- name: Debounce :one
+SELECT d.due_at::timestamptz AS due_at, d.deliveries::integer AS deliveries, d.running::boolean AS running
+  FROM pglock_job_debounce($1, $2, $3::jsonb, $4, $5) AS d
+`
+
+type DebounceParams struct {
+	Scope     string
+	JobKey    string
+	Payload   json.RawMessage
+	QuietMs   int64
+	MaxWaitMs int64
+}
+
+type DebounceRow struct {
+	DueAt      time.Time
+	Deliveries int32
+	Running    bool
+}
+
+// Debounce delivers a key debounced (pglock_job_debounce).
+func (q *Queries) Debounce(ctx context.Context, arg DebounceParams) (DebounceRow, error) {
+	row := q.db.QueryRow(ctx, debounce,
+		arg.Scope,
+		arg.JobKey,
+		arg.Payload,
+		arg.QuietMs,
+		arg.MaxWaitMs,
+	)
+	var i DebounceRow
+	err := row.Scan(&i.DueAt, &i.Deliveries, &i.Running)
+	return i, err
+}
+
+const failDebounced = `-- name: FailDebounced :one
+SELECT f.retry_at::timestamptz AS retry_at
+  FROM pglock_job_debounce_fail($1, $2, $3, $4, $5) AS f(retry_at)
+ WHERE f.retry_at IS NOT NULL
+`
+
+type FailDebouncedParams struct {
+	Scope        string
+	JobKey       string
+	FencingToken int64
+	Error        string
+	RetryMs      int64
+}
+
+// FailDebounced records a debounced run's failure; no row when the run is no longer the token's.
+func (q *Queries) FailDebounced(ctx context.Context, arg FailDebouncedParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, failDebounced,
+		arg.Scope,
+		arg.JobKey,
+		arg.FencingToken,
+		arg.Error,
+		arg.RetryMs,
+	)
+	var retry_at time.Time
+	err := row.Scan(&retry_at)
+	return retry_at, err
+}
+
 const fenceJob = `-- name: FenceJob :one
 SELECT f.expires_at::timestamptz AS expires_at
   FROM pglock_job_fence($1, $2, $3, $4) AS f(expires_at)
@@ -334,6 +456,27 @@ func (q *Queries) FenceJob(ctx context.Context, arg FenceJobParams) (time.Time, 
 	var expires_at time.Time
 	err := row.Scan(&expires_at)
 	return expires_at, err
+}
+
+const finishDebounced = `-- name: FinishDebounced :one
+SELECT f.finished_at::timestamptz AS finished_at
+  FROM pglock_job_debounce_finish($1, $2, $3) AS f(finished_at)
+ WHERE f.finished_at IS NOT NULL
+`
+
+type FinishDebouncedParams struct {
+	Scope        string
+	JobKey       string
+	FencingToken int64
+}
+
+// FinishDebounced ends a debounced run in its transaction, just before COMMIT: no row
+// (pgx.ErrNoRows) when the run is no longer the token's.
+func (q *Queries) FinishDebounced(ctx context.Context, arg FinishDebouncedParams) (time.Time, error) {
+	row := q.db.QueryRow(ctx, finishDebounced, arg.Scope, arg.JobKey, arg.FencingToken)
+	var finished_at time.Time
+	err := row.Scan(&finished_at)
+	return finished_at, err
 }
 
 const finishJob = `-- name: FinishJob :one
@@ -479,6 +622,64 @@ func (q *Queries) GetJob(ctx context.Context, arg GetJobParams) (GetJobRow, erro
 	return i, err
 }
 
+const listDebounced = `-- name: ListDebounced :many
+SELECT d.scope, d.job_key, d.payload, d.deliveries, d.first_at, d.last_at, d.due_at, d.run_payload, d.run_deliveries, d.run_first_at, d.run_token, d.run_attempts, d.run_instance, d.run_started_at, d.lease_expires_at, d.last_error, d.ready_at, clock_timestamp()::timestamptz AS now
+  FROM pglock_job_debounces d
+ WHERE $1::varchar IS NULL OR d.scope = $1
+ ORDER BY d.ready_at NULLS LAST, d.scope, d.job_key
+ LIMIT $2
+`
+
+type ListDebouncedParams struct {
+	Scope   *string
+	MaxRows int32
+}
+
+type ListDebouncedRow struct {
+	PglockJobDebounce PglockJobDebounce
+	Now               time.Time
+}
+
+// ListDebounced lists a scope's debounced keys, or every scope's, the earliest ready first.
+func (q *Queries) ListDebounced(ctx context.Context, arg ListDebouncedParams) ([]ListDebouncedRow, error) {
+	rows, err := q.db.Query(ctx, listDebounced, arg.Scope, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListDebouncedRow
+	for rows.Next() {
+		var i ListDebouncedRow
+		if err := rows.Scan(
+			&i.PglockJobDebounce.Scope,
+			&i.PglockJobDebounce.JobKey,
+			&i.PglockJobDebounce.Payload,
+			&i.PglockJobDebounce.Deliveries,
+			&i.PglockJobDebounce.FirstAt,
+			&i.PglockJobDebounce.LastAt,
+			&i.PglockJobDebounce.DueAt,
+			&i.PglockJobDebounce.RunPayload,
+			&i.PglockJobDebounce.RunDeliveries,
+			&i.PglockJobDebounce.RunFirstAt,
+			&i.PglockJobDebounce.RunToken,
+			&i.PglockJobDebounce.RunAttempts,
+			&i.PglockJobDebounce.RunInstance,
+			&i.PglockJobDebounce.RunStartedAt,
+			&i.PglockJobDebounce.LeaseExpiresAt,
+			&i.PglockJobDebounce.LastError,
+			&i.PglockJobDebounce.ReadyAt,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT j.scope, j.job_key, j.status, j.holder_id, j.instance, j.attempts, j.fencing_token, j.lease_expires_at, j.started_at, j.finished_at, j.last_error, j.result, j.fingerprint, j.retain_until, j.created_at, clock_timestamp()::timestamptz AS now
   FROM pglock_jobs j
@@ -550,6 +751,19 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsR
 	return items, nil
 }
 
+const nextDebounced = `-- name: NextDebounced :one
+SELECT coalesce(pglock_job_debounce_next($1), -1)::bigint AS sleep_ms
+`
+
+// NextDebounced is how long a scope's runners may sleep (pglock_job_debounce_next), -1 for
+// until a delivery announces a new pending cycle.
+func (q *Queries) NextDebounced(ctx context.Context, scope string) (int64, error) {
+	row := q.db.QueryRow(ctx, nextDebounced, scope)
+	var sleep_ms int64
+	err := row.Scan(&sleep_ms)
+	return sleep_ms, err
+}
+
 const recordJobOutcome = `-- name: RecordJobOutcome :one
 SELECT pglock_job_finish($1, $2, c.fencing_token, $3, NULL, $4::text, $5)::timestamptz AS finished_at
   FROM pglock_job_claim_in_mode($1, $2, $6, $7, false, $8, $9::text,
@@ -595,6 +809,49 @@ func (q *Queries) RecordJobOutcome(ctx context.Context, arg RecordJobOutcomePara
 	var finished_at time.Time
 	err := row.Scan(&finished_at)
 	return finished_at, err
+}
+
+const renewDebounced = `-- name: RenewDebounced :many
+SELECT r.outcome::text AS outcome, coalesce(r.lease_expires_at, 'epoch')::timestamptz AS expires_at
+  FROM pglock_job_debounce_renew_many($1::varchar[], $2::text[], $3::bigint[], $4::bigint[]) AS r
+`
+
+type RenewDebouncedParams struct {
+	Scopes        []string
+	JobKeys       []string
+	FencingTokens []int64
+	TtlMs         []int64
+}
+
+type RenewDebouncedRow struct {
+	Outcome   string
+	ExpiresAt time.Time
+}
+
+// RenewDebounced renews the leases of debounced runs (pglock_job_debounce_renew_many).
+func (q *Queries) RenewDebounced(ctx context.Context, arg RenewDebouncedParams) ([]RenewDebouncedRow, error) {
+	rows, err := q.db.Query(ctx, renewDebounced,
+		arg.Scopes,
+		arg.JobKeys,
+		arg.FencingTokens,
+		arg.TtlMs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RenewDebouncedRow
+	for rows.Next() {
+		var i RenewDebouncedRow
+		if err := rows.Scan(&i.Outcome, &i.ExpiresAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const renewJobs = `-- name: RenewJobs :many

@@ -159,6 +159,26 @@ type PglockJobAnswer struct {
 	LockKey        *int64
 }
 
+type PglockJobDebounce struct {
+	Scope          string
+	JobKey         string
+	Payload        []byte
+	Deliveries     int32
+	FirstAt        *time.Time
+	LastAt         *time.Time
+	DueAt          *time.Time
+	RunPayload     []byte
+	RunDeliveries  *int32
+	RunFirstAt     *time.Time
+	RunToken       *int64
+	RunAttempts    *int32
+	RunInstance    *string
+	RunStartedAt   *time.Time
+	LeaseExpiresAt *time.Time
+	LastError      *string
+	ReadyAt        *time.Time
+}
+
 type PglockJobWaiter struct {
 	Scope     string
 	JobKey    string

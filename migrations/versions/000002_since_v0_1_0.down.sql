@@ -19,6 +19,13 @@ DROP FUNCTION pglock_job_check_claim(varchar, text, varchar, boolean, bigint, bi
 DROP FUNCTION pglock_job_claim_in_mode(varchar, text, varchar, varchar, boolean, bigint, text, bigint, integer, bigint, text, bigint);
 DROP FUNCTION pglock_job_cycle_ended(timestamptz, text, timestamptz, timestamptz, text, bigint);
 DROP FUNCTION pglock_job_fence(varchar, text, bigint, bigint);
+DROP FUNCTION pglock_job_check_debounce(varchar, text, jsonb, bigint, bigint);
+DROP FUNCTION pglock_job_debounce(varchar, text, jsonb, bigint, bigint);
+DROP FUNCTION pglock_job_debounce_claim(varchar, varchar, bigint, integer);
+DROP FUNCTION pglock_job_debounce_next(varchar);
+DROP FUNCTION pglock_job_debounce_renew_many(varchar[], text[], bigint[], bigint[]);
+DROP FUNCTION pglock_job_debounce_finish(varchar, text, bigint);
+DROP FUNCTION pglock_job_debounce_fail(varchar, text, bigint, text, bigint);
 DROP FUNCTION pglock_bound_fenced(timestamptz, bigint);
 DROP FUNCTION pglock_job_bound_idle(bigint);
 DROP FUNCTION pglock_job_window_ok(bigint);
@@ -39,6 +46,7 @@ DROP FUNCTION pglock_new_epoch(regclass, bigint);
 DROP FUNCTION pglock_timeline();
 
 DROP TYPE pglock_job_pending;
+DROP TABLE pglock_job_debounces;
 DROP TABLE pglock_instances;
 
 ALTER TABLE pglock_jobs

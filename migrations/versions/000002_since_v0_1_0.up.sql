@@ -9,6 +9,9 @@
 -- claims check, and its changes are kept in pglock_cron_changes. A runtime schedule no instance
 -- has seen yet has no last instance.
 --
+-- Debounced keys (pglock_job_debounce) are rows of pglock_job_debounces: the pending cycle of
+-- deliveries and the run under way, each with their own fields.
+--
 -- A RunTx delivery writes its job's record once: a transactional claim of a key without a record
 -- leaves the record it would write in the transaction-local setting pglock.job_claim
 -- (pglock_job_pending's text form), and pglock_job_finish_tx inserts it finished. The CHECK
@@ -82,3 +85,34 @@ CREATE TABLE pglock_cron_changes (
 );
 
 CREATE INDEX pglock_cron_changes_schedule ON pglock_cron_changes (schedule, id);
+
+-- Debounced job keys: a burst of deliveries of a key is coalesced into one run, with the latest
+-- payload, once the key has been quiet for a while or has waited its maximum since the burst's
+-- first delivery (pglock_job_debounce). A row holds the pending cycle (deliveries since the last
+-- claim; none when deliveries is 0) and the run under way (run_token not NULL), apart: what is
+-- delivered while a key runs waits for the next run. ready_at is when a runner should claim it:
+-- the pending cycle's due time, or, while a run is under way, its lease's expiry (a run whose
+-- runner vanished is run again, with its payload and deliveries).
+CREATE TABLE pglock_job_debounces (
+    scope            varchar(255) NOT NULL,
+    job_key          text         NOT NULL,
+    payload          jsonb,                 -- the latest pending delivery's
+    deliveries       integer      NOT NULL, -- pending deliveries coalesced
+    first_at         timestamptz,           -- the pending cycle's first delivery
+    last_at          timestamptz,           -- and its latest
+    due_at           timestamptz,           -- least(last_at + quiet, first_at + max wait)
+    run_payload      jsonb,
+    run_deliveries   integer,
+    run_first_at     timestamptz,
+    run_token        bigint,                -- from pglock_jobs_fencing_token_seq
+    run_attempts     integer,
+    run_instance     varchar(255),
+    run_started_at   timestamptz,
+    lease_expires_at timestamptz,
+    last_error       text,                  -- of the run's last failed attempt
+    ready_at         timestamptz,
+    PRIMARY KEY (scope, job_key)
+);
+
+-- Runners claim, and sleep until, the earliest ready key of their scope.
+CREATE INDEX pglock_job_debounces_ready ON pglock_job_debounces (scope, ready_at);
