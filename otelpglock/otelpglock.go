@@ -42,6 +42,9 @@ const (
 	// AttrScheduleKind is a runtime schedule's kind (cron.Definition.Kind), bounded as its
 	// handlers are; the schedule's own name is an attribute only through Options.Label.
 	AttrScheduleKind = attribute.Key("pglock.cron.kind")
+	// AttrJobMode is a job delivery's mode (jobs.Options.Mode) when not the default:
+	// "while_running", "per_period", "supersede", or "debounce" for jobs.Debounce.
+	AttrJobMode = attribute.Key("pglock.job.mode")
 )
 
 // Options configure an Observer. A nil *Options, and every zero field, means the default.
@@ -121,8 +124,8 @@ func New(opts *Options) (*Observer, error) {
 	obs.renewalFailures = b.counter("pglock.lease.renewal.failures", "{failure}", "Renewals that failed and will be retried.")
 	obs.renewalLag = b.gauge("pglock.lease.renewal.lag", "s", "How far the renewals of the leases held are behind, while past half a heartbeat (acquisitions then fail with ErrSaturated); 0 once they catch up.")
 	obs.fenceRefusals = b.counter("pglock.fence.refusals", "{refusal}", "Fence checks that refused a token no longer current.")
-	obs.deliveries = b.counter("pglock.job.deliveries", "{delivery}", "Job deliveries, by outcome and mode.")
-	obs.attempts = b.counter("pglock.job.attempts", "{attempt}", "Job attempts that ran the function, by outcome and mode.")
+	obs.deliveries = b.counter("pglock.job.deliveries", "{delivery}", "Job deliveries, by outcome, mode and job mode.")
+	obs.attempts = b.counter("pglock.job.attempts", "{attempt}", "Job attempts that ran the function, by outcome, mode and job mode.")
 	obs.jobRunDuration = b.histogram("pglock.job.run.duration", "Time a job's function ran.", runs)
 	obs.cronRuns = b.counter("pglock.cron.runs", "{run}", "Cron ticks accounted for, by status: counted once in the fleet.")
 	obs.cronRunDuration = b.histogram("pglock.cron.run.duration", "Time a cron run's function ran.", runs)
@@ -263,7 +266,7 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		}
 	case pglock.EventReleased, pglock.EventLost:
 		if e.Kind == pglock.EventLost {
-			o.losses.Add(ctx, 1, o.attributes(attrKey{primitive: e.Primitive, cause: e.Cause, name: o.lockName(e), kind: e.ScheduleKind}))
+			o.losses.Add(ctx, 1, o.attributes(attrKey{primitive: e.Primitive, cause: e.Cause, name: o.lockName(e), kind: e.ScheduleKind, jobMode: e.Uniqueness}))
 			trace.SpanFromContext(ctx).AddEvent("pglock."+string(e.Primitive)+".lost", trace.WithTimestamp(e.Time),
 				trace.WithAttributes(AttrCause.String(string(e.Cause)), AttrToken.Int64(e.Token)))
 		}
@@ -287,9 +290,9 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 	case pglock.EventFenceRefused:
 		o.fenceRefusals.Add(ctx, 1, o.attributes(attrKey{primitive: e.Primitive}))
 	case pglock.EventJobDelivery:
-		o.deliveries.Add(ctx, 1, o.attributes(attrKey{outcome: e.Outcome, mode: e.Mode, name: e.Name, key: o.labelOf(e.Primitive, e.Key)}))
+		o.deliveries.Add(ctx, 1, o.attributes(attrKey{outcome: e.Outcome, mode: e.Mode, name: e.Name, key: o.labelOf(e.Primitive, e.Key), jobMode: e.Uniqueness}))
 	case pglock.EventJobRun:
-		a := o.attributes(attrKey{outcome: e.Outcome, mode: e.Mode, name: e.Name})
+		a := o.attributes(attrKey{outcome: e.Outcome, mode: e.Mode, name: e.Name, jobMode: e.Uniqueness})
 		o.attempts.Add(ctx, 1, a)
 		o.jobRunDuration.Record(ctx, e.Run.Seconds(), a)
 		o.endRun(ctx, e)
@@ -371,6 +374,7 @@ type attrKey struct {
 	mode      pglock.Mode
 	name, key string
 	kind      string // a runtime schedule's
+	jobMode   string // a job delivery's uniqueness
 }
 
 // attributes returns k's attributes as an option, made once per distinct set.
@@ -378,12 +382,12 @@ func (o *Observer) attributes(k attrKey) metric.MeasurementOption {
 	if opt, ok := o.attrs.Load(k); ok {
 		return opt.(metric.MeasurementOption)
 	}
-	kv := make([]attribute.KeyValue, 0, 7)
+	kv := make([]attribute.KeyValue, 0, 8)
 	for _, a := range []struct {
 		key   attribute.Key
 		value string
 	}{{AttrPrimitive, string(k.primitive)}, {AttrOutcome, string(k.outcome)}, {AttrCause, string(k.cause)},
-		{AttrMode, string(k.mode)}, {AttrName, k.name}, {AttrKey, k.key}, {AttrScheduleKind, k.kind}} {
+		{AttrMode, string(k.mode)}, {AttrName, k.name}, {AttrKey, k.key}, {AttrScheduleKind, k.kind}, {AttrJobMode, k.jobMode}} {
 		if a.value != "" {
 			kv = append(kv, a.key.String(a.value))
 		}

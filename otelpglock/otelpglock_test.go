@@ -399,6 +399,75 @@ func TestJobDeliveriesAndRuns(t *testing.T) {
 	}
 }
 
+// Each mode's outcomes are counted with the job mode: a superseded attempt (its delivery, its
+// run and its lease), deliveries in progress under WhileRunning, and debounced deliveries and
+// their run.
+func TestJobModesAreCountedByTheirOutcomes(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	in := newInstance(t, nil)
+	ctx := testdb.Context(t)
+	dd, err := jobs.New(d.NewPool(t, nil), &jobs.Config{Observer: in.obs, Scope: "sync"})
+	require.NoError(t, err)
+	other, err := jobs.New(d.NewPool(t, nil), &jobs.Config{Scope: "sync"})
+	require.NoError(t, err)
+
+	// Supersede: the first attempt is superseded by another instance's delivery.
+	running := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := dd.Run(ctx, "user-7", &jobs.Options{Mode: jobs.Supersede}, func(ctx context.Context) error {
+			close(running)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+		first <- err
+	}()
+	testdb.Receive(t, running)
+	_, err = other.Run(ctx, "user-7", &jobs.Options{Mode: jobs.Supersede}, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.ErrorIs(t, testdb.Receive(t, first), pglock.ErrSuperseded)
+
+	// WhileRunning: a duplicate while the first runs is in progress.
+	hold, holding := make(chan struct{}), make(chan struct{})
+	singleton := make(chan error, 1)
+	go func() {
+		_, err := other.Run(ctx, "report", &jobs.Options{Mode: jobs.WhileRunning}, func(context.Context) error {
+			close(holding)
+			<-hold
+			return nil
+		})
+		singleton <- err
+	}()
+	testdb.Receive(t, holding)
+	res, err := dd.Run(ctx, "report", &jobs.Options{Mode: jobs.WhileRunning}, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeInProgress, res.Outcome)
+	close(hold)
+	require.NoError(t, testdb.Receive(t, singleton))
+
+	// Debounce: two deliveries, one run.
+	for i := range 2 {
+		_, err := dd.Debounce(ctx, "feed", i, jobs.DebounceOptions{Quiet: time.Millisecond, MaxWait: time.Second})
+		require.NoError(t, err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() {
+		_ = dd.RunDebounced(runCtx, nil, func(context.Context, pgx.Tx, jobs.DebouncedRun) error { close(ran); return nil })
+	}()
+	testdb.Receive(t, ran)
+	stop()
+
+	supersede, debounce := otelpglock.AttrJobMode.String("supersede"), otelpglock.AttrJobMode.String("debounce")
+	in.waitValue(t, 1, "pglock.job.deliveries", supersede, name("sync"), outcome(pglock.OutcomeSuperseded))
+	in.waitValue(t, 1, "pglock.job.attempts", supersede, outcome(pglock.OutcomeSuperseded))
+	in.waitValue(t, 1, "pglock.lease.losses", otelpglock.AttrPrimitive.String(string(pglock.PrimitiveJob)), supersede, cause(pglock.CauseSuperseded))
+	in.waitValue(t, 1, "pglock.job.deliveries", otelpglock.AttrJobMode.String("while_running"), outcome(pglock.OutcomeInProgress))
+	in.waitValue(t, 2, "pglock.job.deliveries", debounce, outcome(pglock.OutcomeDebounced))
+	in.waitValue(t, 1, "pglock.job.attempts", debounce, outcome(pglock.OutcomeRan))
+}
+
 // A blocking acquisition is a span under the caller's span, and none without one; a lost lock
 // adds an event to the span of the work it guarded.
 func TestAcquisitionSpansOnlyUnderAParentAndLossesAsEvents(t *testing.T) {
