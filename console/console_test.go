@@ -129,7 +129,8 @@ func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 			"job records (the planner's estimate)"}},
 		{"/ops/locks", []string{"orders:42", "console-test@", `{"owner": "billing"}`, "pglock.leader/reconciler", "nightly-report", "exclusive", "granted"}},
 		{"/ops/locks?name=orders", []string{"orders:42"}},
-		{"/ops/jobs", []string{"invoice:1", "succeeded", "invoice:2", "failed", "card declined <script>"}},
+		{"/ops/jobs", []string{"invoice:1", "succeeded", "invoice:2", "failed", "card declined <script>",
+			"sync:user-7", "was superseded by attempt", "Debounced", "digest:team-3", `{"events": 2}`}},
 		{"/ops/jobs?scope=billing&status=failed&key=invoice:*", []string{"invoice:2"}},
 		{"/ops/job?scope=billing&key=invoice:2", []string{"invoice:2", "failed", "card declined <script>", "Attempts 1"}},
 		{"/ops/cron", []string{"rollup", "@every 1s", "UTC", "skip", "active", "failed"}},
@@ -157,6 +158,8 @@ func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 	}
 	require.NotContains(t, parse(t, get(t, srv, "/ops/locks?name=nothing-like-it").body).text, "orders:42")
 	require.NotContains(t, parse(t, get(t, srv, "/ops/jobs?status=succeeded").body).text, "invoice:2")
+	require.Regexp(t, `digest:team-3 1 .* in (1h0m0s|59m[0-9]+s)`, parse(t, get(t, srv, "/ops/jobs").body).text,
+		"a pending debounced key with its deliveries and its due time")
 }
 
 // The static files are served, and a page works mounted at the root too.

@@ -321,11 +321,17 @@ func (c *console) jobs(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
+	debounced, err := ops.ListDebounced(r.Context(), c.pool, f.Scope, f.AnyScope, limit)
+	if err != nil {
+		c.failWith(w, r, err)
+		return
+	}
 	c.render(w, r, http.StatusOK, "jobs", page{Title: "Jobs", Nav: "jobs", Now: list.Now,
 		Data: struct {
 			ops.Jobs
-			Filter ops.JobFilter
-		}{list, f}})
+			Filter    ops.JobFilter
+			Debounced []ops.Debounced
+		}{list, f, debounced}})
 }
 
 func (c *console) job(w http.ResponseWriter, r *http.Request) {

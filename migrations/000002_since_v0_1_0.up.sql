@@ -1378,7 +1378,8 @@ REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
 --                  with a new fencing token: the superseded attempt's renewals, fence checks
 --                  (pglock_job_fence) and outcome are refused from then, and its fencing token
 --                  is announced on the channel pglock_job_superseded when the claim commits, so
---                  that its runner stops at once. Outside a transaction only.
+--                  that its runner stops at once; last_error says which attempt superseded which.
+--                  Outside a transaction only.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
 -- transaction (p_transactional true), the record is written in that transaction, so that
@@ -1502,7 +1503,11 @@ BEGIN
                                    THEN 1 ELSE j.attempts + 1 END,
                    created_at = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
                                      THEN v_now ELSE j.created_at END,
-                   last_error = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
+                   -- A superseded attempt's end is its error: operators see it with the record.
+                   last_error = CASE WHEN j.fencing_token = v_superseded
+                                     THEN format('attempt %s on %s was superseded by attempt %s', j.fencing_token, j.instance,
+                                                 excluded.fencing_token)
+                                     WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
                                      THEN NULL ELSE j.last_error END,
                    result = NULL,
                    fingerprint = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)

@@ -127,7 +127,7 @@ func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
 	base, b := open(t, s.DB.Pool, nil)
 	shots := os.Getenv(screenshotsEnv)
 	for _, p := range []struct{ path, shot string }{
-		{"", "overview"}, {"locks", "locks"}, {"jobs", ""}, {"job?scope=billing&key=invoice:2", ""},
+		{"", "overview"}, {"locks", "locks"}, {"jobs", "jobs"}, {"job?scope=billing&key=invoice:2", ""},
 		{"cron", "cron"}, {"schedule?name=rollup", ""}, {"leaders", "leaders"}, {"ratelimits", ""},
 	} {
 		b.do(t, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS("#refresh-toggle")),

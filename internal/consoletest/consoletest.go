@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/advisory"
 	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/testdb"
@@ -21,8 +22,9 @@ import (
 )
 
 // Seeded is a database with one of everything the console shows: a table lock (Lock,
-// "orders:42") and an election's, an advisory lock, a succeeded and a failed job record, a
-// schedule with a failed run, a rate-limit key in use, and a leader.
+// "orders:42") and an election's, an advisory lock, a succeeded, a failed and a superseded job
+// record, a pending debounced key, a schedule with a failed run, a rate-limit key in use, and a
+// leader.
 type Seeded struct {
 	DB   *testdb.DB
 	Lock *tablelock.Lock
@@ -50,6 +52,24 @@ func Seed(t testing.TB) Seeded {
 	require.NoError(t, err)
 	_, err = dd.Run(ctx, "invoice:2", nil, func(context.Context) error { return errors.New("card declined <script>") })
 	require.Error(t, err)
+	// A Supersede attempt superseded by a newer delivery, which succeeded.
+	superseding := make(chan struct{})
+	superseded := make(chan error, 1)
+	go func() {
+		_, err := dd.Run(ctx, "sync:user-7", &jobs.Options{Mode: jobs.Supersede}, func(ctx context.Context) error {
+			close(superseding)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+		superseded <- err
+	}()
+	testdb.Receive(t, superseding)
+	_, err = dd.Run(ctx, "sync:user-7", &jobs.Options{Mode: jobs.Supersede}, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.ErrorIs(t, testdb.Receive(t, superseded), pglock.ErrSuperseded)
+	// A debounced key pending for an hour.
+	_, err = dd.Debounce(ctx, "digest:team-3", map[string]int{"events": 2}, jobs.DebounceOptions{Quiet: time.Hour, MaxWait: 24 * time.Hour})
+	require.NoError(t, err)
 
 	ran := make(chan struct{}, 10)
 	sched, err := cron.New(d.Pool, &cron.Config{AppName: "console-test"})

@@ -139,3 +139,41 @@ var globWildcards = strings.NewReplacer("*", "%", "?", "_")
 func DatabaseNow(ctx context.Context, pool *pgxpool.Pool) (time.Time, error) {
 	return db.New(db.Translating(pool)).DatabaseNow(ctx)
 }
+
+// Debounced is a debounced key as operators see it: its pending cycle, if any, and its run under
+// way, if any.
+type Debounced struct {
+	Scope          string          `json:"scope"`
+	Key            string          `json:"key"`
+	Deliveries     int32           `json:"deliveries"` // pending
+	FirstAt        *time.Time      `json:"first_at"`
+	DueAt          *time.Time      `json:"due_at"`
+	Payload        json.RawMessage `json:"payload"`
+	RunToken       *int64          `json:"run_token"`
+	RunAttempt     *int32          `json:"run_attempt"`
+	RunInstance    *string         `json:"run_instance"`
+	RunDeliveries  *int32          `json:"run_deliveries"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	LastError      *string         `json:"last_error"`
+}
+
+// ListDebounced reads up to limit debounced keys of scope (every scope's with anyScope), the
+// earliest ready first.
+func ListDebounced(ctx context.Context, pool *pgxpool.Pool, scope string, anyScope bool, limit int) ([]Debounced, error) {
+	params := db.ListDebouncedParams{MaxRows: int32(limit)}
+	if !anyScope {
+		params.Scope = &scope
+	}
+	rows, err := db.New(db.Translating(pool)).ListDebounced(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Debounced, 0, len(rows))
+	for _, r := range rows {
+		d := r.PglockJobDebounce
+		out = append(out, Debounced{Scope: d.Scope, Key: d.JobKey, Deliveries: d.Deliveries, FirstAt: d.FirstAt, DueAt: d.DueAt,
+			Payload: d.Payload, RunToken: d.RunToken, RunAttempt: d.RunAttempts, RunInstance: d.RunInstance,
+			RunDeliveries: d.RunDeliveries, LeaseExpiresAt: d.LeaseExpiresAt, LastError: d.LastError})
+	}
+	return out, nil
+}
