@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/internal/testdb"
 	"github.com/pglock/pglock/jobs"
 )
@@ -36,7 +37,10 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 			pglock_job_claim_many(varchar, text[], varchar, varchar, bigint, integer, bigint),
 			pglock_job_finish_many(varchar, text[], bigint[], bigint),
 			pglock_job_await(varchar, text, varchar, bigint), pglock_job_unawait(varchar, text, varchar),
-			pglock_job_forget(varchar, text), pglock_job_collect(integer) TO %[1]s;`, role))
+			pglock_job_forget(varchar, text), pglock_job_collect(integer),
+			pglock_job_debounce(varchar, text, jsonb, bigint, bigint), pglock_job_debounce_claim(varchar, varchar, bigint, integer),
+			pglock_job_debounce_next(varchar), pglock_job_debounce_renew_many(varchar[], text[], bigint[], bigint[]),
+			pglock_job_debounce_finish(varchar, text, bigint), pglock_job_debounce_fail(varchar, text, bigint, text, bigint) TO %[1]s;`, role))
 	require.NoError(t, err)
 	var failed testdb.FailureCounter
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
@@ -89,6 +93,33 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	close(finish)
 	require.NoError(t, testdb.Receive(t, ran), "its lease was renewed")
 	require.Equal(t, jobs.OutcomeAlreadyDone, testdb.Receive(t, waited).Outcome)
+
+	// A Supersede attempt that fences its writes, superseded by another; a debounced key, run.
+	superseding, superseded := make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := dd.Run(ctx, "sync", &jobs.Options{Mode: jobs.Supersede}, func(ctx context.Context) error {
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return jobs.Fence(ctx, tx) }); err != nil {
+				return err
+			}
+			close(superseding)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+		superseded <- err
+	}()
+	testdb.Receive(t, superseding)
+	_, err = dd.Run(ctx, "sync", &jobs.Options{Mode: jobs.Supersede}, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	require.ErrorIs(t, testdb.Receive(t, superseded), pglock.ErrSuperseded)
+	_, err = dd.Debounce(ctx, "digest", 1, jobs.DebounceOptions{Quiet: time.Millisecond, MaxWait: time.Second})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	debounced := make(chan jobs.DebouncedRun, 1)
+	go func() {
+		_ = dd.RunDebounced(runCtx, nil, func(_ context.Context, _ pgx.Tx, run jobs.DebouncedRun) error { debounced <- run; return nil })
+	}()
+	require.Equal(t, "digest", testdb.Receive(t, debounced).Key)
+	stop()
 
 	require.NoError(t, dd.Forget(ctx, "run"))
 	_, err = dd.Collect(ctx)
