@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -140,8 +142,8 @@ type RunnerOptions struct {
 // [pglock.ErrInvalidArgument] for bad options). Runners on many instances share the keys: each
 // due key runs on one of them, under a lease with a fencing token. fn gets a transaction: what
 // it writes commits with the end of the run, so a run's effects in this database commit once.
-// If fn fails (or panics), the transaction rolls back and the run, with its payload and
-// deliveries, runs again after RetryDelay; if its runner vanishes, once its lease expires. If the
+// If fn fails (or panics: the panic is recovered, and logged with its stack), the transaction
+// rolls back and the run, with its payload and deliveries, runs again after RetryDelay; if its runner vanishes, once its lease expires. If the
 // lease is lost, fn's context is canceled with cause [pglock.ErrLockLost], and its transaction
 // cannot commit.
 func (d *Deduper) RunDebounced(ctx context.Context, opts *RunnerOptions, fn func(ctx context.Context, tx pgx.Tx, run DebouncedRun) error) error {
@@ -272,12 +274,12 @@ func (r *runner) claim(ctx context.Context) (claimed int, sleep time.Duration, e
 		}
 	}()
 	if idle > 0 {
+		sent := time.Now() // the leases begin after it
 		rows, err := r.d.queries.ClaimDebounced(ctx, db.ClaimDebouncedParams{Scope: r.o.Scope, Instance: r.d.instance,
 			TtlMs: r.timing.TTL.Milliseconds(), MaxKeys: int32(idle)})
 		if err != nil {
 			return 0, 0, errs.Errorf("claim the debounced keys of scope %q: %w", r.o.Scope, err)
 		}
-		sent := time.Now()
 		for _, row := range rows {
 			r.runs.Add(1)
 			go func() {
@@ -349,14 +351,24 @@ func (r *runner) execute(ctx context.Context, c db.ClaimDebouncedRow, sent time.
 	runCtx, ran := d.beginRun(ctx, request{scope: r.o.Scope, key: c.JobKey, mode: Mode{name: debounce}},
 		pglock.ModeRunTx, Result{Attempts: run.Attempt, Token: run.Token})
 	fnCtx, stop := keeper.Guard(context.WithoutCancel(runCtx))
-	defer func() {
+	// Stopped once the run committed or failed: a renewal after the commit would find the run
+	// gone, and one after a failure would put its retry off.
+	stopKeeping := sync.OnceFunc(func() {
 		stop()
 		keeper.Stop()
 		background.Wait()
-	}()
+	})
+	defer stopKeeping()
 
 	var tx pgx.Tx
 	err := func() (err error) {
+		// A panic in fn is the run's failure, retried as any other: the runner's goroutine is
+		// the library's, and nothing above it could recover.
+		defer func() {
+			if v := recover(); v != nil {
+				err = fmt.Errorf("panic: %v\n%s", v, debug.Stack())
+			}
+		}()
 		if tx, err = d.pool.Begin(fnCtx); err != nil {
 			return err
 		}
@@ -367,11 +379,7 @@ func (r *runner) execute(ctx context.Context, c db.ClaimDebouncedRow, sent time.
 				return err
 			}
 		}
-		_, err = callRecovering(func() (struct{}, error) { return struct{}{}, r.fn(fnCtx, tx, run) }, func(panicked error) {
-			r.ended(label, c, tx, panicked, keeper)
-			ran(panicked)
-		})
-		if err != nil {
+		if err := r.fn(fnCtx, tx, run); err != nil {
 			return err
 		}
 		if _, err := db.New(tx).FinishDebounced(fnCtx, db.FinishDebouncedParams{Scope: r.o.Scope, JobKey: c.JobKey, FencingToken: c.FencingToken}); err != nil {
@@ -380,18 +388,23 @@ func (r *runner) execute(ctx context.Context, c db.ClaimDebouncedRow, sent time.
 			}
 			return err
 		}
-		return tx.Commit(fnCtx)
+		err = tx.Commit(fnCtx)
+		if err == nil {
+			stopKeeping()
+		}
+		return err
 	}()
-	r.ended(label, c, tx, errors.Join(err, keeper.Err()), keeper)
+	if err != nil {
+		lost := keeper.Err()
+		stopKeeping()
+		r.ended(c, tx, errors.Join(err, lost))
+	}
 	ran(err)
 }
 
 // ended rolls back a run that did not commit, and records its failure, so that it runs again
 // after RetryDelay.
-func (r *runner) ended(label string, c db.ClaimDebouncedRow, tx pgx.Tx, err error, keeper *lease.Keeper) {
-	if err == nil {
-		return
-	}
+func (r *runner) ended(c db.ClaimDebouncedRow, tx pgx.Tx, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if tx != nil {

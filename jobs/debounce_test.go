@@ -70,11 +70,11 @@ func startRunners(t *testing.T, instances []*jobs.Deduper, opts *jobs.RunnerOpti
 func runsOf(t *testing.T, pool *pgxpool.Pool, key string) []debouncedRun {
 	t.Helper()
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		var left bool
 		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pglock_job_debounces WHERE job_key = $1)`, key).Scan(&left))
 		return !left
-	}, 30*time.Second, 20*time.Millisecond, "the key's runs end")
+	}, "the runs of %q end", key)
 	rows, err := pool.Query(ctx, `SELECT token, payload, deliveries FROM debounced_runs WHERE key = $1 ORDER BY token`, key)
 	require.NoError(t, err)
 	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (debouncedRun, error) {
@@ -99,20 +99,21 @@ func requireEveryDeliveryCountedOnce(t *testing.T, runs []debouncedRun, n int) {
 }
 
 // deliverInOrder delivers key n times from the instances in turn, one at a time (so that their
-// numbers are their order in the database), spaced by every; it returns the gaps between
-// consecutive deliveries at least minGap long, by this host's clock.
+// numbers are their order in the database), spaced by every; it returns how many times two
+// consecutive deliveries may have been at least minGap apart in the database: from the start of
+// one call to the end of the next, by this host's clock, bounds that.
 func deliverInOrder(t *testing.T, instances []*jobs.Deduper, key string, n int, every time.Duration,
 	opts jobs.DebounceOptions, minGap time.Duration) (gaps int) {
 	t.Helper()
-	var last time.Time
+	var previous time.Time // the start of the call before
 	for i := 1; i <= n; i++ {
 		start := time.Now()
-		if !last.IsZero() && start.Sub(last) >= minGap {
-			gaps++
-		}
 		_, err := instances[i%len(instances)].Debounce(context.Background(), key, i, opts)
 		require.NoError(t, err)
-		last = time.Now()
+		if !previous.IsZero() && time.Since(previous) >= minGap {
+			gaps++
+		}
+		previous = start
 		if d := every - time.Since(start); d > 0 {
 			time.Sleep(d)
 		}
@@ -130,7 +131,7 @@ func TestABurstOfDeliveriesRunsOnceWithTheLastPayload(t *testing.T) {
 	const quiet = 300 * time.Millisecond
 	opts := jobs.DebounceOptions{Quiet: quiet, MaxWait: time.Minute}
 	// 1,000 deliveries over 2 s.
-	gaps := deliverInOrder(t, instances, "user-42", 1000, 2*time.Millisecond, opts, quiet-20*time.Millisecond)
+	gaps := deliverInOrder(t, instances, "user-42", 1000, 2*time.Millisecond, opts, quiet)
 	runs := runsOf(t, d.Pool, "user-42")
 	t.Logf("1,000 deliveries over 2 s, quiet %s: %d run(s); %d gap(s) of the quiet period's length on this host", quiet, len(runs), gaps)
 	requireEveryDeliveryCountedOnce(t, runs, 1000)
@@ -149,7 +150,7 @@ func TestASteadyStreamRunsOncePerMaxWait(t *testing.T) {
 	const quiet, maxWait = 300 * time.Millisecond, time.Second
 	opts := jobs.DebounceOptions{Quiet: quiet, MaxWait: maxWait}
 	start := time.Now()
-	gaps := deliverInOrder(t, instances, "feed", 50, 100*time.Millisecond, opts, quiet-20*time.Millisecond) // 5 s
+	gaps := deliverInOrder(t, instances, "feed", 50, 100*time.Millisecond, opts, quiet) // 5 s
 	span := time.Since(start)
 	runs := runsOf(t, d.Pool, "feed")
 	t.Logf("a delivery every 100 ms for %s, quiet %s, max wait %s: %d runs; %d gap(s) of the quiet period's length on this host",
@@ -354,4 +355,28 @@ func TestDebounceAnswersTheDueTimeAndWhetherARunIsUnderWay(t *testing.T) {
 	require.Equal(t, 1, during.Deliveries, "a delivery during the run starts the next cycle")
 	require.Len(t, runs, 2)
 	requireEveryDeliveryCountedOnce(t, runs, 3)
+}
+
+// A panic in fn is the run's failure: the runner goes on, and the run runs again, once.
+func TestARunThatPanicsRunsAgainAndTheRunnerGoesOn(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newRunsTable(t, d.Pool)
+	dd := newDeduper(t, d.Pool, nil)
+	_, err := dd.Debounce(context.Background(), "k", 1, jobs.DebounceOptions{Quiet: time.Millisecond, MaxWait: time.Second})
+	require.NoError(t, err)
+	startRunners(t, []*jobs.Deduper{dd}, &jobs.RunnerOptions{RetryDelay: 10 * time.Millisecond}, func(ctx context.Context, tx pgx.Tx, run jobs.DebouncedRun) error {
+		if err := recordRun(ctx, tx, run); err != nil {
+			return err
+		}
+		if run.Attempt == 1 {
+			panic("a bug in fn")
+		}
+		return nil
+	})
+	runs := runsOf(t, d.Pool, "k")
+	requireEveryDeliveryCountedOnce(t, runs, 1)
+	var attempt int
+	require.NoError(t, d.Pool.QueryRow(context.Background(), `SELECT attempt FROM debounced_runs`).Scan(&attempt))
+	require.Equal(t, 2, attempt, "the panicking attempt's write was rolled back")
 }

@@ -221,12 +221,17 @@ func (d *Deduper) checkSuperseded() {
 	}
 	d.superseding.mu.Unlock()
 	for _, a := range attempts {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		row, err := d.queries.GetJob(ctx, db.GetJobParams{Scope: a.scope, JobKey: a.key})
-		cancel()
-		if err == nil && row.PglockJob.FencingToken > a.token {
-			d.supersededToken(strconv.FormatInt(a.token, 10))
-		}
+		d.checkAttempt(a)
+	}
+}
+
+// checkAttempt supersedes a when its record is a newer attempt's.
+func (d *Deduper) checkAttempt(a *running) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	row, err := d.queries.GetJob(ctx, db.GetJobParams{Scope: a.scope, JobKey: a.key})
+	cancel()
+	if err == nil && row.PglockJob.FencingToken > a.token {
+		d.supersededToken(strconv.FormatInt(a.token, 10))
 	}
 }
 

@@ -47,8 +47,15 @@ func deliverRound(t *testing.T, instances []*jobs.Deduper, key string, opts *job
 	)
 	release := make(chan struct{})
 	go func() {
+		// Bounded: were two attempts to run at once, fewer would answer, and the count shows it.
+		timeout := time.After(30 * time.Second)
 		for range deliveries - 1 {
-			<-answered
+			select {
+			case <-answered:
+			case <-timeout:
+				close(release)
+				return
+			}
 		}
 		close(release)
 	}()
@@ -223,6 +230,47 @@ func TestPerPeriodRunsOncePerPeriodOfTheDatabasesClock(t *testing.T) {
 	}
 }
 
+// A RunTx attempt whose backend is killed does not count: the period's next delivery runs the
+// key, once, and the period's later deliveries, on every instance, find it done.
+func TestPerPeriodAfterAKilledBackendRunsOnceInThePeriod(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newEffects(t, d.Pool)
+	instances := fourInstances(t, d, nil)
+	ctx := context.Background()
+	opts := &jobs.Options{Mode: jobs.PerPeriod(24 * time.Hour)}
+	insert := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO effects (key) VALUES ('daily')`)
+		return err
+	}
+	_, err := instances[0].RunTx(ctx, "daily", opts, func(ctx context.Context, tx pgx.Tx) error {
+		require.NoError(t, insert(ctx, tx))
+		killBackend(t, d.Pool, tx.Conn().PgConn())
+		return nil
+	})
+	require.Error(t, err)
+	require.Zero(t, effects(t, d.Pool, "daily"))
+	ranOn := map[time.Time]int{} // UTC day -> runs in it
+	for i, dd := range instances {
+		res, err := dd.RunTx(ctx, "daily", opts, insert)
+		require.NoError(t, err)
+		if i == 0 {
+			require.Equal(t, jobs.OutcomeRan, res.Outcome, "the killed attempt did not count")
+		}
+		if res.Outcome == jobs.OutcomeRan {
+			ranOn[res.StartedAt.UTC().Truncate(24*time.Hour)]++
+		} else {
+			require.Equal(t, jobs.OutcomeAlreadyDone, res.Outcome)
+		}
+	}
+	runs := 0
+	for day, n := range ranOn {
+		require.Equal(t, 1, n, "one run on %s", day) // a UTC day may end between two deliveries
+		runs += n
+	}
+	require.Equal(t, runs, effects(t, d.Pool, "daily"))
+}
+
 // Periods are counted from the Unix epoch, in UTC, whatever the session's time zone.
 func TestPerPeriodBoundariesAreAlignedToTheUnixEpoch(t *testing.T) {
 	t.Parallel()
@@ -303,8 +351,8 @@ func TestSupersedeFencesTheRunningAttemptAndRunsTheNewest(t *testing.T) {
 							}
 							time.Sleep(5 * time.Millisecond)
 						}
+						<-ctx.Done() // the refusal may come before the announcement
 						e.cause = context.Cause(ctx)
-						<-ctx.Done()
 						return ctx.Err()
 					})
 					endedCh[i] <- e
@@ -336,6 +384,59 @@ func TestSupersedeFencesTheRunningAttemptAndRunsTheNewest(t *testing.T) {
 			require.Zero(t, misordered, "no write of a superseded attempt after its successor's")
 		})
 	}
+}
+
+// Deliveries racing one another in Supersede mode are never answered in progress: each runs,
+// superseding the one before, and only the last claimed finishes.
+func TestConcurrentSupersedingDeliveriesAllRunAndTheLastFinishes(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	instances := fourInstances(t, d, nil)
+	const deliveries = 8
+	started := make(chan struct{}, deliveries)
+	release := make(chan struct{})
+	type ended struct {
+		res jobs.Result
+		err error
+	}
+	results := make(chan ended, deliveries)
+	for i := range deliveries {
+		go func() {
+			res, err := instances[i%4].Run(context.Background(), "k", &jobs.Options{Mode: jobs.Supersede}, func(ctx context.Context) error {
+				started <- struct{}{}
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-release:
+					return nil
+				}
+			})
+			results <- ended{res, err}
+		}()
+	}
+	for range deliveries {
+		testdb.Receive(t, started) // every delivery ran fn
+	}
+	close(release)
+	succeeded, superseded := 0, 0
+	var last jobs.Result
+	for range deliveries {
+		e := testdb.Receive(t, results)
+		require.Equal(t, jobs.OutcomeRan, e.res.Outcome)
+		if e.err == nil {
+			succeeded++
+			last = e.res
+			continue
+		}
+		require.ErrorIs(t, e.err, pglock.ErrSuperseded)
+		superseded++
+	}
+	require.Equal(t, 1, succeeded)
+	require.Equal(t, deliveries-1, superseded)
+	rec, err := instances[0].Status(context.Background(), "k")
+	require.NoError(t, err)
+	require.Equal(t, last.Token, rec.Token, "the record is the last attempt's")
+	require.Equal(t, jobs.StatusSucceeded, rec.Status)
 }
 
 // A superseding claim waits for a transaction that checked the running attempt's fence: when
@@ -379,11 +480,11 @@ func TestSupersedeAfterTheFencedBackendIsKilled(t *testing.T) {
 		newDone <- delivered{res, err}
 	}()
 	// The new claim waits on the fenced row: see it wait, then kill the fenced transaction.
-	require.Eventually(t, func() bool {
+	testdb.WaitFor(t, func() bool {
 		var waiting bool
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%claim_in_mode%')`).Scan(&waiting))
 		return waiting
-	}, 10*time.Second, 10*time.Millisecond)
+	}, "the superseding claim waits for the fenced transaction")
 	killBackend(t, d.Pool, conn)
 	got := testdb.Receive(t, newDone)
 	require.NoError(t, got.err)

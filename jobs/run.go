@@ -227,6 +227,9 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	untrack := func() {}
 	if req.mode == Supersede {
 		untrack = d.track(run)
+		// A supersession that committed between the claim and the tracking was announced to
+		// nobody here: look once.
+		d.checkAttempt(run)
 	}
 	// Stopped before the outcome is written: a renewal after it would find the attempt gone.
 	stopKeeping := func() {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pglock/pglock"
 	"github.com/pglock/pglock/jobs"
@@ -24,6 +25,9 @@ const (
 	DefaultMaxBody     = 1 << 20 // bytes of a request's body
 	DefaultMaxResponse = 1 << 20 // bytes of a response's body that is stored
 	DefaultWindow      = 24 * time.Hour
+	// DefaultScope keeps the keys clients send apart from the service's own job keys: a
+	// client's key never answers, nor is answered by, a job.
+	DefaultScope = "pglock.idempotency"
 )
 
 // ReplayedHeader marks a response replayed from the first request's.
@@ -43,7 +47,7 @@ type Options struct {
 	// PATCH, which the IETF draft names as the ones that are not idempotent.
 	Methods []string
 	// Fingerprint identifies what a request asks for, so that a key reused for another request
-	// is refused (422). Default: the method, the path and a SHA-256 of the body.
+	// is refused (422). Default: DefaultFingerprint.
 	Fingerprint func(r *http.Request, body []byte) string
 	// MaxBody bounds a request's body, in bytes: a larger one is refused (413) before anything
 	// is stored. Default: DefaultMaxBody.
@@ -62,7 +66,8 @@ type Options struct {
 	StoreServerErrors bool
 	// Window is how long a key's response is kept and replayed. Default: DefaultWindow.
 	Window time.Duration
-	// Scope namespaces the keys (say, per API, or per tenant). Default: the Deduper's Config.Scope.
+	// Scope namespaces the keys (say, per API, or per tenant); keep it apart from the scopes of
+	// the service's own jobs. At most jobs.MaxScopeLen characters. Default: DefaultScope.
 	Scope string
 	// TTL is the lease of a request in flight (see jobs.Options.TTL). Default: jobs.DefaultTTL.
 	TTL time.Duration
@@ -133,6 +138,9 @@ func (o *Options) withDefaults(d *jobs.Deduper) (*config, error) {
 	if c.Window == 0 {
 		c.Window = DefaultWindow
 	}
+	if c.Scope == "" {
+		c.Scope = DefaultScope
+	}
 	invalid := func(format string, args ...any) (*config, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{pglock.ErrInvalidArgument}, args...)...)
 	}
@@ -145,6 +153,12 @@ func (o *Options) withDefaults(d *jobs.Deduper) (*config, error) {
 		return invalid("Options.MaxBody (%d) must be positive", c.MaxBody)
 	case c.MaxResponse < 0:
 		return invalid("Options.MaxResponse (%d) must be positive", c.MaxResponse)
+	case c.Window < time.Millisecond || c.Window > jobs.MaxWindow:
+		return invalid("Options.Window (%s) must be from 1 ms to %s", c.Window, jobs.MaxWindow)
+	case c.TTL != 0 && (c.TTL < 100*time.Millisecond || c.TTL > 24*time.Hour):
+		return nil, fmt.Errorf("%w: Options.TTL (%s) must be from 100 ms to 24 h", pglock.ErrInvalidTTL, c.TTL)
+	case utf8.RuneCountInString(c.Scope) > jobs.MaxScopeLen || !utf8.ValidString(c.Scope) || strings.IndexByte(c.Scope, 0) >= 0:
+		return invalid("Options.Scope %.40q must be at most %d characters of UTF-8 without NUL", c.Scope, jobs.MaxScopeLen)
 	}
 	c.kept = map[string]bool{}
 	for _, h := range c.KeptHeaders {
@@ -153,10 +167,10 @@ func (o *Options) withDefaults(d *jobs.Deduper) (*config, error) {
 	return &c, nil
 }
 
-// DefaultFingerprint is the method, the path and a SHA-256 of the body.
+// DefaultFingerprint is the method, the path with its query, and a SHA-256 of the body.
 func DefaultFingerprint(r *http.Request, body []byte) string {
 	sum := sha256.Sum256(body)
-	return r.Method + " " + r.URL.EscapedPath() + " " + hex.EncodeToString(sum[:])
+	return r.Method + " " + r.URL.RequestURI() + " " + hex.EncodeToString(sum[:])
 }
 
 func (c *config) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -213,6 +227,10 @@ func (c *config) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	case res.Outcome == jobs.OutcomeInProgress:
 		problem(w, http.StatusConflict, "Request in progress",
 			"A request with this idempotency key is being processed: retry once it has finished.")
+	case saved.Status < 200 || saved.Status > 999:
+		// Not a response this middleware stored: the key's record is another kind of job's.
+		problem(w, http.StatusUnprocessableEntity, "Idempotency key reused",
+			"This idempotency key was used for another request.")
 	default: // OutcomeAlreadyDone
 		h := w.Header()
 		for k, v := range saved.Header {
@@ -239,6 +257,9 @@ type recorder struct {
 func (rec *recorder) Header() http.Header { return rec.header }
 
 func (rec *recorder) WriteHeader(status int) {
+	if status < 200 {
+		return // informational (103 Early Hints): not the response
+	}
 	if !rec.wroteHeader {
 		rec.status, rec.wroteHeader = status, true
 	}

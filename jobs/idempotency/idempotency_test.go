@@ -53,8 +53,13 @@ type answer struct {
 	err      error
 }
 
+// post sends a payment with key; a key "k?query" sends key k to /payments?query.
 func post(url, key, body string) answer {
-	req, err := http.NewRequest(http.MethodPost, url+"/payments", strings.NewReader(body))
+	path := "/payments"
+	if k, query, ok := strings.Cut(key, "?"); ok {
+		key, path = k, path+"?"+query
+	}
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
 	if err != nil {
 		return answer{err: err}
 	}
@@ -180,6 +185,7 @@ func TestRequestsThatCannotBeDeduplicatedGetTheirStatusAndStoreNothing(t *testin
 		status          int
 	}{
 		{"another request with the key", "k", `{"cents":2}`, http.StatusUnprocessableEntity},
+		{"another query with the key", "k?amount=500", `{"cents":1}`, http.StatusUnprocessableEntity},
 		{"a body over the limit", "big", strings.Repeat("x", 1025), http.StatusRequestEntityTooLarge},
 		{"no key where one is required", "", `{}`, http.StatusBadRequest},
 		{"a key over 1024 bytes", strings.Repeat("k", 1025), `{}`, http.StatusBadRequest},
@@ -258,10 +264,35 @@ func TestMiddlewareRefusesBadOptions(t *testing.T) {
 	d := testdb.New(t, nil)
 	dd, err := jobs.New(d.Pool, nil)
 	require.NoError(t, err)
-	for _, o := range []*idempotency.Options{{Header: "Bad Header"}, {MaxBody: -1}, {MaxResponse: -1}} {
+	for _, o := range []*idempotency.Options{{Header: "Bad Header"}, {MaxBody: -1}, {MaxResponse: -1},
+		{Window: -time.Hour}, {Window: jobs.MaxWindow + time.Hour}, {Scope: strings.Repeat("s", 256)}, {Scope: "s\x00"}} {
 		_, err := idempotency.Middleware(dd, o)
 		require.True(t, errors.Is(err, pglock.ErrInvalidArgument), "%+v: %v", o, err)
 	}
+	_, err = idempotency.Middleware(dd, &idempotency.Options{TTL: time.Millisecond})
+	require.ErrorIs(t, err, pglock.ErrInvalidTTL)
 	_, err = idempotency.Middleware(nil, nil)
 	require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+}
+
+// The clients' keys are apart from the service's own jobs: a client sending a job's key neither
+// gets the job's result nor keeps the job from running.
+func TestClientKeysAreApartFromTheServicesJobKeys(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	urls := servers(t, d, nil, payments(t, d.Pool, nil))
+	dd, err := jobs.New(d.Pool, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = dd.Run(ctx, "invoice:42", nil, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	a := post(urls[0], "invoice:42", "{}")
+	require.Equal(t, http.StatusCreated, a.status)
+	require.Empty(t, a.replayed, "the request ran")
+	require.Equal(t, http.StatusCreated, post(urls[1], "invoice:44", "{}").status)
+	ran := false
+	res, err := dd.Run(ctx, "invoice:44", nil, func(context.Context) error { ran = true; return nil })
+	require.NoError(t, err)
+	require.True(t, ran)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome, "the job runs though a client used its key")
 }

@@ -248,7 +248,7 @@ REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
 -- claim never waits for another: not for a row lock held by an attempt, nor for the
 -- uncommitted insert of one; except that a supersede waits for a transaction that checked the
 -- running attempt's fence (pglock_job_fence) to end, so that what it wrote precedes the new
--- attempt.
+-- attempt, and for another supersede's claim of the key (it then supersedes that one).
 CREATE OR REPLACE FUNCTION pglock_job_claim_in_mode(
     p_scope varchar, p_key text, p_holder_id varchar, p_instance varchar, p_transactional boolean,
     p_ttl_ms bigint, p_fingerprint text, p_window_ms bigint, p_max_attempts integer,
@@ -290,7 +290,14 @@ BEGIN
     -- The lock first, then the read: once held, only an attempt finishing (or the record
     -- forgotten or collected) changes what the read found, and no claim elsewhere writes.
     v_lock_key := pglock_job_lock_key(p_scope, p_key);
-    v_locked := pg_try_advisory_xact_lock(v_lock_key);
+    IF p_mode = 'supersede' THEN
+        -- Every delivery runs: one behind another supersede's claim (which may wait for a fenced
+        -- transaction) waits for it, then supersedes it in turn.
+        PERFORM pg_advisory_xact_lock(v_lock_key);
+        v_locked := true;
+    ELSE
+        v_locked := pg_try_advisory_xact_lock(v_lock_key);
+    END IF;
     -- Twice at most: the record may change between the read and the write only by an attempt
     -- finishing, which happens once.
     FOR i IN 1..2 LOOP
@@ -346,15 +353,19 @@ BEGIN
                     v_now + p_window_ms * interval '1 millisecond', v_now, p_fingerprint)
             ON CONFLICT (scope, job_key) DO UPDATE
                SET status = excluded.status, holder_id = excluded.holder_id, instance = excluded.instance,
-                   fencing_token = excluded.fencing_token, lease_expires_at = excluded.lease_expires_at,
-                   started_at = excluded.started_at, finished_at = excluded.finished_at,
+                   fencing_token = excluded.fencing_token,
+                   -- A supersede may have waited for a fenced transaction: its lease starts now.
+                   lease_expires_at = CASE WHEN v_superseded IS NULL THEN excluded.lease_expires_at
+                                           ELSE clock_timestamp() + p_ttl_ms * interval '1 millisecond' END,
+                   started_at = CASE WHEN v_superseded IS NULL THEN excluded.started_at ELSE clock_timestamp() END,
+                   finished_at = excluded.finished_at,
                    -- A record whose cycle ended is gone: this is a first delivery again.
                    attempts = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
                                    THEN 1 ELSE j.attempts + 1 END,
                    created_at = CASE WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
                                      THEN v_now ELSE j.created_at END,
                    -- A superseded attempt's end is its error: operators see it with the record.
-                   last_error = CASE WHEN j.fencing_token = v_superseded
+                   last_error = CASE WHEN j.fencing_token = v_superseded AND j.status = 'running'
                                      THEN format('attempt %s on %s was superseded by attempt %s', j.fencing_token, j.instance,
                                                  excluded.fencing_token)
                                      WHEN pglock_job_cycle_ended(j.retain_until, j.status, j.created_at, v_now, p_mode, p_period_ms)
