@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +37,10 @@ var (
 	WhileRunning = Mode{name: "while_running"}
 	// Supersede: a delivery of a key that runs takes it over: the running attempt's context
 	// is canceled with a cause matching [pglock.ErrSuperseded] (and [pglock.ErrLockLost]),
-	// its Fence checks and its outcome are refused, and the new delivery runs. For Run and Do;
-	// not with Options.Wait, MaxAttempts or Fingerprint, which it would contradict.
+	// its Fence checks and its outcome are refused (a RunTx attempt's transaction is rolled
+	// back), and the new delivery runs (once a superseded RunTx transaction has ended). Not
+	// with Options.Wait, MaxAttempts or Fingerprint, which it would contradict, nor in
+	// RunTxBatch.
 	Supersede = Mode{name: "supersede"}
 )
 
@@ -153,16 +155,18 @@ func fence(ctx context.Context, q db.DBTX) error {
 type running struct {
 	scope, key, label string
 	token             int64
-	ctx               context.Context // fn's
-	supersede         context.CancelCauseFunc
+	// payload is what announces its supersession: its token (Run), or "lock:" and its key's
+	// lock key (RunTx, whose claim is not visible to the superseding delivery).
+	payload   string
+	ctx       context.Context // fn's
+	supersede context.CancelCauseFunc
 }
 
-// superseding tracks this Deduper's Supersede attempts, by fencing token, and has the pool's
-// listener tell it of the tokens superseded (the channel pglock_job_superseded) while there
-// are any.
+// superseding tracks this Deduper's Supersede attempts, by payload, and has the pool's
+// listener tell it of those superseded (the channel pglock_job_superseded) while there are any.
 type superseding struct {
 	mu          sync.Mutex
-	attempts    map[int64]*running
+	attempts    map[string]*running
 	unsubscribe func()
 }
 
@@ -173,16 +177,16 @@ func (d *Deduper) track(a *running) (untrack func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.attempts == nil {
-		s.attempts = map[int64]*running{}
+		s.attempts = map[string]*running{}
 	}
-	s.attempts[a.token] = a
+	s.attempts[a.payload] = a
 	if s.unsubscribe == nil && !d.cfg.DisableNotifications {
 		s.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, db.SupersededChannel,
-			notify.Handler{Notify: d.supersededToken, Listening: func() { go d.checkSuperseded() }})
+			notify.Handler{Notify: d.superseded, Listening: func() { go d.checkSuperseded() }})
 	}
 	return func() {
 		s.mu.Lock()
-		delete(s.attempts, a.token)
+		delete(s.attempts, a.payload)
 		unsubscribe := s.unsubscribe
 		if len(s.attempts) == 0 {
 			s.unsubscribe = nil
@@ -196,28 +200,27 @@ func (d *Deduper) track(a *running) (untrack func()) {
 	}
 }
 
-// supersededToken cancels the attempt of this process whose token a claim announced superseded.
-func (d *Deduper) supersededToken(payload string) {
-	token, err := strconv.ParseInt(payload, 10, 64)
-	if err != nil {
-		return
-	}
+// superseded cancels the attempt of this process whose supersession a claim announced.
+func (d *Deduper) superseded(payload string) {
 	d.superseding.mu.Lock()
-	a := d.superseding.attempts[token]
+	a := d.superseding.attempts[payload]
 	d.superseding.mu.Unlock()
 	if a != nil {
 		a.supersede(errs.Errorf("%w: %w: a newer delivery of %s took it over from this attempt (token %d)",
-			pglock.ErrLockLost, pglock.ErrSuperseded, a.label, token))
+			pglock.ErrLockLost, pglock.ErrSuperseded, a.label, a.token))
 	}
 }
 
-// checkSuperseded reads the records of the Supersede attempts under way, once the listener
-// listens (again): a supersession committed before then was announced to nobody.
+// checkSuperseded reads the records of the Supersede attempts of Run under way, once the
+// listener listens (again): a supersession committed before then was announced to nobody. (A
+// RunTx attempt's superseding delivery asks again at each of its polls.)
 func (d *Deduper) checkSuperseded() {
 	d.superseding.mu.Lock()
 	attempts := make([]*running, 0, len(d.superseding.attempts))
 	for _, a := range d.superseding.attempts {
-		attempts = append(attempts, a)
+		if !strings.HasPrefix(a.payload, "lock:") { // a RunTx attempt's delivery asks again
+			attempts = append(attempts, a)
+		}
 	}
 	d.superseding.mu.Unlock()
 	for _, a := range attempts {
@@ -231,7 +234,7 @@ func (d *Deduper) checkAttempt(a *running) {
 	row, err := d.queries.GetJob(ctx, db.GetJobParams{Scope: a.scope, JobKey: a.key})
 	cancel()
 	if err == nil && row.PglockJob.FencingToken > a.token {
-		d.supersededToken(strconv.FormatInt(a.token, 10))
+		d.superseded(a.payload)
 	}
 }
 

@@ -439,6 +439,68 @@ func TestConcurrentSupersedingDeliveriesAllRunAndTheLastFinishes(t *testing.T) {
 	require.Equal(t, jobs.StatusSucceeded, rec.Status)
 }
 
+// A RunTx attempt is superseded too: the newer delivery asks its runner to stop, its
+// transaction rolls back (its writes with it), and the newer runs once it has ended. One whose
+// backend is killed leaves nothing behind, and the next delivery runs at once.
+func TestSupersedeRollsBackTheRunningTransaction(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	newEffects(t, d.Pool)
+	instances := fourInstances(t, d, nil)
+	ctx := context.Background()
+	opts := &jobs.Options{Mode: jobs.Supersede}
+	started := make(chan int64, len(instances))
+	release := make(chan struct{})
+	type ended struct {
+		res jobs.Result
+		err error
+	}
+	results := make([]chan ended, len(instances))
+	for i, dd := range instances {
+		results[i] = make(chan ended, 1)
+		go func() {
+			res, err := dd.RunTx(ctx, "k", opts, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO effects (key, by_token) VALUES ('k', $1)`, i); err != nil {
+					return err
+				}
+				started <- int64(i)
+				select {
+				case <-ctx.Done():
+					return nil // as if it went on: the transaction must not commit all the same
+				case <-release:
+					return nil
+				}
+			})
+			results[i] <- ended{res, err}
+		}()
+		require.Equal(t, int64(i), testdb.Receive(t, started), "each delivery runs once the one before was superseded")
+	}
+	close(release)
+	for i := range instances[:len(instances)-1] {
+		e := testdb.Receive(t, results[i])
+		require.ErrorIs(t, e.err, pglock.ErrSuperseded, "instance %d", i)
+	}
+	last := testdb.Receive(t, results[len(instances)-1])
+	require.NoError(t, last.err)
+	require.Equal(t, jobs.OutcomeRan, last.res.Outcome)
+	var writers []int64
+	rows, err := d.Pool.Query(ctx, `SELECT by_token FROM effects`)
+	require.NoError(t, err)
+	writers, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{int64(len(instances) - 1)}, writers, "only the last attempt's writes committed")
+
+	// A superseding attempt whose backend is killed: nothing of it remains, and the next runs.
+	_, err = instances[0].RunTx(ctx, "k2", opts, func(ctx context.Context, tx pgx.Tx) error {
+		killBackend(t, d.Pool, tx.Conn().PgConn())
+		return nil
+	})
+	require.Error(t, err)
+	res, err := instances[1].RunTx(ctx, "k2", opts, func(context.Context, pgx.Tx) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeRan, res.Outcome)
+}
+
 // A superseding claim waits for a transaction that checked the running attempt's fence: when
 // that transaction's backend is killed, the claim goes through, and nothing of it remains.
 func TestSupersedeAfterTheFencedBackendIsKilled(t *testing.T) {
@@ -506,23 +568,19 @@ func TestModesRefuseWhatContradictsThemAndWriteNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts jobs.Options
-		tx   bool // refused by RunTx and RunTxBatch only
 	}{
-		{"period 0", jobs.Options{Mode: jobs.PerPeriod(0)}, false},
-		{"negative period", jobs.Options{Mode: jobs.PerPeriod(-time.Hour)}, false},
-		{"period not whole milliseconds", jobs.Options{Mode: jobs.PerPeriod(1500 * time.Microsecond)}, false},
-		{"period over the limit", jobs.Options{Mode: jobs.PerPeriod(jobs.MaxWindow + time.Hour)}, false},
-		{"supersede and wait", jobs.Options{Mode: jobs.Supersede, Wait: true}, false},
-		{"supersede and max attempts", jobs.Options{Mode: jobs.Supersede, MaxAttempts: 3}, false},
-		{"supersede and fingerprint", jobs.Options{Mode: jobs.Supersede, Fingerprint: "f"}, false},
-		{"supersede in a transaction", jobs.Options{Mode: jobs.Supersede}, true},
+		{"period 0", jobs.Options{Mode: jobs.PerPeriod(0)}},
+		{"negative period", jobs.Options{Mode: jobs.PerPeriod(-time.Hour)}},
+		{"period not whole milliseconds", jobs.Options{Mode: jobs.PerPeriod(1500 * time.Microsecond)}},
+		{"period over the limit", jobs.Options{Mode: jobs.PerPeriod(jobs.MaxWindow + time.Hour)}},
+		{"supersede and wait", jobs.Options{Mode: jobs.Supersede, Wait: true}},
+		{"supersede and max attempts", jobs.Options{Mode: jobs.Supersede, MaxAttempts: 3}},
+		{"supersede and fingerprint", jobs.Options{Mode: jobs.Supersede, Fingerprint: "f"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !tc.tx {
-				_, err := dd.Run(ctx, "k", &tc.opts, func(context.Context) error { return nil })
-				require.ErrorIs(t, err, pglock.ErrInvalidArgument)
-			}
-			_, err := dd.RunTx(ctx, "k", &tc.opts, func(context.Context, pgx.Tx) error { return nil })
+			_, err := dd.Run(ctx, "k", &tc.opts, func(context.Context) error { return nil })
+			require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+			_, err = dd.RunTx(ctx, "k", &tc.opts, func(context.Context, pgx.Tx) error { return nil })
 			require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -218,10 +219,11 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	// is the first: ErrSuperseded.
 	supersedable, supersede := context.WithCancelCause(ctx)
 	guarded, stop := keeper.Guard(supersedable)
-	run := &running{scope: req.scope, key: req.key, label: req.label(), token: res.Token, supersede: func(err error) {
-		supersede(err)
-		keeper.Lose(pglock.CauseSuperseded, err)
-	}}
+	run := &running{scope: req.scope, key: req.key, label: req.label(), token: res.Token,
+		payload: strconv.FormatInt(res.Token, 10), supersede: func(err error) {
+			supersede(err)
+			keeper.Lose(pglock.CauseSuperseded, err)
+		}}
 	fnCtx := context.WithValue(guarded, attemptKey{}, run)
 	run.ctx = fnCtx
 	untrack := func() {}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,8 +65,9 @@ func (d *Deduper) runTx(ctx context.Context, key string, opts *Options, newRun f
 		return Result{}, err
 	}
 	if req.mode == Supersede {
-		// A transaction holds its key's lock until it ends: no newer delivery could take it.
-		return Result{}, errs.Errorf("%w: Options.Mode Supersede is for Run and Do, whose attempts run under a lease", pglock.ErrInvalidArgument)
+		// A key another transaction holds is answered in progress: this delivery asks that
+		// attempt to stop (attemptTx), and waits for its transaction to end to claim again.
+		req.wait = true
 	}
 	return d.deliver(ctx, req, pglock.ModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
 		return d.attemptTx(ctx, req, newRun(req))
@@ -131,16 +133,45 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	res, err = req.answer(a)
 	if err != nil || res.Outcome != OutcomeRan {
 		run.rollback(ctx) // nothing was written: no WAL to flush
+		if err == nil && res.Outcome == OutcomeInProgress && req.mode == Supersede {
+			// Ask the transaction holding the key to stop; its runner rolls it back.
+			if err := d.queries.SupersedeTx(ctx, db.Deref(a.LockKey)); err != nil {
+				return res, 0, errs.Errorf("supersede %s: %w", req.label(), err)
+			}
+		}
 		return res, db.Deref(a.LockKey), err
 	}
 
+	superseded := func() error { return nil }
+	if req.mode == Supersede {
+		// Canceled with ErrSuperseded when a newer delivery asks: fn, and the COMMIT, with it.
+		var supersede context.CancelCauseFunc
+		ctx, supersede = context.WithCancelCause(ctx)
+		defer supersede(nil)
+		defer d.track(&running{scope: req.scope, key: req.key, label: req.label(), token: res.Token,
+			payload: "lock:" + strconv.FormatInt(db.Deref(a.LockKey), 10), supersede: supersede})()
+		superseded = func() error {
+			if cause := context.Cause(ctx); errors.Is(cause, pglock.ErrSuperseded) {
+				return cause
+			}
+			return nil
+		}
+	}
 	runCtx, ran := d.beginRun(ctx, req, pglock.ModeRunTx, res)
-	record := func(outcome error) error { return d.recordOutcome(ctx, req, outcome) }
+	record := func(outcome error) error {
+		if superseded() != nil {
+			return nil // the newer delivery runs the key: its outcome is the one to record
+		}
+		return d.recordOutcome(ctx, req, outcome)
+	}
 	_, fnErr := callRecovering(func() (struct{}, error) { return struct{}{}, run.call(runCtx) }, func(panicked error) {
 		ran(panicked)
 		run.rollback(ctx)
 		record(panicked)
 	})
+	if cause := superseded(); cause != nil {
+		fnErr = errors.Join(fnErr, cause) // not committed, whatever fn returned
+	}
 	ran(fnErr)
 	res.FinishedAt, err = d.endTx(ctx, run, fnErr, req.label(), func(ctx context.Context, q *db.Queries) (time.Time, error) {
 		return q.FinishJobTx(ctx, db.FinishJobTxParams{Scope: req.scope, JobKey: req.key, FencingToken: res.Token, WindowMs: req.window.Milliseconds()})

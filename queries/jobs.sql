@@ -180,3 +180,8 @@ SELECT sqlc.embed(d), clock_timestamp()::timestamptz AS now
  WHERE sqlc.narg('scope')::varchar IS NULL OR d.scope = sqlc.narg('scope')
  ORDER BY d.ready_at NULLS LAST, d.scope, d.job_key
  LIMIT @max_rows;
+
+-- SupersedeTx asks the runner of a RunTx attempt holding a key (its lock key) to stop, for a
+-- Supersede delivery of the key (see pglock_job_claim_in_mode).
+-- name: SupersedeTx :exec
+SELECT pg_notify('pglock_job_superseded', 'lock:' || @lock_key::bigint);

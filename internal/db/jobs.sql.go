@@ -900,6 +900,17 @@ func (q *Queries) RenewJobs(ctx context.Context, arg RenewJobsParams) ([]RenewJo
 	return items, nil
 }
 
+const supersedeTx = `-- name: SupersedeTx :exec
+SELECT pg_notify('pglock_job_superseded', 'lock:' || $1::bigint)
+`
+
+// SupersedeTx asks the runner of a RunTx attempt holding a key (its lock key) to stop, for a
+// Supersede delivery of the key (see pglock_job_claim_in_mode).
+func (q *Queries) SupersedeTx(ctx context.Context, lockKey int64) error {
+	_, err := q.db.Exec(ctx, supersedeTx, lockKey)
+	return err
+}
+
 const unawaitJob = `-- name: UnawaitJob :exec
 SELECT pglock_job_unawait($1, $2, $3)
 `

@@ -164,9 +164,6 @@ BEGIN
         RAISE EXCEPTION 'p_mode: must be window, while_running, per_period or supersede, got %', coalesce(p_mode, 'null')
             USING ERRCODE = '22023', COLUMN = 'p_mode';
     END IF;
-    IF p_mode = 'supersede' AND p_transactional THEN
-        RAISE EXCEPTION 'p_mode: supersede claims outside a transaction only' USING ERRCODE = '22023', COLUMN = 'p_mode';
-    END IF;
     IF p_mode = 'supersede' AND p_max_attempts <> 0 THEN
         RAISE EXCEPTION 'p_max_attempts: must be 0 in mode supersede, where every delivery runs' USING ERRCODE = '22023', COLUMN = 'p_max_attempts';
     END IF;
@@ -229,7 +226,9 @@ REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
 --                  (pglock_job_fence) and outcome are refused from then, and its fencing token
 --                  is announced on the channel pglock_job_superseded when the claim commits, so
 --                  that its runner stops at once; last_error says which attempt superseded which.
---                  Outside a transaction only.
+--                  A key a transaction holds (a claim inside one) answers running: the caller
+--                  asks that transaction's runner to stop, NOTIFY pglock_job_superseded with
+--                  'lock:' and the answer's lock_key, and claims again once it has ended.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
 -- transaction (p_transactional true), the record is written in that transaction, so that
@@ -277,7 +276,7 @@ BEGIN
        OR p_max_attempts IS NULL OR p_max_attempts < 0
        OR p_idle_timeout_ms IS NULL OR p_idle_timeout_ms < 0 OR p_idle_timeout_ms > 2147483647
        OR (CASE p_mode WHEN 'window' THEN p_period_ms IS NULL WHEN 'while_running' THEN p_period_ms IS NULL
-                       WHEN 'supersede' THEN p_period_ms IS NULL AND NOT p_transactional AND p_max_attempts = 0
+                       WHEN 'supersede' THEN p_period_ms IS NULL AND p_max_attempts = 0
                        WHEN 'per_period' THEN pglock_job_window_ok(p_period_ms) AND p_window_ms >= p_period_ms
                        ELSE false END) IS NOT TRUE THEN
         PERFORM pglock_job_check_claim(p_scope, p_key, p_holder_id, p_transactional, p_ttl_ms, p_window_ms,
@@ -290,9 +289,10 @@ BEGIN
     -- The lock first, then the read: once held, only an attempt finishing (or the record
     -- forgotten or collected) changes what the read found, and no claim elsewhere writes.
     v_lock_key := pglock_job_lock_key(p_scope, p_key);
-    IF p_mode = 'supersede' THEN
+    IF p_mode = 'supersede' AND NOT p_transactional THEN
         -- Every delivery runs: one behind another supersede's claim (which may wait for a fenced
-        -- transaction) waits for it, then supersedes it in turn.
+        -- transaction) waits for it, then supersedes it in turn. (In a transaction, the key's
+        -- lock would be held until it ends: the caller asks the holder to stop, and claims again.)
         PERFORM pg_advisory_xact_lock(v_lock_key);
         v_locked := true;
     ELSE
@@ -386,7 +386,8 @@ BEGIN
         IF v_claimed THEN
             IF p_transactional THEN
                 v_text := pglock_job_bound_idle(p_idle_timeout_ms);
-            ELSIF v_superseded IS NOT NULL THEN
+            END IF;
+            IF v_superseded IS NOT NULL THEN
                 PERFORM pg_notify('pglock_job_superseded', v_superseded::text);
             END IF;
             RETURN pglock_job_answer_of('claimed', v_job, v_lock_key);
