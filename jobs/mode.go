@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +42,8 @@ var (
 	// its Fence checks and its outcome are refused (a RunTx attempt's transaction is rolled
 	// back), and the new delivery runs (once a superseded RunTx transaction has ended). Not
 	// with Options.Wait, MaxAttempts or Fingerprint, which it would contradict, nor in
-	// RunTxBatch.
+	// RunTxBatch, nor for RunTx with Config.DisableNotifications (the running transaction could
+	// not be asked to stop).
 	Supersede = Mode{name: "supersede"}
 )
 
@@ -156,7 +159,8 @@ type running struct {
 	scope, key, label string
 	token             int64
 	// payload is what announces its supersession: its token (Run), or "lock:" and its key's
-	// lock key (RunTx, whose claim is not visible to the superseding delivery).
+	// lock key (RunTx, whose claim is not visible to the superseding delivery; the request adds
+	// its own token).
 	payload   string
 	ctx       context.Context // fn's
 	supersede context.CancelCauseFunc
@@ -184,9 +188,11 @@ func (d *Deduper) track(a *running) (untrack func()) {
 		s.unsubscribe = notify.Subscribe(d.pool, d.cfg.ListenerConnConfig, d.cfg.Logger, db.SupersededChannel,
 			notify.Handler{Notify: d.superseded, Listening: func() { go d.checkSuperseded() }})
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		s.mu.Lock()
-		delete(s.attempts, a.payload)
+		if s.attempts[a.payload] == a {
+			delete(s.attempts, a.payload)
+		}
 		unsubscribe := s.unsubscribe
 		if len(s.attempts) == 0 {
 			s.unsubscribe = nil
@@ -197,15 +203,27 @@ func (d *Deduper) track(a *running) (untrack func()) {
 		if unsubscribe != nil {
 			unsubscribe()
 		}
-	}
+	})
 }
 
-// superseded cancels the attempt of this process whose supersession a claim announced.
+// superseded cancels the attempt of this process whose supersession a claim announced: a Run
+// attempt's token, or a RunTx attempt's "lock:<lock key>:<token>", which cancels the attempt
+// holding that key only if its token is smaller (a request sent while an older attempt held the
+// key may arrive once a newer one does).
 func (d *Deduper) superseded(payload string) {
+	below := int64(math.MaxInt64)
+	if rest, ok := strings.CutPrefix(payload, "lock:"); ok {
+		key, token, ok := strings.Cut(rest, ":")
+		n, err := strconv.ParseInt(token, 10, 64)
+		if !ok || err != nil {
+			return
+		}
+		payload, below = "lock:"+key, n
+	}
 	d.superseding.mu.Lock()
 	a := d.superseding.attempts[payload]
 	d.superseding.mu.Unlock()
-	if a != nil {
+	if a != nil && a.token < below {
 		a.supersede(errs.Errorf("%w: %w: a newer delivery of %s took it over from this attempt (token %d)",
 			pglock.ErrLockLost, pglock.ErrSuperseded, a.label, a.token))
 	}

@@ -589,6 +589,11 @@ func TestModesRefuseWhatContradictsThemAndWriteNothing(t *testing.T) {
 			func(context.Context, pgx.Tx, []string) error { return nil })
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
 	})
+	t.Run("supersede in a transaction without notifications", func(t *testing.T) {
+		quiet := newDeduper(t, d.Pool, &jobs.Config{DisableNotifications: true})
+		_, err := quiet.RunTx(ctx, "k", &jobs.Options{Mode: jobs.Supersede}, func(context.Context, pgx.Tx) error { return nil })
+		require.ErrorIs(t, err, pglock.ErrInvalidArgument)
+	})
 	t.Run("fence outside fn", func(t *testing.T) {
 		err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return jobs.Fence(ctx, tx) })
 		require.ErrorIs(t, err, pglock.ErrInvalidArgument)

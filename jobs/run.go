@@ -48,8 +48,9 @@ var errPanicked = errors.New("pglock: the job's function panicked")
 // Options.Wait, after the first.
 func (d *Deduper) attempts(ctx context.Context, req request, attempt attemptFunc) (Result, error) {
 	var (
-		w    *watch
-		next <-chan struct{} // taken before each claim: a wake during it is not missed
+		w     *watch
+		next  <-chan struct{} // taken before each claim: a wake during it is not missed
+		tries int
 	)
 	defer func() {
 		if w != nil {
@@ -60,6 +61,15 @@ func (d *Deduper) attempts(ctx context.Context, req request, attempt attemptFunc
 		res, lockKey, err := attempt(ctx, req)
 		if err != nil || res.Outcome != OutcomeInProgress || !req.wait {
 			return res, err
+		}
+		if req.mode == Supersede {
+			// A transaction holds the key (RunTx): each claim asked it to stop; claim again
+			// until it has ended.
+			if !pollBackoff.Sleep(ctx, clock.Real, tries) {
+				return res, errs.Errorf("wait for %s to be superseded: %w", req.label(), context.Cause(ctx))
+			}
+			tries++
+			continue
 		}
 		if w == nil {
 			// Watch (listening, registered), then claim again at once: an outcome committed
@@ -251,6 +261,9 @@ func (d *Deduper) runLeased(ctx context.Context, req request, res Result, start,
 	ran(errors.Join(fnErr, superseded))
 	finishedAt, err := d.finish(ctx, req, res.Token, saved, fnErr)
 	res.FinishedAt = finishedAt
+	if superseded == nil && errors.Is(err, pglock.ErrLockLost) {
+		superseded = d.supersededErr(req, res.Token, err) // refused before the announcement came
+	}
 	if fnErr != nil {
 		// Why fn failed may be that its lease was lost.
 		lost := keeper.Err()

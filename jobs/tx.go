@@ -65,8 +65,12 @@ func (d *Deduper) runTx(ctx context.Context, key string, opts *Options, newRun f
 		return Result{}, err
 	}
 	if req.mode == Supersede {
+		if d.cfg.DisableNotifications {
+			return Result{}, errs.Errorf("%w: Options.Mode Supersede for RunTx asks the running transaction's runner to stop through a notification: Config.DisableNotifications forbids it",
+				pglock.ErrInvalidArgument)
+		}
 		// A key another transaction holds is answered in progress: this delivery asks that
-		// attempt to stop (attemptTx), and waits for its transaction to end to claim again.
+		// attempt to stop (attemptTx), again at each claim, until its transaction has ended.
 		req.wait = true
 	}
 	return d.deliver(ctx, req, pglock.ModeRunTx, func(ctx context.Context, req request) (Result, int64, error) {
@@ -135,7 +139,7 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 		run.rollback(ctx) // nothing was written: no WAL to flush
 		if err == nil && res.Outcome == OutcomeInProgress && req.mode == Supersede {
 			// Ask the transaction holding the key to stop; its runner rolls it back.
-			if err := d.queries.SupersedeTx(ctx, db.Deref(a.LockKey)); err != nil {
+			if err := d.queries.SupersedeTx(ctx, db.SupersedeTxParams{LockKey: db.Deref(a.LockKey), Token: res.Token}); err != nil {
 				return res, 0, errs.Errorf("supersede %s: %w", req.label(), err)
 			}
 		}
@@ -143,13 +147,15 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	}
 
 	superseded := func() error { return nil }
+	outer, untrack := ctx, func() {}
 	if req.mode == Supersede {
-		// Canceled with ErrSuperseded when a newer delivery asks: fn, and the COMMIT, with it.
+		// Canceled with ErrSuperseded when a newer delivery asks, until the commit begins.
 		var supersede context.CancelCauseFunc
 		ctx, supersede = context.WithCancelCause(ctx)
 		defer supersede(nil)
-		defer d.track(&running{scope: req.scope, key: req.key, label: req.label(), token: res.Token,
-			payload: "lock:" + strconv.FormatInt(db.Deref(a.LockKey), 10), supersede: supersede})()
+		untrack = d.track(&running{scope: req.scope, key: req.key, label: req.label(), token: res.Token,
+			payload: "lock:" + strconv.FormatInt(db.Deref(a.LockKey), 10), supersede: supersede})
+		defer untrack()
 		superseded = func() error {
 			if cause := context.Cause(ctx); errors.Is(cause, pglock.ErrSuperseded) {
 				return cause
@@ -171,6 +177,10 @@ func (d *Deduper) attemptTx(ctx context.Context, req request, run txRun) (res Re
 	})
 	if cause := superseded(); cause != nil {
 		fnErr = errors.Join(fnErr, cause) // not committed, whatever fn returned
+	} else if fnErr == nil {
+		// The commit goes on, whatever is asked from now: a newer delivery waits for it.
+		untrack()
+		ctx = outer
 	}
 	ran(fnErr)
 	res.FinishedAt, err = d.endTx(ctx, run, fnErr, req.label(), func(ctx context.Context, q *db.Queries) (time.Time, error) {

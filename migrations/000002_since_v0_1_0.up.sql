@@ -1376,9 +1376,10 @@ REVOKE ALL ON FUNCTION pglock_job_bound_idle(bigint) FROM PUBLIC;
 --                  (pglock_job_fence) and outcome are refused from then, and its fencing token
 --                  is announced on the channel pglock_job_superseded when the claim commits, so
 --                  that its runner stops at once; last_error says which attempt superseded which.
---                  A key a transaction holds (a claim inside one) answers running: the caller
---                  asks that transaction's runner to stop, NOTIFY pglock_job_superseded with
---                  'lock:' and the answer's lock_key, and claims again once it has ended.
+--                  A key a transaction holds (a claim inside one) answers running, with a new
+--                  fencing_token: the caller asks that transaction's runner to stop, NOTIFY
+--                  pglock_job_superseded with 'lock:<lock_key>:<fencing_token>' (a runner stops
+--                  only for a token larger than its own), and claims again once it has ended.
 -- Outside a transaction (p_transactional false) the record is 'running' under a lease of
 -- p_ttl_ms, renewed by pglock_job_renew and ended by pglock_job_finish. Inside the caller's
 -- transaction (p_transactional true), the record is written in that transaction, so that
@@ -1465,10 +1466,11 @@ BEGIN
             ELSIF v_job.status = 'succeeded' THEN
                 RETURN pglock_job_answer_of('done', v_job, v_lock_key);
             ELSIF v_job.status = 'running' AND v_job.lease_expires_at > v_now THEN
-                IF p_mode <> 'supersede' OR NOT v_locked THEN
+                IF p_mode <> 'supersede' THEN
                     RETURN pglock_job_answer_of('running', v_job, v_lock_key);
+                ELSIF v_locked THEN
+                    v_superseded := v_job.fencing_token;
                 END IF;
-                v_superseded := v_job.fencing_token;
             ELSIF p_max_attempts > 0 AND v_job.attempts >= p_max_attempts THEN
                 -- Failed, or running under a lease that expired: its runner vanished, and a
                 -- crashed attempt counts.
@@ -1479,6 +1481,11 @@ BEGIN
         END IF;
         IF NOT v_locked THEN
             -- A claim in a transaction that has not ended holds it.
+            IF p_mode = 'supersede' THEN
+                -- The token of the caller's request to stop: larger than the holder's, smaller
+                -- than any later claim's.
+                v_job.fencing_token := pglock_next_token('pglock_jobs_fencing_token_seq');
+            END IF;
             RETURN pglock_job_answer_of('running', v_job, v_lock_key);
         END IF;
 

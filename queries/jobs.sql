@@ -182,6 +182,6 @@ SELECT sqlc.embed(d), clock_timestamp()::timestamptz AS now
  LIMIT @max_rows;
 
 -- SupersedeTx asks the runner of a RunTx attempt holding a key (its lock key) to stop, for a
--- Supersede delivery of the key (see pglock_job_claim_in_mode).
+-- Supersede delivery of the key whose claim drew the token (see pglock_job_claim_in_mode).
 -- name: SupersedeTx :exec
-SELECT pg_notify('pglock_job_superseded', 'lock:' || @lock_key::bigint);
+SELECT pg_notify('pglock_job_superseded', 'lock:' || @lock_key::bigint || ':' || @token::bigint);

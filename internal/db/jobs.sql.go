@@ -901,13 +901,18 @@ func (q *Queries) RenewJobs(ctx context.Context, arg RenewJobsParams) ([]RenewJo
 }
 
 const supersedeTx = `-- name: SupersedeTx :exec
-SELECT pg_notify('pglock_job_superseded', 'lock:' || $1::bigint)
+SELECT pg_notify('pglock_job_superseded', 'lock:' || $1::bigint || ':' || $2::bigint)
 `
 
+type SupersedeTxParams struct {
+	LockKey int64
+	Token   int64
+}
+
 // SupersedeTx asks the runner of a RunTx attempt holding a key (its lock key) to stop, for a
-// Supersede delivery of the key (see pglock_job_claim_in_mode).
-func (q *Queries) SupersedeTx(ctx context.Context, lockKey int64) error {
-	_, err := q.db.Exec(ctx, supersedeTx, lockKey)
+// Supersede delivery of the key whose claim drew the token (see pglock_job_claim_in_mode).
+func (q *Queries) SupersedeTx(ctx context.Context, arg SupersedeTxParams) error {
+	_, err := q.db.Exec(ctx, supersedeTx, arg.LockKey, arg.Token)
 	return err
 }
 
