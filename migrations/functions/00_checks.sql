@@ -96,6 +96,39 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_check_arrays(text[], integer[]) FROM PUBLIC;
 
+-- Raises 22023 (COLUMN p_ttl_ms) for the first TTL of p_ttl_ms that pglock_ttl_ok refuses, as
+-- the batch renewals of job attempts, debounced runs and cron runs check theirs.
+CREATE OR REPLACE FUNCTION pglock_check_ttls(p_ttl_ms bigint[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_bad bigint;
+BEGIN
+    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
+    IF FOUND THEN
+        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_check_ttls(bigint[]) FROM PUBLIC;
+
+-- Raises 22023 (COLUMN p_grace_ms) unless a fence's grace is from 0 to 24 h.
+CREATE OR REPLACE FUNCTION pglock_check_grace(p_grace_ms bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_grace_ms IS NULL OR p_grace_ms < 0 OR p_grace_ms > 86400000 THEN
+        RAISE EXCEPTION 'p_grace_ms: must be from 0 to 86400000 milliseconds (24 h), got %',
+            coalesce(p_grace_ms::text, 'null') USING ERRCODE = '22023', COLUMN = 'p_grace_ms';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_check_grace(bigint) FROM PUBLIC;
+
 -- Raises 22023 for lease arrays a batch function cannot take: not of one length, or an element
 -- with a bad lock name, holder or TTL (COLUMN names the argument, as for a single lease).
 CREATE OR REPLACE FUNCTION pglock_check_leases(p_lock_names varchar[], p_holder_ids varchar[], p_ttl_ms bigint[])

@@ -573,10 +573,7 @@ AS $$
 DECLARE
     v_expires_at timestamptz;
 BEGIN
-    IF p_grace_ms IS NULL OR p_grace_ms < 0 OR p_grace_ms > 86400000 THEN
-        RAISE EXCEPTION 'p_grace_ms: must be from 0 to 86400000 milliseconds (24 h), got %',
-            coalesce(p_grace_ms::text, 'null') USING ERRCODE = '22023', COLUMN = 'p_grace_ms';
-    END IF;
+    PERFORM pglock_check_grace(p_grace_ms);
     SELECT l.expires_at INTO v_expires_at
       FROM distributed_locks l
      WHERE l.lock_name = p_lock_name

@@ -487,10 +487,7 @@ DECLARE
     v_expires_at timestamptz;
 BEGIN
     PERFORM pglock_job_check_key(p_scope, p_key);
-    IF p_grace_ms IS NULL OR p_grace_ms < 0 OR p_grace_ms > 86400000 THEN
-        RAISE EXCEPTION 'p_grace_ms: must be from 0 to 86400000 milliseconds (24 h), got %',
-            coalesce(p_grace_ms::text, 'null') USING ERRCODE = '22023', COLUMN = 'p_grace_ms';
-    END IF;
+    PERFORM pglock_check_grace(p_grace_ms);
     SELECT j.lease_expires_at INTO v_expires_at
       FROM pglock_jobs j
      WHERE j.scope = p_scope AND j.job_key = p_key AND j.fencing_token = p_fencing_token
@@ -515,15 +512,10 @@ SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_bad bigint;
 BEGIN
     PERFORM pglock_check_arrays(ARRAY['p_scopes', 'p_keys', 'p_fencing_tokens', 'p_ttl_ms'],
         ARRAY[cardinality(p_scopes), cardinality(p_keys), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
-    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
-    IF FOUND THEN
-        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
-    END IF;
+    PERFORM pglock_check_ttls(p_ttl_ms);
 
     RETURN QUERY
         WITH wanted AS (

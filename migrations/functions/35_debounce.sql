@@ -159,15 +159,10 @@ SET search_path FROM CURRENT
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_bad bigint;
 BEGIN
     PERFORM pglock_check_arrays(ARRAY['p_scopes', 'p_keys', 'p_fencing_tokens', 'p_ttl_ms'],
         ARRAY[cardinality(p_scopes), cardinality(p_keys), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
-    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
-    IF FOUND THEN
-        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
-    END IF;
+    PERFORM pglock_check_ttls(p_ttl_ms);
     RETURN QUERY
         WITH wanted AS (
             SELECT r.s, r.k, r.f, r.t, r.i

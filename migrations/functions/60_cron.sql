@@ -648,15 +648,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_bad bigint;
 BEGIN
     PERFORM pglock_check_arrays(ARRAY['p_ids', 'p_fencing_tokens', 'p_ttl_ms'],
         ARRAY[cardinality(p_ids), cardinality(p_fencing_tokens), cardinality(p_ttl_ms)]);
-    SELECT r.t INTO v_bad FROM unnest(p_ttl_ms) AS r(t) WHERE pglock_ttl_ok(r.t) IS NOT TRUE LIMIT 1;
-    IF FOUND THEN
-        PERFORM pglock_raise_bad_ttl(v_bad, 'p_ttl_ms');
-    END IF;
+    PERFORM pglock_check_ttls(p_ttl_ms);
 
     RETURN QUERY
         WITH wanted AS (

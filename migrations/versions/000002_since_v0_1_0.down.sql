@@ -27,6 +27,8 @@ DROP FUNCTION pglock_job_debounce_renew_many(varchar[], text[], bigint[], bigint
 DROP FUNCTION pglock_job_debounce_finish(varchar, text, bigint);
 DROP FUNCTION pglock_job_debounce_fail(varchar, text, bigint, text, bigint);
 DROP FUNCTION pglock_bound_fenced(timestamptz, bigint);
+DROP FUNCTION pglock_check_ttls(bigint[]);
+DROP FUNCTION pglock_check_grace(bigint);
 DROP FUNCTION pglock_job_bound_idle(bigint);
 DROP FUNCTION pglock_job_window_ok(bigint);
 DROP FUNCTION pglock_job_raise_bad_window(bigint);
