@@ -8,7 +8,8 @@
 // with the same key and the same request gets that response again, marked
 // "Idempotent-Replayed: true", telling a replay from a fresh run; a retry while the first is in
 // flight gets 409 Conflict (or waits for it); the same key for a different request (its
-// fingerprint: by default the method, the path and a hash of the body) gets 422. A response of
+// fingerprint: by default the method, the path with its query and a hash of the body) gets
+// 422. Keys live in a scope of their own, apart from the service's jobs. A response of
 // the 5xx class is not stored by default: the client's retry runs the request again.
 //
 // docs/jobs.md has a section on it.
