@@ -2373,17 +2373,12 @@ DECLARE
     v_new_tat  timestamptz;
     v_wait     interval;
 BEGIN
-    IF p_durable IS NULL THEN
-        RAISE EXCEPTION 'p_durable: must not be null' USING ERRCODE = '22023', COLUMN = 'p_durable';
-    ELSIF p_rate_key IS NULL OR p_rate_key = '' OR length(p_rate_key) > 255 THEN
-        RAISE EXCEPTION 'p_rate_key: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_rate_key';
-    ELSIF p_interval_us IS NULL OR p_interval_us < 1 THEN
-        RAISE EXCEPTION 'p_interval_us: must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_interval_us';
-    ELSIF p_burst IS NULL OR p_burst < 1 THEN
-        RAISE EXCEPTION 'p_burst: must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_burst';
-    ELSIF p_cost IS NULL OR p_cost < 1 OR p_cost > p_burst THEN
-        RAISE EXCEPTION 'p_cost: must be from 1 to the burst (%)', p_burst USING ERRCODE = '22023', COLUMN = 'p_cost';
-    ELSIF p_max_wait_us IS NULL OR p_max_wait_us < 0 THEN
+    -- One condition on the way through; the checks that name the argument only when it fails.
+    IF coalesce(p_rate_key = '' OR length(p_rate_key) > 255 OR p_interval_us < 1 OR p_burst < 1 OR p_cost < 1
+                OR p_cost > p_burst OR p_durable IS NULL, true) THEN
+        PERFORM pglock_rate_check(p_durable, p_rate_key, p_interval_us, p_burst, p_cost);
+    END IF;
+    IF p_max_wait_us IS NULL OR p_max_wait_us < 0 THEN
         RAISE EXCEPTION 'p_max_wait_us: must not be negative' USING ERRCODE = '22023', COLUMN = 'p_max_wait_us';
     END IF;
     v_interval := p_interval_us * interval '1 microsecond';
@@ -2410,7 +2405,7 @@ BEGIN
     -- A refusal says at least 1 µs: its decision was taken a moment before v_now.
     v_wait := greatest(v_new_tat - v_capacity - v_now, CASE WHEN allowed THEN interval '0' ELSE interval '1 microsecond' END);
     wait_us := ceil(extract(epoch FROM v_wait) * 1000000)::bigint;
-    remaining := greatest(0, floor(extract(epoch FROM (v_now + v_capacity - greatest(v_tat, v_now))) * 1000000 / p_interval_us))::integer;
+    remaining := pglock_rate_remaining(v_tat, v_now, p_interval_us, p_burst);
 
     IF random() < 0.01 THEN
         DELETE FROM pglock_rate_limits r
@@ -2425,6 +2420,196 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION pglock_rate_take(boolean, varchar, bigint, integer, integer, bigint) FROM PUBLIC;
+
+-- Takes p_costs[i] events for each key p_keys[i] (of its limit: one every p_interval_us[i]
+-- microseconds, p_bursts[i] at once), all or none, as pglock_rate_take takes one: allowed with
+-- wait_us 0 when every key fits now; allowed with wait_us > 0, every key reserved for the same
+-- moment, when they all fit within p_max_wait_us; otherwise not allowed, with wait_us saying how
+-- long until they all would, and nothing counted. remaining is the smallest of the keys' after
+-- this. The keys' rows are locked in key order, so that two decisions sharing keys never
+-- deadlock (a key seen for the first time gets its row, as fresh as a new key, even when refused).
+-- SQLSTATE 22023, COLUMN naming the argument, for arrays of different lengths, none or over 100
+-- keys, a key twice, and any element pglock_rate_take would refuse.
+CREATE OR REPLACE FUNCTION pglock_rate_take_many(p_durable boolean, p_keys varchar[], p_interval_us bigint[],
+                                                 p_bursts integer[], p_costs integer[], p_max_wait_us bigint)
+RETURNS TABLE (allowed boolean, wait_us bigint, remaining integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now  timestamptz;
+    v_at   timestamptz;
+    v_wait interval;
+BEGIN
+    -- One condition on the way through; the checks that name the argument only when it fails.
+    IF coalesce(NOT (cardinality(p_keys) BETWEEN 1 AND 100 AND cardinality(p_interval_us) = cardinality(p_keys)
+                     AND cardinality(p_bursts) = cardinality(p_keys) AND cardinality(p_costs) = cardinality(p_keys)
+                     AND p_durable IS NOT NULL AND p_max_wait_us >= 0
+                     AND (SELECT count(DISTINCT t.k) = cardinality(p_keys)
+                                 AND bool_and(t.k <> '' AND length(t.k) <= 255 AND t.i >= 1 AND t.b >= 1 AND t.c BETWEEN 1 AND t.b)
+                            FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c))), true) THEN
+        PERFORM pglock_rate_check_many(p_durable, p_keys, p_interval_us, p_bursts, p_costs, p_max_wait_us);
+    END IF;
+
+    -- Every key's row, then every row's lock, in key order; the time after the locks.
+    INSERT INTO pglock_rate_limits AS r (durable, rate_key, tat)
+    SELECT p_durable, k, '-infinity' FROM unnest(p_keys) AS k ORDER BY k
+    ON CONFLICT (durable, rate_key) DO NOTHING;
+    PERFORM FROM pglock_rate_limits r
+     WHERE r.durable = p_durable AND r.rate_key = ANY (p_keys)
+     ORDER BY r.rate_key
+       FOR UPDATE;
+    v_now := clock_timestamp();
+    -- The moment they all fit (each key's own, the latest), and what fits now.
+    SELECT max(greatest(r.tat, v_now) + (t.c - t.b) * t.i * interval '1 microsecond'), min(pglock_rate_remaining(r.tat, v_now, t.i, t.b))
+      INTO v_at, remaining
+      FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
+      JOIN pglock_rate_limits r ON r.durable = p_durable AND r.rate_key = t.k;
+    v_wait := greatest(v_at - v_now, interval '0');
+    allowed := v_wait <= p_max_wait_us * interval '1 microsecond';
+    IF allowed THEN
+        WITH taken AS (
+            UPDATE pglock_rate_limits r
+               SET tat = greatest(r.tat, v_now + v_wait) + t.c * t.i * interval '1 microsecond'
+              FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
+             WHERE r.durable = p_durable AND r.rate_key = t.k
+            RETURNING pglock_rate_remaining(r.tat, v_now, t.i, t.b) AS left)
+        SELECT min(taken.left) INTO remaining FROM taken;
+    ELSE
+        v_wait := greatest(v_wait, interval '1 microsecond');
+    END IF;
+    wait_us := ceil(extract(epoch FROM v_wait) * 1000000)::bigint;
+    RETURN NEXT;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_take_many(boolean, varchar[], bigint[], integer[], integer[], bigint) FROM PUBLIC;
+
+-- Gives back p_cost events of p_rate_key under its limit (one every p_interval_us microseconds,
+-- p_burst at once), counted by a take whose real cost turned out lower: the key's time moves back
+-- by that much, never before now (a key cannot hold more than its burst). Returns how many events
+-- fit now after it, 0 for an unknown key (as fresh as a new one: nothing to give back).
+-- SQLSTATE 22023 as pglock_rate_take's for its arguments.
+CREATE OR REPLACE FUNCTION pglock_rate_refund(p_durable boolean, p_rate_key varchar, p_interval_us bigint, p_burst integer,
+                                              p_cost integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_tat timestamptz;
+    v_now timestamptz;
+BEGIN
+    PERFORM pglock_rate_check(p_durable, p_rate_key, p_interval_us, p_burst, p_cost);
+    UPDATE pglock_rate_limits r
+       SET tat = greatest(r.tat - p_cost * p_interval_us * interval '1 microsecond', clock_timestamp())
+     WHERE r.durable = p_durable AND r.rate_key = p_rate_key AND r.tat > clock_timestamp()
+    RETURNING r.tat, clock_timestamp() INTO v_tat, v_now;
+    v_now := coalesce(v_now, clock_timestamp());
+    RETURN pglock_rate_remaining(coalesce(v_tat, v_now), v_now, p_interval_us, p_burst);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_refund(boolean, varchar, bigint, integer, integer) FROM PUBLIC;
+
+-- How many events of p_rate_key fit now under its limit, and how long until one more would
+-- (0 when one fits), without taking any; a plain read.
+CREATE OR REPLACE FUNCTION pglock_rate_peek(p_durable boolean, p_rate_key varchar, p_interval_us bigint, p_burst integer)
+RETURNS TABLE (remaining integer, wait_us bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_tat timestamptz;
+BEGIN
+    PERFORM pglock_rate_check(p_durable, p_rate_key, p_interval_us, p_burst, 1);
+    SELECT greatest(r.tat, v_now) INTO v_tat FROM pglock_rate_limits r WHERE r.durable = p_durable AND r.rate_key = p_rate_key;
+    v_tat := coalesce(v_tat, v_now);
+    remaining := pglock_rate_remaining(v_tat, v_now, p_interval_us, p_burst);
+    wait_us := greatest(0, ceil(extract(epoch FROM v_tat + (p_interval_us - p_burst * p_interval_us) * interval '1 microsecond' - v_now)
+                                * 1000000))::bigint;
+    RETURN NEXT;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_peek(boolean, varchar, bigint, integer) FROM PUBLIC;
+
+-- Forgets p_rate_key: its next event finds it as a new key. Returns whether it was known.
+CREATE OR REPLACE FUNCTION pglock_rate_reset(p_durable boolean, p_rate_key varchar)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pglock_rate_check(p_durable, p_rate_key, 1, 1, 1);
+    DELETE FROM pglock_rate_limits r WHERE r.durable = p_durable AND r.rate_key = p_rate_key;
+    RETURN FOUND;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_reset(boolean, varchar) FROM PUBLIC;
+
+-- How many events fit at once at p_now in a key whose time is p_tat.
+CREATE OR REPLACE FUNCTION pglock_rate_remaining(p_tat timestamptz, p_now timestamptz, p_interval_us bigint, p_burst integer)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT greatest(0, floor(extract(epoch FROM (p_now + p_burst * p_interval_us * interval '1 microsecond'
+                                                  - greatest(p_tat, p_now))) * 1000000 / p_interval_us))::integer
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_remaining(timestamptz, timestamptz, bigint, integer) FROM PUBLIC;
+
+-- SQLSTATE 22023, COLUMN naming the argument, unless a key, its limit and a cost are valid: the
+-- checks of pglock_rate_take's arguments.
+CREATE OR REPLACE FUNCTION pglock_rate_check(p_durable boolean, p_rate_key varchar, p_interval_us bigint, p_burst integer,
+                                             p_cost integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_durable IS NULL THEN
+        RAISE EXCEPTION 'p_durable: must not be null' USING ERRCODE = '22023', COLUMN = 'p_durable';
+    ELSIF p_rate_key IS NULL OR p_rate_key = '' OR length(p_rate_key) > 255 THEN
+        RAISE EXCEPTION 'p_rate_key: must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_rate_key';
+    ELSIF p_interval_us IS NULL OR p_interval_us < 1 THEN
+        RAISE EXCEPTION 'p_interval_us: must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_interval_us';
+    ELSIF p_burst IS NULL OR p_burst < 1 THEN
+        RAISE EXCEPTION 'p_burst: must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_burst';
+    ELSIF p_cost IS NULL OR p_cost < 1 OR p_cost > p_burst THEN
+        RAISE EXCEPTION 'p_cost: must be from 1 to the burst (%)', p_burst USING ERRCODE = '22023', COLUMN = 'p_cost';
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_check(boolean, varchar, bigint, integer, integer) FROM PUBLIC;
+
+-- SQLSTATE 22023, COLUMN naming the argument, unless pglock_rate_take_many's arguments are valid.
+CREATE OR REPLACE FUNCTION pglock_rate_check_many(p_durable boolean, p_keys varchar[], p_interval_us bigint[],
+                                                  p_bursts integer[], p_costs integer[], p_max_wait_us bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    PERFORM pglock_check_arrays(ARRAY['p_keys', 'p_interval_us', 'p_bursts', 'p_costs'],
+        ARRAY[cardinality(p_keys), cardinality(p_interval_us), cardinality(p_bursts), cardinality(p_costs)]);
+    IF cardinality(p_keys) NOT BETWEEN 1 AND 100 THEN
+        RAISE EXCEPTION 'p_keys: must hold 1 to 100 keys' USING ERRCODE = '22023', COLUMN = 'p_keys';
+    ELSIF (SELECT count(DISTINCT k) FROM unnest(p_keys) AS k) <> cardinality(p_keys) THEN
+        RAISE EXCEPTION 'p_keys: must be distinct' USING ERRCODE = '22023', COLUMN = 'p_keys';
+    ELSIF EXISTS (SELECT FROM unnest(p_costs, p_bursts) AS c(c, b) WHERE c.c IS NULL OR c.c < 1 OR c.c > c.b) THEN
+        RAISE EXCEPTION 'p_costs: each must be from 1 to its burst' USING ERRCODE = '22023', COLUMN = 'p_costs';
+    ELSIF p_max_wait_us IS NULL OR p_max_wait_us < 0 THEN
+        RAISE EXCEPTION 'p_max_wait_us: must not be negative' USING ERRCODE = '22023', COLUMN = 'p_max_wait_us';
+    END IF;
+    PERFORM pglock_rate_check(p_durable, t.k, t.i, t.b, 1) FROM unnest(p_keys, p_interval_us, p_bursts) AS t(k, i, b);
+END;
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_check_many(boolean, varchar[], bigint[], integer[], integer[], bigint) FROM PUBLIC;
 
 -- ==== migrations/functions/50_semaphores.sql ====
 

@@ -12,6 +12,28 @@ SELECT t.allowed::boolean AS allowed, t.wait_us::bigint AS wait_us, t.remaining:
                   true) AS synchronous_commit
   FROM pglock_rate_take(@durable, @rate_key, @interval_us, @burst, @cost, @max_wait_us) AS t;
 
+-- TakeRates is TakeRate for several keys, all or none (pglock_rate_take_many).
+-- name: TakeRates :one
+SELECT t.allowed::boolean AS allowed, t.wait_us::bigint AS wait_us, t.remaining::integer AS remaining,
+       set_config('synchronous_commit',
+                  CASE WHEN @synchronous::boolean THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true) AS synchronous_commit
+  FROM pglock_rate_take_many(@durable, @rate_keys::varchar[], @interval_us::bigint[], @bursts::integer[], @costs::integer[],
+                             @max_wait_us) AS t;
+
+-- RefundRate gives events back (pglock_rate_refund): how many fit now.
+-- name: RefundRate :one
+SELECT pglock_rate_refund(@durable, @rate_key, @interval_us, @burst, @cost)::integer AS remaining;
+
+-- PeekRate reads how many events fit now, and how long until one does (pglock_rate_peek).
+-- name: PeekRate :one
+SELECT p.remaining::integer AS remaining, p.wait_us::bigint AS wait_us
+  FROM pglock_rate_peek(@durable, @rate_key, @interval_us, @burst) AS p;
+
+-- ResetRate forgets a key (pglock_rate_reset).
+-- name: ResetRate :one
+SELECT pglock_rate_reset(@durable, @rate_key)::boolean AS known;
+
 -- ListRateLimits lists the keys with their next free time (tat: a key whose tat has passed is
 -- as fresh as a new one), in (durable, key) order after a key (keyset pagination), those
 -- containing @key_like's match when given.

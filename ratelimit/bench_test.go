@@ -40,3 +40,22 @@ func BenchmarkAllow(b *testing.B) {
 		benchkit.Case{Name: "unlogged", Run: allow(unlogged)},
 	)
 }
+
+// BenchmarkAllowAll: a combined decision (a per-key and a global limit, all or nothing) against
+// a single-key decision, in one run. Goal: ≤ 1.5×.
+func BenchmarkAllowAll(b *testing.B) {
+	d := testdb.New(b, nil)
+	ctx := context.Background()
+	l, _ := ratelimit.New(d.Pool, nil)
+	limit := ratelimit.Limit{Rate: 1000000, Per: time.Second, Burst: 1000000}
+	benchkit.Compare(b,
+		benchkit.Case{Name: "single", Run: func() error {
+			_, err := l.Allow(ctx, "tenant-1", limit)
+			return err
+		}},
+		benchkit.Case{Name: "combined", Run: func() error {
+			_, err := l.AllowAll(ctx, ratelimit.Cost{Key: "tenant-2", Limit: limit}, ratelimit.Cost{Key: "global", Limit: limit})
+			return err
+		}},
+	)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -97,23 +98,45 @@ type Result struct {
 	Remaining int
 }
 
+// Cost is one limit's part of a decision: N events of Key under Limit. Key is 1 to 255 bytes of
+// UTF-8 without NUL; the same key under two limits shares one budget, so give each limit its own
+// keys.
+type Cost struct {
+	Key   string
+	Limit Limit
+	N     int // from 1 to Limit.Burst; 0 means 1
+}
+
+// MaxCosts is how many limits one decision may take at once.
+const MaxCosts = 100
+
 // Allow decides whether one event of key fits limit now, in one round trip, and counts it if
-// it does. key is 1 to 255 bytes of UTF-8 without NUL; the same key under two limits shares
-// one budget, so give each limit its own keys.
+// it does.
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	r, err := l.take(ctx, key, limit, 0)
+	return l.AllowAll(ctx, Cost{Key: key, Limit: limit, N: 1})
+}
+
+// AllowN is Allow for n events at once (a weighted event: the tokens of a request, say), from
+// 1 to limit.Burst.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	return l.AllowAll(ctx, Cost{Key: key, Limit: limit, N: n})
+}
+
+// AllowAll decides several limits at once, all or nothing, in one round trip: a per-key and a
+// global limit, or a per-minute and a per-day one. Each key's cost is counted only if every
+// key's fits now; RetryAfter is how long until they all would, Remaining the smallest of the
+// keys' remainders. Keys are locked in key order, so that decisions sharing keys never deadlock.
+func (l *Limiter) AllowAll(ctx context.Context, costs ...Cost) (Result, error) {
+	r, err := l.take(ctx, costs, 0)
 	if err != nil {
-		l.observe(ctx, key, 0, err)
+		l.observe(ctx, costs, 0, err)
 		return Result{}, err
 	}
 	if !r.Allowed {
-		l.observe(ctx, key, 0, pglock.ErrRateLimited)
-	} else {
-		l.observe(ctx, key, 0, nil)
-	}
-	if !r.Allowed {
+		l.observe(ctx, costs, 0, pglock.ErrRateLimited)
 		return Result{Allowed: false, RetryAfter: time.Duration(r.WaitUs) * time.Microsecond, Remaining: int(r.Remaining)}, nil
 	}
+	l.observe(ctx, costs, 0, nil)
 	return Result{Allowed: true, Remaining: int(r.Remaining)}, nil
 }
 
@@ -121,22 +144,33 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // the next slot, then sleeps until it. A slot further away than ctx's deadline is not reserved:
 // Wait then returns at once an error matching [pglock.ErrRateLimited] (a *LimitedError saying
 // how long it would have waited). If ctx ends while Wait sleeps, the reserved slot goes unused.
-func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (err error) {
+func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
+	return l.WaitAll(ctx, Cost{Key: key, Limit: limit, N: 1})
+}
+
+// WaitN is Wait for n events at once, from 1 to limit.Burst.
+func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
+	return l.WaitAll(ctx, Cost{Key: key, Limit: limit, N: n})
+}
+
+// WaitAll is Wait for several limits at once, all or nothing: every key's cost is reserved for
+// the same moment, the first at which they all fit.
+func (l *Limiter) WaitAll(ctx context.Context, costs ...Cost) (err error) {
 	if l.events != nil {
 		start := time.Now()
-		defer func() { l.observe(ctx, key, time.Since(start), err) }()
+		defer func() { l.observe(ctx, costs, time.Since(start), err) }()
 	}
 	maxWait := time.Duration(math.MaxInt64)
 	if deadline, ok := ctx.Deadline(); ok {
 		maxWait = time.Until(deadline)
 	}
-	r, err := l.take(ctx, key, limit, max(0, maxWait.Microseconds()))
+	r, err := l.take(ctx, costs, max(0, maxWait.Microseconds()))
 	if err != nil {
 		return err
 	}
 	wait := time.Duration(r.WaitUs) * time.Microsecond
 	if !r.Allowed {
-		return &LimitedError{Key: key, RetryAfter: wait}
+		return &LimitedError{Key: keysOf(costs), RetryAfter: wait}
 	}
 	if wait == 0 {
 		return nil
@@ -147,35 +181,128 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (err error)
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return errs.Errorf("wait for rate limit of %q: %w", key, context.Cause(ctx))
+		return errs.Errorf("wait for rate limit of %q: %w", keysOf(costs), context.Cause(ctx))
 	}
 }
 
-func (l *Limiter) take(ctx context.Context, key string, limit Limit, maxWaitUs int64) (db.TakeRateRow, error) {
+// Refund gives back n of the events a decision took for taken (its Cost), once the real cost
+// turns out lower (the tokens an LLM's answer used, known after the call): they fit again now.
+// n is from 1 to taken.N; a refund never leaves the key more than its burst. It returns how
+// many events fit now. Refund each taken cost once: the database does not know what each
+// caller took.
+func (l *Limiter) Refund(ctx context.Context, taken Cost, n int) (remaining int, err error) {
+	c, interval, err := checkCost(taken)
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 || n > c.N {
+		return 0, errs.Errorf("%w: a refund of %d, where %d were taken", pglock.ErrInvalidArgument, n, c.N)
+	}
+	r, err := l.queries.RefundRate(ctx, db.RefundRateParams{Durable: l.durable, RateKey: c.Key, IntervalUs: interval,
+		Burst: int32(c.Limit.Burst), Cost: int32(n)})
+	if err != nil {
+		return 0, errs.Errorf("refund rate limit of %q: %w", c.Key, err)
+	}
+	return int(r), nil
+}
+
+// Peek says how many events of key fit limit now (Remaining), and whether one does (Allowed,
+// else RetryAfter), taking none: a plain read.
+func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
+	c, interval, err := checkCost(Cost{Key: key, Limit: limit})
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := l.queries.PeekRate(ctx, db.PeekRateParams{Durable: l.durable, RateKey: c.Key, IntervalUs: interval, Burst: int32(limit.Burst)})
+	if err != nil {
+		return Result{}, errs.Errorf("peek at rate limit of %q: %w", key, err)
+	}
+	return Result{Allowed: r.WaitUs == 0, RetryAfter: time.Duration(r.WaitUs) * time.Microsecond, Remaining: int(r.Remaining)}, nil
+}
+
+// Reset forgets key: its next event finds it as a new one, with its whole burst.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := pglock.ValidateName(key); err != nil {
-		return db.TakeRateRow{}, errs.Errorf("%w: key: %w", pglock.ErrInvalidArgument, err)
+		return errs.Errorf("%w: key: %w", pglock.ErrInvalidArgument, err)
 	}
-	interval, err := limit.interval()
+	if _, err := l.queries.ResetRate(ctx, db.ResetRateParams{Durable: l.durable, RateKey: key}); err != nil {
+		return errs.Errorf("reset rate limit of %q: %w", key, err)
+	}
+	return nil
+}
+
+// checkCost checks c and fills in its default, returning its limit's interval.
+func checkCost(c Cost) (Cost, int64, error) {
+	if err := pglock.ValidateName(c.Key); err != nil {
+		return c, 0, errs.Errorf("%w: key: %w", pglock.ErrInvalidArgument, err)
+	}
+	interval, err := c.Limit.interval()
 	if err != nil {
-		return db.TakeRateRow{}, err
+		return c, 0, err
 	}
-	r, err := l.queries.TakeRate(ctx, db.TakeRateParams{
-		Durable: l.durable, RateKey: key, IntervalUs: interval, Burst: int32(limit.Burst), Cost: 1, MaxWaitUs: maxWaitUs,
-		Synchronous: l.synchronous,
-	})
+	if c.N == 0 {
+		c.N = 1
+	}
+	if c.N < 1 || c.N > c.Limit.Burst {
+		return c, 0, errs.Errorf("%w: a cost of %d events of %q, where its burst is %d", pglock.ErrInvalidArgument, c.N, c.Key, c.Limit.Burst)
+	}
+	return c, interval, nil
+}
+
+// take decides costs: one key in pglock_rate_take's single statement, several in
+// pglock_rate_take_many's.
+func (l *Limiter) take(ctx context.Context, costs []Cost, maxWaitUs int64) (db.TakeRateRow, error) {
+	if len(costs) == 0 || len(costs) > MaxCosts {
+		return db.TakeRateRow{}, errs.Errorf("%w: %d limits in one decision, from 1 to %d", pglock.ErrInvalidArgument, len(costs), MaxCosts)
+	}
+	p := db.TakeRatesParams{Durable: l.durable, Synchronous: l.synchronous, MaxWaitUs: maxWaitUs,
+		RateKeys: make([]string, len(costs)), IntervalUs: make([]int64, len(costs)), Bursts: make([]int32, len(costs)),
+		Costs: make([]int32, len(costs))}
+	seen := make(map[string]bool, len(costs))
+	for i, c := range costs {
+		c, interval, err := checkCost(c)
+		if err != nil {
+			return db.TakeRateRow{}, err
+		}
+		if seen[c.Key] {
+			return db.TakeRateRow{}, errs.Errorf("%w: key %q twice in one decision", pglock.ErrInvalidArgument, c.Key)
+		}
+		seen[c.Key] = true
+		p.RateKeys[i], p.IntervalUs[i], p.Bursts[i], p.Costs[i] = c.Key, interval, int32(c.Limit.Burst), int32(c.N)
+	}
+	if len(costs) == 1 {
+		r, err := l.queries.TakeRate(ctx, db.TakeRateParams{
+			Durable: l.durable, RateKey: p.RateKeys[0], IntervalUs: p.IntervalUs[0], Burst: p.Bursts[0], Cost: p.Costs[0],
+			MaxWaitUs: maxWaitUs, Synchronous: l.synchronous,
+		})
+		if err != nil {
+			return db.TakeRateRow{}, errs.Errorf("rate limit of %q: %w", p.RateKeys[0], err)
+		}
+		return r, nil
+	}
+	r, err := l.queries.TakeRates(ctx, p)
 	if err != nil {
-		return db.TakeRateRow{}, errs.Errorf("rate limit of %q: %w", key, err)
+		return db.TakeRateRow{}, errs.Errorf("rate limits of %q: %w", keysOf(costs), err)
 	}
-	return r, nil
+	return db.TakeRateRow(r), nil
+}
+
+// keysOf names the keys of a decision in its errors and events.
+func keysOf(costs []Cost) string {
+	keys := make([]string, len(costs))
+	for i, c := range costs {
+		keys[i] = c.Key
+	}
+	return strings.Join(keys, "+")
 }
 
 // observe reports a decision that waited wait and ended with err: nil when allowed, matching
 // [pglock.ErrRateLimited] when denied.
-func (l *Limiter) observe(ctx context.Context, key string, wait time.Duration, err error) {
+func (l *Limiter) observe(ctx context.Context, costs []Cost, wait time.Duration, err error) {
 	if l.events == nil {
 		return
 	}
-	e := pglock.Event{Kind: pglock.EventRateLimit, Primitive: pglock.PrimitiveRateLimit, Name: l.name, Key: key,
+	e := pglock.Event{Kind: pglock.EventRateLimit, Primitive: pglock.PrimitiveRateLimit, Name: l.name, Key: keysOf(costs),
 		Outcome: pglock.OutcomeAllowed, Wait: wait, Err: err}
 	switch {
 	case errors.Is(err, pglock.ErrRateLimited):

@@ -180,7 +180,10 @@ func TestLimiterWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	ctx := context.Background()
 	role := d.NewRole(t, "pglock_app")
 	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %[1]s;
-		GRANT EXECUTE ON FUNCTION pglock_rate_take(boolean, varchar, bigint, integer, integer, bigint) TO %[1]s`, role))
+		GRANT EXECUTE ON FUNCTION pglock_rate_take(boolean, varchar, bigint, integer, integer, bigint),
+			pglock_rate_take_many(boolean, varchar[], bigint[], integer[], integer[], bigint),
+			pglock_rate_refund(boolean, varchar, bigint, integer, integer), pglock_rate_peek(boolean, varchar, bigint, integer),
+			pglock_rate_reset(boolean, varchar) TO %[1]s`, role))
 	require.NoError(t, err)
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
 		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
@@ -194,6 +197,14 @@ func TestLimiterWorksWithTheLeastPrivilegeRole(t *testing.T) {
 		res, err := l.Allow(ctx, "k", hourly)
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
+		res, err = l.AllowAll(ctx, ratelimit.Cost{Key: "k", Limit: hourly, N: 2}, ratelimit.Cost{Key: "j", Limit: hourly, N: 2})
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		_, err = l.Refund(ctx, ratelimit.Cost{Key: "k", Limit: hourly, N: 2}, 1)
+		require.NoError(t, err)
+		_, err = l.Peek(ctx, "k", hourly)
+		require.NoError(t, err)
+		require.NoError(t, l.Reset(ctx, "k"))
 	}
 }
 

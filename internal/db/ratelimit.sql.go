@@ -66,6 +66,79 @@ func (q *Queries) ListRateLimits(ctx context.Context, arg ListRateLimitsParams) 
 	return items, nil
 }
 
+const peekRate = `-- name: PeekRate :one
+SELECT p.remaining::integer AS remaining, p.wait_us::bigint AS wait_us
+  FROM pglock_rate_peek($1, $2, $3, $4) AS p
+`
+
+type PeekRateParams struct {
+	Durable    bool
+	RateKey    string
+	IntervalUs int64
+	Burst      int32
+}
+
+type PeekRateRow struct {
+	Remaining int32
+	WaitUs    int64
+}
+
+// PeekRate reads how many events fit now, and how long until one does (pglock_rate_peek).
+func (q *Queries) PeekRate(ctx context.Context, arg PeekRateParams) (PeekRateRow, error) {
+	row := q.db.QueryRow(ctx, peekRate,
+		arg.Durable,
+		arg.RateKey,
+		arg.IntervalUs,
+		arg.Burst,
+	)
+	var i PeekRateRow
+	err := row.Scan(&i.Remaining, &i.WaitUs)
+	return i, err
+}
+
+const refundRate = `-- name: RefundRate :one
+SELECT pglock_rate_refund($1, $2, $3, $4, $5)::integer AS remaining
+`
+
+type RefundRateParams struct {
+	Durable    bool
+	RateKey    string
+	IntervalUs int64
+	Burst      int32
+	Cost       int32
+}
+
+// RefundRate gives events back (pglock_rate_refund): how many fit now.
+func (q *Queries) RefundRate(ctx context.Context, arg RefundRateParams) (int32, error) {
+	row := q.db.QueryRow(ctx, refundRate,
+		arg.Durable,
+		arg.RateKey,
+		arg.IntervalUs,
+		arg.Burst,
+		arg.Cost,
+	)
+	var remaining int32
+	err := row.Scan(&remaining)
+	return remaining, err
+}
+
+const resetRate = `-- name: ResetRate :one
+SELECT pglock_rate_reset($1, $2)::boolean AS known
+`
+
+type ResetRateParams struct {
+	Durable bool
+	RateKey string
+}
+
+// ResetRate forgets a key (pglock_rate_reset).
+func (q *Queries) ResetRate(ctx context.Context, arg ResetRateParams) (bool, error) {
+	row := q.db.QueryRow(ctx, resetRate, arg.Durable, arg.RateKey)
+	var known bool
+	err := row.Scan(&known)
+	return known, err
+}
+
 const takeRate = `-- name: TakeRate :one
 
 SELECT t.allowed::boolean AS allowed, t.wait_us::bigint AS wait_us, t.remaining::integer AS remaining,
@@ -109,6 +182,53 @@ func (q *Queries) TakeRate(ctx context.Context, arg TakeRateParams) (TakeRateRow
 		arg.MaxWaitUs,
 	)
 	var i TakeRateRow
+	err := row.Scan(
+		&i.Allowed,
+		&i.WaitUs,
+		&i.Remaining,
+		&i.SynchronousCommit,
+	)
+	return i, err
+}
+
+const takeRates = `-- name: TakeRates :one
+SELECT t.allowed::boolean AS allowed, t.wait_us::bigint AS wait_us, t.remaining::integer AS remaining,
+       set_config('synchronous_commit',
+                  CASE WHEN $1::boolean THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true) AS synchronous_commit
+  FROM pglock_rate_take_many($2, $3::varchar[], $4::bigint[], $5::integer[], $6::integer[],
+                             $7) AS t
+`
+
+type TakeRatesParams struct {
+	Synchronous bool
+	Durable     bool
+	RateKeys    []string
+	IntervalUs  []int64
+	Bursts      []int32
+	Costs       []int32
+	MaxWaitUs   int64
+}
+
+type TakeRatesRow struct {
+	Allowed           bool
+	WaitUs            int64
+	Remaining         int32
+	SynchronousCommit string
+}
+
+// TakeRates is TakeRate for several keys, all or none (pglock_rate_take_many).
+func (q *Queries) TakeRates(ctx context.Context, arg TakeRatesParams) (TakeRatesRow, error) {
+	row := q.db.QueryRow(ctx, takeRates,
+		arg.Synchronous,
+		arg.Durable,
+		arg.RateKeys,
+		arg.IntervalUs,
+		arg.Bursts,
+		arg.Costs,
+		arg.MaxWaitUs,
+	)
+	var i TakeRatesRow
 	err := row.Scan(
 		&i.Allowed,
 		&i.WaitUs,
