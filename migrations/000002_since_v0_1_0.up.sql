@@ -2408,12 +2408,7 @@ BEGIN
     remaining := pglock_rate_remaining(v_tat, v_now, p_interval_us, p_burst);
 
     IF random() < 0.01 THEN
-        DELETE FROM pglock_rate_limits r
-         WHERE (r.durable, r.rate_key) IN (
-                SELECT e.durable, e.rate_key FROM pglock_rate_limits e
-                 WHERE e.durable = p_durable AND e.tat < v_now
-                 ORDER BY e.tat LIMIT 100
-                   FOR UPDATE SKIP LOCKED);
+        PERFORM pglock_rate_collect(p_durable, v_now);
     END IF;
     RETURN NEXT;
 END;
@@ -2427,7 +2422,8 @@ REVOKE ALL ON FUNCTION pglock_rate_take(boolean, varchar, bigint, integer, integ
 -- moment, when they all fit within p_max_wait_us; otherwise not allowed, with wait_us saying how
 -- long until they all would, and nothing counted. remaining is the smallest of the keys' after
 -- this. The keys' rows are locked in key order, so that two decisions sharing keys never
--- deadlock (a key seen for the first time gets its row, as fresh as a new key, even when refused).
+-- deadlock (a key seen for the first time gets its row, as fresh as a new key, even when refused:
+-- the cleanup deletes it as any other).
 -- SQLSTATE 22023, COLUMN naming the argument, for arrays of different lengths, none or over 100
 -- keys, a key twice, and any element pglock_rate_take would refuse.
 CREATE OR REPLACE FUNCTION pglock_rate_take_many(p_durable boolean, p_keys varchar[], p_interval_us bigint[],
@@ -2438,48 +2434,59 @@ SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_now  timestamptz;
-    v_at   timestamptz;
-    v_wait interval;
+    v_now    timestamptz;
+    v_at     timestamptz;
+    v_locked integer;
 BEGIN
     -- One condition on the way through; the checks that name the argument only when it fails.
     IF coalesce(NOT (cardinality(p_keys) BETWEEN 1 AND 100 AND cardinality(p_interval_us) = cardinality(p_keys)
                      AND cardinality(p_bursts) = cardinality(p_keys) AND cardinality(p_costs) = cardinality(p_keys)
                      AND p_durable IS NOT NULL AND p_max_wait_us >= 0
                      AND (SELECT count(DISTINCT t.k) = cardinality(p_keys)
-                                 AND bool_and(t.k <> '' AND length(t.k) <= 255 AND t.i >= 1 AND t.b >= 1 AND t.c BETWEEN 1 AND t.b)
+                                 AND bool_and(coalesce(t.k <> '' AND length(t.k) <= 255 AND t.i >= 1 AND t.b >= 1
+                                                       AND t.c BETWEEN 1 AND t.b, false))
                             FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c))), true) THEN
         PERFORM pglock_rate_check_many(p_durable, p_keys, p_interval_us, p_bursts, p_costs, p_max_wait_us);
     END IF;
 
-    -- Every key's row, then every row's lock, in key order; the time after the locks.
-    INSERT INTO pglock_rate_limits AS r (durable, rate_key, tat)
-    SELECT p_durable, k, '-infinity' FROM unnest(p_keys) AS k ORDER BY k
-    ON CONFLICT (durable, rate_key) DO NOTHING;
-    PERFORM FROM pglock_rate_limits r
-     WHERE r.durable = p_durable AND r.rate_key = ANY (p_keys)
-     ORDER BY r.rate_key
-       FOR UPDATE;
+    -- Every key's row, then every row's lock, in key order; again if a row went between the two
+    -- (an expired key deleted by a cleanup, or a Reset). A new row's time is now: a new key.
+    LOOP
+        INSERT INTO pglock_rate_limits AS r (durable, rate_key, tat)
+        SELECT p_durable, k, clock_timestamp() FROM unnest(p_keys) AS k ORDER BY k
+        ON CONFLICT (durable, rate_key) DO NOTHING;
+        PERFORM FROM pglock_rate_limits r
+         WHERE r.durable = p_durable AND r.rate_key = ANY (p_keys)
+         ORDER BY r.rate_key
+           FOR UPDATE;
+        GET DIAGNOSTICS v_locked = ROW_COUNT;
+        EXIT WHEN v_locked = cardinality(p_keys);
+    END LOOP;
     v_now := clock_timestamp();
-    -- The moment they all fit (each key's own, the latest), and what fits now.
-    SELECT max(greatest(r.tat, v_now) + (t.c - t.b) * t.i * interval '1 microsecond'), min(pglock_rate_remaining(r.tat, v_now, t.i, t.b))
+    -- The moment they all fit (each key's own, the latest; now at the earliest), and what fits now.
+    SELECT greatest(max(greatest(r.tat, v_now) + (t.c - t.b) * t.i * interval '1 microsecond'), v_now),
+           min(pglock_rate_remaining(r.tat, v_now, t.i, t.b))
       INTO v_at, remaining
       FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
       JOIN pglock_rate_limits r ON r.durable = p_durable AND r.rate_key = t.k;
-    v_wait := greatest(v_at - v_now, interval '0');
-    allowed := v_wait <= p_max_wait_us * interval '1 microsecond';
+    allowed := extract(epoch FROM v_at - v_now) * 1000000 <= p_max_wait_us;
     IF allowed THEN
         WITH taken AS (
             UPDATE pglock_rate_limits r
-               SET tat = greatest(r.tat, v_now + v_wait) + t.c * t.i * interval '1 microsecond'
+               SET tat = greatest(r.tat, v_at) + t.c * t.i * interval '1 microsecond'
               FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
              WHERE r.durable = p_durable AND r.rate_key = t.k
             RETURNING pglock_rate_remaining(r.tat, v_now, t.i, t.b) AS left)
         SELECT min(taken.left) INTO remaining FROM taken;
+        wait_us := ceil(extract(epoch FROM v_at - v_now) * 1000000)::bigint;
     ELSE
-        v_wait := greatest(v_wait, interval '1 microsecond');
+        wait_us := greatest(1, ceil(extract(epoch FROM v_at - v_now) * 1000000))::bigint;
     END IF;
-    wait_us := ceil(extract(epoch FROM v_wait) * 1000000)::bigint;
+    -- About one decision in a hundred deletes up to 100 keys as fresh as new ones, as
+    -- pglock_rate_take does.
+    IF random() < 0.01 THEN
+        PERFORM pglock_rate_collect(p_durable, v_now);
+    END IF;
     RETURN NEXT;
 END;
 $$;
@@ -2489,7 +2496,8 @@ REVOKE ALL ON FUNCTION pglock_rate_take_many(boolean, varchar[], bigint[], integ
 -- Gives back p_cost events of p_rate_key under its limit (one every p_interval_us microseconds,
 -- p_burst at once), counted by a take whose real cost turned out lower: the key's time moves back
 -- by that much, never before now (a key cannot hold more than its burst). Returns how many events
--- fit now after it, 0 for an unknown key (as fresh as a new one: nothing to give back).
+-- fit now after it: the whole burst for an unknown key (as fresh as a new one: nothing to give
+-- back).
 -- SQLSTATE 22023 as pglock_rate_take's for its arguments.
 CREATE OR REPLACE FUNCTION pglock_rate_refund(p_durable boolean, p_rate_key varchar, p_interval_us bigint, p_burst integer,
                                               p_cost integer)
@@ -2552,10 +2560,11 @@ $$;
 
 REVOKE ALL ON FUNCTION pglock_rate_reset(boolean, varchar) FROM PUBLIC;
 
--- How many events fit at once at p_now in a key whose time is p_tat.
+-- How many events fit at once at p_now in a key whose time is p_tat. STABLE, as
+-- timestamptz + interval is: inlined where it is called.
 CREATE OR REPLACE FUNCTION pglock_rate_remaining(p_tat timestamptz, p_now timestamptz, p_interval_us bigint, p_burst integer)
 RETURNS integer
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT greatest(0, floor(extract(epoch FROM (p_now + p_burst * p_interval_us * interval '1 microsecond'
                                                   - greatest(p_tat, p_now))) * 1000000 / p_interval_us))::integer
@@ -2596,20 +2605,44 @@ AS $$
 BEGIN
     PERFORM pglock_check_arrays(ARRAY['p_keys', 'p_interval_us', 'p_bursts', 'p_costs'],
         ARRAY[cardinality(p_keys), cardinality(p_interval_us), cardinality(p_bursts), cardinality(p_costs)]);
-    IF cardinality(p_keys) NOT BETWEEN 1 AND 100 THEN
+    IF p_durable IS NULL THEN
+        RAISE EXCEPTION 'p_durable: must not be null' USING ERRCODE = '22023', COLUMN = 'p_durable';
+    ELSIF cardinality(p_keys) NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'p_keys: must hold 1 to 100 keys' USING ERRCODE = '22023', COLUMN = 'p_keys';
+    ELSIF EXISTS (SELECT FROM unnest(p_keys) AS k WHERE k IS NULL OR k = '' OR length(k) > 255) THEN
+        RAISE EXCEPTION 'p_keys: each must be 1 to 255 characters' USING ERRCODE = '22023', COLUMN = 'p_keys';
     ELSIF (SELECT count(DISTINCT k) FROM unnest(p_keys) AS k) <> cardinality(p_keys) THEN
         RAISE EXCEPTION 'p_keys: must be distinct' USING ERRCODE = '22023', COLUMN = 'p_keys';
+    ELSIF EXISTS (SELECT FROM unnest(p_interval_us) AS i WHERE i IS NULL OR i < 1) THEN
+        RAISE EXCEPTION 'p_interval_us: each must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_interval_us';
+    ELSIF EXISTS (SELECT FROM unnest(p_bursts) AS b WHERE b IS NULL OR b < 1) THEN
+        RAISE EXCEPTION 'p_bursts: each must be at least 1' USING ERRCODE = '22023', COLUMN = 'p_bursts';
     ELSIF EXISTS (SELECT FROM unnest(p_costs, p_bursts) AS c(c, b) WHERE c.c IS NULL OR c.c < 1 OR c.c > c.b) THEN
         RAISE EXCEPTION 'p_costs: each must be from 1 to its burst' USING ERRCODE = '22023', COLUMN = 'p_costs';
     ELSIF p_max_wait_us IS NULL OR p_max_wait_us < 0 THEN
         RAISE EXCEPTION 'p_max_wait_us: must not be negative' USING ERRCODE = '22023', COLUMN = 'p_max_wait_us';
     END IF;
-    PERFORM pglock_rate_check(p_durable, t.k, t.i, t.b, 1) FROM unnest(p_keys, p_interval_us, p_bursts) AS t(k, i, b);
 END;
 $$;
 
 REVOKE ALL ON FUNCTION pglock_rate_check_many(boolean, varchar[], bigint[], integer[], integer[], bigint) FROM PUBLIC;
+
+-- Deletes up to 100 keys as fresh as new ones at p_now (their time has passed), the oldest
+-- first, skipping rows in use: what about one decision in a hundred does, so that the table
+-- holds the keys in use.
+CREATE OR REPLACE FUNCTION pglock_rate_collect(p_durable boolean, p_now timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    DELETE FROM pglock_rate_limits r
+     WHERE (r.durable, r.rate_key) IN (
+            SELECT e.durable, e.rate_key FROM pglock_rate_limits e
+             WHERE e.durable = p_durable AND e.tat < p_now
+             ORDER BY e.tat LIMIT 100
+               FOR UPDATE SKIP LOCKED)
+$$;
+
+REVOKE ALL ON FUNCTION pglock_rate_collect(boolean, timestamptz) FROM PUBLIC;
 
 -- ==== migrations/functions/50_semaphores.sql ====
 

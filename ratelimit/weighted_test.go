@@ -161,6 +161,10 @@ func TestHammeredCombinedLimitAdmitsItsRateAcrossInstances(t *testing.T) {
 	for i := range limiters {
 		limiters[i] = newLimiter(t, d)
 	}
+	for _, l := range limiters {
+		_, err := l.Peek(context.Background(), "warm-up", ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}) // the pool's first connection
+		require.NoError(t, err)
+	}
 	perKey := ratelimit.Limit{Rate: 40, Per: time.Second, Burst: 10}
 	perDay := ratelimit.Limit{Rate: 1000, Per: 24 * time.Hour, Burst: 1000}
 	var (
@@ -211,8 +215,8 @@ func TestWaitAllReservesEveryLimitForTheSameMoment(t *testing.T) {
 	d := testdb.New(t, nil)
 	l := newLimiter(t, d)
 	ctx := context.Background()
-	fast := ratelimit.Limit{Rate: 10, Per: time.Second, Burst: 1} // one every 100 ms
-	slow := ratelimit.Limit{Rate: 4, Per: time.Second, Burst: 1}  // one every 250 ms
+	fast := ratelimit.Limit{Rate: 1, Per: time.Second, Burst: 1}     // one a second
+	slow := ratelimit.Limit{Rate: 2, Per: 5 * time.Second, Burst: 1} // one every 2.5 s
 	costs := []ratelimit.Cost{{Key: "fast", Limit: fast}, {Key: "slow", Limit: slow}}
 	res, err := l.AllowAll(ctx, costs...)
 	require.NoError(t, err)
@@ -220,16 +224,16 @@ func TestWaitAllReservesEveryLimitForTheSameMoment(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	var limited *ratelimit.LimitedError
-	require.ErrorAs(t, l.WaitAll(short, costs...), &limited, "the slow limit's slot is 250 ms away")
-	require.Greater(t, limited.RetryAfter, 150*time.Millisecond)
+	require.ErrorAs(t, l.WaitAll(short, costs...), &limited, "the slow limit's slot is 2.5 s away")
+	require.Greater(t, limited.RetryAfter, time.Second)
 	require.Equal(t, "fast+slow", limited.Key)
 	require.NoError(t, l.WaitAll(ctx, costs...))
-	// Both were reserved for the slow limit's slot, T: the fast key's time is T + 100 ms, the
-	// slow key's T + 250 ms.
+	// Both were reserved for the slow limit's slot, T: the fast key's time is T + 1 s, the slow
+	// key's T + 2.5 s.
 	var apart time.Duration
 	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT (s.tat - f.tat) FROM pglock_rate_limits s, pglock_rate_limits f
 		WHERE s.rate_key = 'slow' AND f.rate_key = 'fast'`).Scan(&apart))
-	require.Equal(t, 150*time.Millisecond, apart)
+	require.Equal(t, 1500*time.Millisecond, apart)
 }
 
 func TestWeightedAndCombinedBadInputIsRefusedAndWritesNothing(t *testing.T) {
@@ -279,6 +283,13 @@ func TestWeightedAndCombinedBadInputIsRefusedAndWritesNothing(t *testing.T) {
 			{"a key twice", `true, ARRAY['a','a'], ARRAY[1,1]::bigint[], ARRAY[1,1], ARRAY[1,1], 0`, "p_keys"},
 			{"a cost above its burst", `true, ARRAY['a','b'], ARRAY[1,1]::bigint[], ARRAY[1,1], ARRAY[1,2], 0`, "p_costs"},
 			{"a cost of 0", `true, ARRAY['a'], ARRAY[1]::bigint[], ARRAY[1], ARRAY[0], 0`, "p_costs"},
+			{"a NULL burst", `true, ARRAY['a','b'], ARRAY[1,1]::bigint[], ARRAY[1,NULL], ARRAY[1,1], 0`, "p_bursts"},
+			{"a burst of 0", `true, ARRAY['a'], ARRAY[1]::bigint[], ARRAY[0], ARRAY[1], 0`, "p_bursts"},
+			{"a NULL interval", `true, ARRAY['a'], ARRAY[NULL]::bigint[], ARRAY[1], ARRAY[1], 0`, "p_interval_us"},
+			{"a NULL cost", `true, ARRAY['a'], ARRAY[1]::bigint[], ARRAY[1], ARRAY[NULL]::int[], 0`, "p_costs"},
+			{"an empty key", `true, ARRAY['a',''], ARRAY[1,1]::bigint[], ARRAY[1,1], ARRAY[1,1], 0`, "p_keys"},
+			{"a NULL key", `true, ARRAY['a',NULL], ARRAY[1,1]::bigint[], ARRAY[1,1], ARRAY[1,1], 0`, "p_keys"},
+			{"a negative wait", `true, ARRAY['a'], ARRAY[1]::bigint[], ARRAY[1], ARRAY[1], -1`, "p_max_wait_us"},
 		} {
 			_, err := d.Pool.Exec(ctx, fmt.Sprintf(`SELECT pglock_rate_take_many(%s)`, tc.args))
 			var pgErr *pgconn.PgError
@@ -286,6 +297,9 @@ func TestWeightedAndCombinedBadInputIsRefusedAndWritesNothing(t *testing.T) {
 			require.Equal(t, "22023", pgErr.Code, tc.name)
 			require.Equal(t, tc.column, pgErr.ColumnName, tc.name)
 		}
+		var rows int
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT count(*) FROM pglock_rate_limits WHERE rate_key IN ('a', 'b')`).Scan(&rows))
+		require.Zero(t, rows, "bad arguments write nothing")
 	})
 }
 
