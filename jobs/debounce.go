@@ -309,21 +309,9 @@ func (r *runner) claim(ctx context.Context) (claimed int, sleep time.Duration, e
 	return claimed, time.Duration(ms) * time.Millisecond, nil
 }
 
-// debouncedAttempt names a run's row, for renewals.
-type debouncedAttempt struct {
-	scope, key string
-	token      int64
-}
-
 // renewDebounced renews the leases of debounced runs in one statement.
 func (d *Deduper) renewDebounced(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
-	p := db.RenewDebouncedParams{Scopes: make([]string, len(due)), JobKeys: make([]string, len(due)),
-		FencingTokens: make([]int64, len(due)), TtlMs: make([]int64, len(due))}
-	for i, d := range due {
-		a := d.Ref.(debouncedAttempt)
-		p.Scopes[i], p.JobKeys[i], p.FencingTokens[i], p.TtlMs[i] = a.scope, a.key, a.token, d.TTL.Milliseconds()
-	}
-	rows, err := d.queries.RenewDebounced(ctx, p)
+	rows, err := d.queries.RenewDebounced(ctx, db.RenewDebouncedParams(renewParams(due)))
 	return lease.Outcomes(rows, err, func(r db.RenewDebouncedRow) (string, time.Time) { return r.Outcome, r.ExpiresAt })
 }
 
@@ -337,7 +325,7 @@ func (r *runner) execute(ctx context.Context, c db.ClaimDebouncedRow, sent time.
 	keeper := lease.New(lease.Config{
 		Name: c.JobKey, Timing: r.timing, Start: sent, ExpiresAt: c.LeaseExpiresAt,
 		Ctx: context.Background(), Tracker: &background, Set: d.debounceRenewals,
-		Ref: debouncedAttempt{r.o.Scope, c.JobKey, c.FencingToken},
+		Ref: attempt{r.o.Scope, c.JobKey, c.FencingToken},
 		OnLost: func(err error, cause pglock.Cause) {
 			d.cfg.Logger.Error("pglock: debounced run lost its lease", "job", c.JobKey, "scope", r.o.Scope, "token", c.FencingToken, "cause", cause, "error", err)
 			d.events.Emit(ctx, pglock.Event{Kind: pglock.EventLost, Primitive: pglock.PrimitiveJob, Name: r.o.Scope, Key: c.JobKey,

@@ -182,21 +182,27 @@ func (d *Deduper) run(ctx context.Context, key string, opts *Options, fn func(ct
 	})
 }
 
-// attempt names a running attempt's row, for renewals.
+// attempt names a running attempt's row (or a debounced run's), for renewals.
 type attempt struct {
 	scope, key string
 	token      int64
 }
 
-// renewMany renews the leases of attempts in one statement.
-func (d *Deduper) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
+// renewParams names the attempts (or debounced runs) of due, with their TTLs, as the renewal
+// statements take them.
+func renewParams(due []lease.Due) db.RenewJobsParams {
 	p := db.RenewJobsParams{Scopes: make([]string, len(due)), JobKeys: make([]string, len(due)),
 		FencingTokens: make([]int64, len(due)), TtlMs: make([]int64, len(due))}
 	for i, d := range due {
 		a := d.Ref.(attempt)
 		p.Scopes[i], p.JobKeys[i], p.FencingTokens[i], p.TtlMs[i] = a.scope, a.key, a.token, d.TTL.Milliseconds()
 	}
-	rows, err := d.queries.RenewJobs(ctx, p)
+	return p
+}
+
+// renewMany renews the leases of attempts in one statement.
+func (d *Deduper) renewMany(ctx context.Context, due []lease.Due) ([]lease.Renewed, error) {
+	rows, err := d.queries.RenewJobs(ctx, renewParams(due))
 	return lease.Outcomes(rows, err, func(r db.RenewJobsRow) (string, time.Time) { return r.Outcome, r.ExpiresAt })
 }
 

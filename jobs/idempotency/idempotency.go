@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/lease"
 	"github.com/pglock/pglock/jobs"
 )
 
@@ -155,10 +156,13 @@ func (o *Options) withDefaults(d *jobs.Deduper) (*config, error) {
 		return invalid("Options.MaxResponse (%d) must be positive", c.MaxResponse)
 	case c.Window < time.Millisecond || c.Window > jobs.MaxWindow:
 		return invalid("Options.Window (%s) must be from 1 ms to %s", c.Window, jobs.MaxWindow)
-	case c.TTL != 0 && (c.TTL < 100*time.Millisecond || c.TTL > 24*time.Hour):
-		return nil, fmt.Errorf("%w: Options.TTL (%s) must be from 100 ms to 24 h", pglock.ErrInvalidTTL, c.TTL)
 	case utf8.RuneCountInString(c.Scope) > jobs.MaxScopeLen || !utf8.ValidString(c.Scope) || strings.IndexByte(c.Scope, 0) >= 0:
 		return invalid("Options.Scope %.40q must be at most %d characters of UTF-8 without NUL", c.Scope, jobs.MaxScopeLen)
+	}
+	if c.TTL != 0 {
+		if _, err := lease.NewTiming(c.TTL, 0, 0); err != nil {
+			return nil, fmt.Errorf("Options.TTL: %w", err)
+		}
 	}
 	c.kept = map[string]bool{}
 	for _, h := range c.KeptHeaders {
