@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,13 +43,16 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 			pglock_job_debounce_next(varchar), pglock_job_debounce_renew_many(varchar[], text[], bigint[], bigint[]),
 			pglock_job_debounce_finish(varchar, text, bigint), pglock_job_debounce_fail(varchar, text, bigint, text, bigint) TO %[1]s;`, role))
 	require.NoError(t, err)
-	var failed testdb.FailureCounter
+	var (
+		failed  testdb.FailureCounter
+		queries testdb.QueryCounter
+	)
 	pool := d.NewPool(t, func(c *pgxpool.Config) {
 		c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, "SET ROLE "+role)
 			return err
 		}
-		c.ConnConfig.Tracer = &failed
+		c.ConnConfig.Tracer = &multitracer.Tracer{QueryTracers: []pgx.QueryTracer{&failed, &queries}}
 	})
 	dd := newDeduper(t, pool, nil)
 
@@ -114,12 +118,19 @@ func TestDeduperWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	_, err = dd.Debounce(ctx, "digest", 1, jobs.DebounceOptions{Quiet: time.Millisecond, MaxWait: time.Second})
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(ctx)
-	debounced := make(chan jobs.DebouncedRun, 1)
+	debounced, runnerDone := make(chan jobs.DebouncedRun, 1), make(chan error, 1)
 	go func() {
-		_ = dd.RunDebounced(runCtx, nil, func(_ context.Context, _ pgx.Tx, run jobs.DebouncedRun) error { debounced <- run; return nil })
+		runnerDone <- dd.RunDebounced(runCtx, nil, func(_ context.Context, _ pgx.Tx, run jobs.DebouncedRun) error { debounced <- run; return nil })
 	}()
 	require.Equal(t, "digest", testdb.Receive(t, debounced).Key)
+	// The run finished and the runner looked for the next key, each statement as the role.
+	testdb.WaitFor(t, func() bool {
+		var left bool
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pglock_job_debounces)`).Scan(&left))
+		return !left && queries.ByName()["NextDebounced"] > 0
+	}, "the debounced run finished and the runner slept")
 	stop()
+	require.NoError(t, testdb.Receive(t, runnerDone))
 
 	require.NoError(t, dd.Forget(ctx, "run"))
 	_, err = dd.Collect(ctx)

@@ -2,12 +2,15 @@ package testdb
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // QueryCounter is a pgx.QueryTracer that counts the queries a connection (or a pool's, set as
@@ -48,8 +51,9 @@ func (c *QueryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (*QueryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// FailureCounter is a pgx.QueryTracer that counts the queries that failed, and keeps the first
-// error: what a test of grants checks nothing was refused by.
+// FailureCounter is a pgx.QueryTracer that counts the queries the server refused, and keeps the
+// first error: what a test of grants checks nothing was refused by. A query the client ended
+// (its context canceled as the test stops what it started) was refused by nobody.
 type FailureCounter struct {
 	n     atomic.Int64
 	first atomic.Value
@@ -66,7 +70,8 @@ func (*FailureCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.T
 }
 
 func (c *FailureCounter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	if data.Err != nil {
+	var refused *pgconn.PgError
+	if errors.As(data.Err, &refused) && refused.Code != pgerrcode.QueryCanceled {
 		c.n.Add(1)
 		c.first.CompareAndSwap(nil, data.Err.Error())
 	}
