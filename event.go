@@ -75,7 +75,8 @@ type Event struct {
 	Token   int64
 	Attempt int // EventJobRun, EventJobDelivery, EventCronRun: the attempt's number, from 1
 	// Count is how many ticks an OutcomeMissed EventCronRun covers: a missed range is one
-	// record (−1: too many to count); for EventRenewalLag, how many leases are held.
+	// record (−1: too many to count); for EventRenewalLag, how many leases are held; for a
+	// semaphore's EventAcquire (acquired), EventReleased and EventLost, the places taken.
 	Count int64
 
 	// Scheduled and Started are a cron run's tick and start, on the database's clock.

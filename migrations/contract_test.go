@@ -300,6 +300,9 @@ func TestContractTokenIsDrawnAfterTheRowIsOurs(t *testing.T) {
 	require.Greater(t, <-slowToken, fastToken, "the holder whose row landed last has the larger token")
 }
 
+// takeSQL takes places of a semaphore, queuing: name, places, permits, key, per_key, ttl_ms.
+const takeSQL = `SELECT * FROM pglock_semaphore_take($1, 'h', $2, $3, $4, $5, $6, '{}', 'i', true)`
+
 func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
@@ -337,6 +340,16 @@ func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 		{releaseSQL, []any{"", "h1"}, "p_lock_name"},
 		{releaseSQL, []any{"held", nil}, "p_holder_id"},
 		{releaseSQL, []any{long, "h1"}, "p_lock_name"},
+		{takeSQL, []any{"s/t", 1, 2, "", nil, 1000}, "p_name"},
+		{takeSQL, []any{"s", 1, 0, "", nil, 1000}, "p_permits"},
+		{takeSQL, []any{"s", 0, 2, "", nil, 1000}, "p_places"},
+		{takeSQL, []any{"s", 3, 2, "", nil, 1000}, "p_places"},
+		{takeSQL, []any{"s", nil, 2, "", nil, 1000}, "p_places"},
+		{takeSQL, []any{"s", 2, 4, "", 1, 1000}, "p_places"},
+		{takeSQL, []any{"s", 1, 4, "", 0, 1000}, "p_per_key"},
+		{takeSQL, []any{"s", 1, 4, nil, nil, 1000}, "p_key"},
+		{takeSQL, []any{"s", 1, 4, long, nil, 1000}, "p_key"},
+		{takeSQL, []any{"s", 1, 4, "", nil, 99}, "p_ttl_ms"},
 	}
 	for _, tt := range tests {
 		function, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(tt.sql, "SELECT * FROM "), "SELECT "), "(")

@@ -258,7 +258,7 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		if e.Outcome == pglock.OutcomeAcquired {
 			o.held.Add(ctx, 1, o.attributes(attrKey{primitive: e.Primitive, name: o.lockName(e)}))
 			if e.Primitive == pglock.PrimitiveSemaphore {
-				o.semaphorePermits.Add(ctx, 1, o.attributes(attrKey{name: e.Name}))
+				o.semaphorePermits.Add(ctx, e.Count, o.attributes(attrKey{name: e.Name}))
 			}
 		}
 		if e.Blocking {
@@ -275,7 +275,7 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 		}
 		o.held.Add(ctx, -1, o.attributes(attrKey{primitive: e.Primitive, name: o.lockName(e)}))
 		if e.Primitive == pglock.PrimitiveSemaphore {
-			o.semaphorePermits.Add(ctx, -1, o.attributes(attrKey{name: e.Name}))
+			o.semaphorePermits.Add(ctx, -e.Count, o.attributes(attrKey{name: e.Name}))
 		}
 		ended := pglock.OutcomeLost
 		switch {

@@ -225,21 +225,21 @@ func TestEveryRefusedFenceIsCountedAndTheFirstLosesTheLock(t *testing.T) {
 	in.waitValue(t, 1, "pglock.lease.losses", lockAttr, cause(pglock.CauseForceReleased))
 }
 
-// Semaphore places are counted per semaphore (a declared name), advisory locks by primitive;
-// a killed session's locks are lost by connection.
+// Semaphore places are counted per semaphore (a declared name), as many as each holder takes;
+// advisory locks by primitive; a killed session's locks are lost by connection.
 func TestSemaphorePermitsAndAdvisoryLocksAreCounted(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
 	in := newInstance(t, nil)
 	ctx := testdb.Context(t)
 	l := newLocker(t, d.Pool, &tablelock.Config{Observer: in.obs})
-	a, err := l.TryAcquireSemaphore(ctx, "pool", 3, nil)
+	a, err := l.TryAcquireSemaphore(ctx, "pool", 5, nil)
 	require.NoError(t, err)
-	_, err = l.AcquireSemaphore(ctx, "pool", 3, nil)
+	_, err = l.AcquirePlaces(ctx, "pool", tablelock.Places{Permits: 5, Take: 3, Key: "tenant"}, nil)
 	require.NoError(t, err)
-	in.waitValue(t, 2, "pglock.semaphore.permits.held", name("pool"))
+	in.waitValue(t, 4, "pglock.semaphore.permits.held", name("pool"))
 	require.NoError(t, a.Release(ctx))
-	in.waitValue(t, 1, "pglock.semaphore.permits.held", name("pool"))
+	in.waitValue(t, 3, "pglock.semaphore.permits.held", name("pool"))
 	in.waitValue(t, 1, "pglock.lock.held", semaphoreAttr)
 
 	s, err := advisory.Open(ctx, d.Pool, &advisory.Config{Observer: in.obs})

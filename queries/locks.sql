@@ -69,17 +69,20 @@ SELECT f.expires_at::timestamptz AS expires_at
   FROM pglock_fence(@lock_name, @fencing_token, @grace_ms) AS f(expires_at)
  WHERE f.expires_at IS NOT NULL;
 
--- AttemptSemaphore is a semaphore's try (wait false) or poll (wait true): see
--- pglock_semaphore_attempt. As PollLock, only an acquisition waits for the WAL flush.
--- name: AttemptSemaphore :one
+-- TakeSemaphore is a semaphore's try (wait false) or poll (wait true): see
+-- pglock_semaphore_take (a per_key of 0: no cap). As PollLock, only an acquisition waits for
+-- the WAL flush.
+-- name: TakeSemaphore :one
 SELECT a.acquired::boolean                               AS acquired,
        coalesce(a.fencing_token, 0)::bigint              AS fencing_token,
        coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
        a.holders::integer                                AS holders,
+       coalesce(a.next_holder_id, '')::varchar           AS next_holder_id,
        set_config('synchronous_commit',
                   CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
                   true)                                  AS synchronous_commit
-  FROM pglock_semaphore_attempt(@semaphore, @holder_id, @permits, @ttl_ms, @metadata, @instance, @wait) AS a;
+  FROM pglock_semaphore_take(@semaphore, @holder_id, @places, @permits, @key, nullif(@per_key::integer, 0), @ttl_ms,
+                             @metadata, @instance, @wait) AS a;
 
 -- RenewLocks renews many locks in one statement (pglock_renew_many): a row per lock, in the
 -- order given, with its outcome ('renewed', 'busy' or 'gone').

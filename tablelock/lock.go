@@ -24,6 +24,7 @@ type Lock struct {
 	name      string
 	holder    string
 	token     int64
+	places    int // a semaphore's places it holds; 0 for a lock
 	metadata  map[string]any
 	heldFrom  time.Time
 	vacancy   time.Duration
@@ -35,7 +36,7 @@ type Lock struct {
 
 func newLock(ctx context.Context, l *Locker, req request, token int64, expiresAt, leaseStart time.Time) *Lock {
 	lk := &Lock{l: l, ctx: ctx, primitive: req.primitive, label: req.label, name: req.name, holder: req.holder,
-		token: token, metadata: req.metadata, heldFrom: time.Now()}
+		token: token, places: req.places, metadata: req.metadata, heldFrom: time.Now()}
 	lk.lease = lease.New(lease.Config{
 		Name: req.name, Timing: req.timing, Start: leaseStart, ExpiresAt: expiresAt,
 		Ctx: l.ctx, Tracker: (*background)(l), Set: l.renewals, Ref: lk,

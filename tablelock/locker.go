@@ -309,6 +309,7 @@ type request struct {
 	// its own name (not its place's).
 	primitive pglock.Primitive
 	label     string
+	places    int // a semaphore's places it takes
 	holder    string
 	timing    lease.Timing
 	metadata  map[string]any
@@ -417,7 +418,7 @@ func (l *Locker) observeAcquire(ctx context.Context, p pglock.Primitive, name st
 	e := pglock.Event{Kind: pglock.EventAcquire, Primitive: p, Name: name, Blocking: blocking,
 		Wait: time.Since(start), Outcome: observe.AcquireOutcome(*err), Err: *err}
 	if *lk != nil {
-		e.Token = (*lk).token
+		e.Token, e.Count = (*lk).token, int64((*lk).places)
 	}
 	l.events.Emit(ctx, e)
 }
@@ -427,7 +428,7 @@ func (lk *Lock) observe(kind pglock.EventKind, f func(*pglock.Event)) {
 	if lk.l.events == nil || lk.unreported {
 		return
 	}
-	e := pglock.Event{Kind: kind, Primitive: lk.primitive, Name: lk.label, Token: lk.token}
+	e := pglock.Event{Kind: kind, Primitive: lk.primitive, Name: lk.label, Token: lk.token, Count: int64(lk.places)}
 	if f != nil {
 		f(&e)
 	}

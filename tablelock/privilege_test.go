@@ -23,6 +23,7 @@ var leastPrivilege = []string{
 	"pglock_fence(varchar, bigint, bigint)", "extend_lock_ms(varchar, varchar, bigint)",
 	"pglock_renew_many(varchar[], varchar[], bigint[])", "pglock_wait_many(varchar[], varchar[], bigint[])",
 	"pglock_release_after(varchar, varchar, bigint)",
+	"pglock_semaphore_take(varchar, varchar, integer, integer, varchar, integer, bigint, jsonb, varchar, boolean)",
 }
 
 // grantedRole makes a role that may read the lock tables and execute functions, and returns
@@ -46,7 +47,7 @@ func grantedRole(t *testing.T, d *testdb.DB, functions []string, tracer pgx.Quer
 }
 
 // The grants docs/sql.md lists are all a Locker needs: it takes, waits for, hands off, fences
-// and releases locks as a role that cannot write the tables.
+// and releases locks, and a semaphore's places, as a role that cannot write the tables.
 func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -73,6 +74,25 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	minHeld, err := first.TryAcquire(ctx, "app", opts)
 	require.NoError(t, err)
 	require.NoError(t, minHeld.ReleaseAfter(ctx, time.Minute))
+
+	// A semaphore's places, taken, waited for and released.
+	places, err := first.TryAcquirePlaces(ctx, "api", tablelock.Places{Permits: 2, Take: 2, Key: "one"}, opts)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		place, err := second.AcquirePlaces(ctx, "api", tablelock.Places{Permits: 2, Key: "other", PerKey: 1}, opts)
+		if err == nil {
+			err = place.Release(ctx)
+		}
+		waited <- err
+	}()
+	testdb.WaitFor(t, func() bool {
+		var n int
+		d.Pool.QueryRow(ctx, `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/api'`).Scan(&n)
+		return n == 1
+	}, "the waiter is queued")
+	require.NoError(t, places.Release(ctx))
+	require.NoError(t, testdb.Receive(t, waited))
 	refused, why := failed.Count()
 	require.Zero(t, refused, "no statement was refused: %s", why)
 }

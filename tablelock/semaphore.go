@@ -1,6 +1,7 @@
 package tablelock
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"time"
@@ -16,42 +17,70 @@ import (
 // its holders' places ("pglock.semaphore/<name>/<holder>"): names reserved for semaphores.
 const SemaphorePrefix = "pglock.semaphore/"
 
-// TryAcquireSemaphore takes one of permits places of the semaphore name, in one round trip,
-// if fewer than permits are held and nobody waits ahead; otherwise it returns an error
-// matching [pglock.ErrLocked]. A place is a *Lock like any other: renewed, lost, fenced and
-// released as a table lock is, with a token from the same sequence. Its Name is its row's,
-// "pglock.semaphore/<name>/<holder>", as pglockctl list shows it. Changing permits for a name
-// applies to later acquisitions; holders keep their places.
-func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (lk *Lock, err error) {
+// Places is what an acquisition of a semaphore's places takes: Take of its Permits places,
+// counted against Key, of which at most PerKey places are held at once.
+//
+// A semaphore serves its queue in order. Within a key the order is arrival, strictly: a request
+// is admitted only if every live waiter of its key queued before it fits too, so a waiter for 3
+// places is never overtaken by a stream of 1-place requests of its key. Across keys, the next
+// places go to the waiter whose key holds the fewest places, counting those its key's earlier
+// waiters want (ties: arrival): one key's 10,000 waiters never delay another key's first, and a
+// waiter is overtaken only by requests of keys holding fewer places than its own. A waiter whose
+// key is at its cap is passed over; every other keeps its room from those after it.
+type Places struct {
+	Permits int    // the semaphore's places in all: from 1
+	Take    int    // places this acquisition takes, at most Permits and PerKey; 0 means 1
+	Key     string // the key (a tenant) the places count against; "" is a key like any other
+	PerKey  int    // places one key may hold at once; 0 means no cap
+}
+
+// TryAcquireSemaphore is TryAcquirePlaces of one of permits places, with no key.
+func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (*Lock, error) {
+	return l.TryAcquirePlaces(ctx, name, Places{Permits: permits}, opts)
+}
+
+// AcquireSemaphore is AcquirePlaces of one of permits places, with no key.
+func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (*Lock, error) {
+	return l.AcquirePlaces(ctx, name, Places{Permits: permits}, opts)
+}
+
+// TryAcquirePlaces takes p.Take of the places of the semaphore name, in one round trip, if they
+// are free and nobody queued ahead would be left out (see [Places]); otherwise it returns an
+// error matching [pglock.ErrLocked]. The places are a *Lock like any other: renewed, lost,
+// fenced and released as a table lock is, with a token from the same sequence. Its Name is its
+// row's, "pglock.semaphore/<name>/<holder>", as pglockctl list shows it. Changing Permits or
+// PerKey for a name applies to later acquisitions; holders keep their places. Places out of
+// range match [pglock.ErrInvalidArgument], and write nothing.
+func (l *Locker) TryAcquirePlaces(ctx context.Context, name string, p Places, opts *AcquireOptions) (lk *Lock, err error) {
 	if l.events != nil {
 		defer l.observeAcquire(ctx, pglock.PrimitiveSemaphore, name, false, time.Now(), &lk, &err)
 	}
-	req, err := l.semaphoreRequest(name, permits, opts)
+	req, err := l.semaphoreRequest(name, &p, opts)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	row, err := l.attemptSemaphore(ctx, name, permits, req, false)
+	row, err := l.takePlaces(ctx, name, p, req, false)
 	if err != nil {
 		if ctx.Err() != nil || retry.Transient(err) {
-			l.leaveSemaphore(name, req) // it may have taken a place unseen
+			l.leaveSemaphore(name, req) // it may have taken places unseen
 		}
 		return nil, errs.Errorf("acquire semaphore %q: %w", name, err)
 	}
 	if !row.Acquired {
-		return nil, errs.Errorf("%w: semaphore %q has %d of %d places taken", pglock.ErrLocked, name, row.Holders, permits)
+		return nil, errs.Errorf("%w: semaphore %q has %d of %d places taken", pglock.ErrLocked, name, row.Holders, p.Permits)
 	}
 	return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, start, 0, 0)
 }
 
-// AcquireSemaphore waits until it holds one of permits places of the semaphore name, ctx is
-// done, opts.WaitTimeout has passed, or the Locker is closed, as Acquire does: waiters are
-// served in the order they queued, across all processes, woken when a place is released.
-func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int, opts *AcquireOptions) (lk *Lock, err error) {
+// AcquirePlaces waits until it holds p.Take of the places of the semaphore name, ctx is done,
+// opts.WaitTimeout has passed, or the Locker is closed, as Acquire does: waiters are served in
+// the queue's order (see [Places]), across all processes, woken when places are released.
+func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts *AcquireOptions) (lk *Lock, err error) {
 	if l.events != nil {
 		defer l.observeAcquire(ctx, pglock.PrimitiveSemaphore, name, true, time.Now(), &lk, &err)
 	}
-	req, err := l.semaphoreRequest(name, permits, opts)
+	req, err := l.semaphoreRequest(name, &p, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +90,7 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	}
 	ctx, done := l.waitContext(ctx, timeout)
 	defer done()
-	// Registered under the queue's name: a released place wakes the first local waiter.
+	// Registered under the queue's name: released places wake the first local waiter.
 	queue := req
 	queue.name = SemaphorePrefix + name
 	w, err := l.register(queue)
@@ -74,7 +103,13 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	backoff := backoff.Capped{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
-		row, err := l.attemptSemaphore(ctx, name, permits, req, true)
+		row, err := l.takePlaces(ctx, name, p, req, true)
+		if err == nil && row.NextHolderID != "" {
+			// Another waiter would be admitted now: its poll need not wait for a notification
+			// or a tick if it is one of ours (its own Locker's first waiter, polling on either,
+			// wakes it otherwise).
+			l.wakeLocalHolder(row.NextHolderID)
+		}
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w)
@@ -87,13 +122,6 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 				// The poll wrote the place, for a TTL from the answer's time: from then on the
 				// places Set keeps it.
 				l.keepPlace(w, pollStart, row.ExpiresAt.Add(req.timing.TTL))
-			}
-			if w.place != nil && row.Holders < int32(permits) && l.isHead(w) {
-				// Room, but places queued ahead of this one take it. Those may be this Locker's
-				// other waiters, asleep while the Set keeps their places: their order here is
-				// the order they began, not the queue's (a place lost and written again goes to
-				// the back). Without notifications, each polls on its own backoff anyway.
-				l.wakeBehind(w)
 			}
 		case ctx.Err() != nil:
 			l.abandonSemaphore(w, name, req)
@@ -113,14 +141,29 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	}
 }
 
-// semaphoreRequest checks an acquisition of a place of semaphore name: req.name is the row
-// the place will be.
-func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions) (request, error) {
+// semaphoreRequest checks an acquisition of places of semaphore name, and sets p.Take's
+// default: req.name is the row the places will be.
+func (l *Locker) semaphoreRequest(name string, p *Places, opts *AcquireOptions) (request, error) {
 	if strings.Contains(name, "/") {
 		return request{}, errs.Errorf("%w: semaphore name %q has a '/'", pglock.ErrInvalidName, name)
 	}
-	if permits < 1 || permits > 1<<31-1 {
-		return request{}, errs.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, permits, 1<<31-1)
+	if p.Take == 0 {
+		p.Take = 1
+	}
+	const maxPlaces = 1<<31 - 1
+	switch {
+	case p.Permits < 1 || p.Permits > maxPlaces:
+		return request{}, errs.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, p.Permits, maxPlaces)
+	case p.PerKey < 0 || p.PerKey > maxPlaces:
+		return request{}, errs.Errorf("%w: PerKey %d must be from 1 to %d, or 0 for no cap", pglock.ErrInvalidArgument, p.PerKey, maxPlaces)
+	case p.Take < 1 || p.Take > p.Permits || (p.PerKey > 0 && p.Take > p.PerKey):
+		return request{}, errs.Errorf("%w: %d places of a semaphore of %d with at most %d a key", pglock.ErrInvalidArgument,
+			p.Take, p.Permits, cmp.Or(p.PerKey, p.Permits))
+	}
+	if p.Key != "" {
+		if err := pglock.ValidateName(p.Key); err != nil {
+			return request{}, errs.Errorf("semaphore key: %w", err)
+		}
 	}
 	req, err := l.newRequest(name, opts) // checks the name, the options, and mints the holder id
 	if err != nil {
@@ -128,6 +171,7 @@ func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions
 	}
 	req.name = SemaphorePrefix + name + "/" + req.holder
 	req.primitive = pglock.PrimitiveSemaphore
+	req.places = p.Take
 	if len(req.name) > pglock.MaxNameLen {
 		return request{}, errs.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
 			pglock.ErrInvalidName, len(name), SemaphorePrefix, pglock.MaxNameLen)
@@ -135,10 +179,10 @@ func (l *Locker) semaphoreRequest(name string, permits int, opts *AcquireOptions
 	return req, nil
 }
 
-func (l *Locker) attemptSemaphore(ctx context.Context, name string, permits int, req request, wait bool) (db.AttemptSemaphoreRow, error) {
-	return l.queries.AttemptSemaphore(ctx, db.AttemptSemaphoreParams{
-		Semaphore: name, HolderID: req.holder, Permits: int32(permits), TtlMs: req.timing.TTL.Milliseconds(),
-		Metadata: req.encoded, Instance: req.instance, Wait: wait,
+func (l *Locker) takePlaces(ctx context.Context, name string, p Places, req request, wait bool) (db.TakeSemaphoreRow, error) {
+	return l.queries.TakeSemaphore(ctx, db.TakeSemaphoreParams{
+		Semaphore: name, HolderID: req.holder, Places: int32(p.Take), Permits: int32(p.Permits), Key: p.Key,
+		PerKey: int32(p.PerKey), TtlMs: req.timing.TTL.Milliseconds(), Metadata: req.encoded, Instance: req.instance, Wait: wait,
 	})
 }
 

@@ -192,20 +192,27 @@ func TestSemaphoreBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	l := newLocker(t, d.Pool, nil)
 	ctx := context.Background()
 	for _, tc := range []struct {
-		name    string
-		sem     string
-		permits int
-		want    error
+		name   string
+		sem    string
+		places tablelock.Places
+		want   error
 	}{
-		{"no permits", "s", 0, pglock.ErrInvalidArgument},
-		{"negative permits", "s", -1, pglock.ErrInvalidArgument},
-		{"empty name", "", 1, pglock.ErrInvalidName},
-		{"name too long for its places", strings.Repeat("s", 210), 1, pglock.ErrInvalidName},
+		{"no permits", "s", tablelock.Places{}, pglock.ErrInvalidArgument},
+		{"negative permits", "s", tablelock.Places{Permits: -1}, pglock.ErrInvalidArgument},
+		{"more places than the semaphore has", "s", tablelock.Places{Permits: 3, Take: 4}, pglock.ErrInvalidArgument},
+		{"negative places", "s", tablelock.Places{Permits: 3, Take: -1}, pglock.ErrInvalidArgument},
+		{"more places than a key may hold", "s", tablelock.Places{Permits: 8, Take: 3, PerKey: 2}, pglock.ErrInvalidArgument},
+		{"negative cap", "s", tablelock.Places{Permits: 8, PerKey: -1}, pglock.ErrInvalidArgument},
+		{"key with a NUL", "s", tablelock.Places{Permits: 8, Key: "a\x00b"}, pglock.ErrInvalidName},
+		{"key not UTF-8", "s", tablelock.Places{Permits: 8, Key: "\xff"}, pglock.ErrInvalidName},
+		{"key too long", "s", tablelock.Places{Permits: 8, Key: strings.Repeat("k", 256)}, pglock.ErrInvalidName},
+		{"empty name", "", tablelock.Places{Permits: 1}, pglock.ErrInvalidName},
+		{"name too long for its places", strings.Repeat("s", 210), tablelock.Places{Permits: 1}, pglock.ErrInvalidName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := l.TryAcquireSemaphore(ctx, tc.sem, tc.permits, nil)
+			_, err := l.TryAcquirePlaces(ctx, tc.sem, tc.places, nil)
 			require.ErrorIs(t, err, tc.want)
-			_, err = l.AcquireSemaphore(ctx, tc.sem, tc.permits, nil)
+			_, err = l.AcquirePlaces(ctx, tc.sem, tc.places, nil)
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
@@ -257,7 +264,7 @@ func TestSemaphoreAdmitsNobodyWhileAnExpiredHolderIsFenced(t *testing.T) {
 	workUntil("the newcomer waits for the fenced holder's place", func() bool {
 		var waiting bool
 		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: AttemptSemaphore %')`).Scan(&waiting))
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%name: TakeSemaphore %')`).Scan(&waiting))
 		return waiting
 	})
 	select {

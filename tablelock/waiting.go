@@ -257,7 +257,7 @@ func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renew
 		if strings.HasPrefix(w.req.name, SemaphorePrefix) {
 			// A semaphore's queue has no lock row to read, and a place freed by expiry sends no
 			// notification: the first local waiter of the semaphore looks at every tick (and wakes
-			// the others if places ahead of it take the room it finds: AcquireSemaphore).
+			// the local waiter its poll finds next in line: AcquirePlaces).
 			w.seen(now.Add(w.req.timing.TTL))
 			if l.isHead(w) {
 				wake(w)
@@ -438,17 +438,6 @@ func (l *Locker) isHead(w *waiter) bool {
 	defer l.mu.Unlock()
 	queue := l.queues[w.req.name]
 	return len(queue) > 0 && queue[0] == w
-}
-
-// wakeBehind wakes the waiters for w's name that this Locker has besides w.
-func (l *Locker) wakeBehind(w *waiter) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, other := range l.queues[w.req.name] {
-		if other != w {
-			wake(other)
-		}
-	}
 }
 
 func wake(w *waiter) {

@@ -11,58 +11,6 @@ import (
 	"time"
 )
 
-const attemptSemaphore = `-- name: AttemptSemaphore :one
-SELECT a.acquired::boolean                               AS acquired,
-       coalesce(a.fencing_token, 0)::bigint              AS fencing_token,
-       coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
-       a.holders::integer                                AS holders,
-       set_config('synchronous_commit',
-                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
-                  true)                                  AS synchronous_commit
-  FROM pglock_semaphore_attempt($1, $2, $3, $4, $5, $6, $7) AS a
-`
-
-type AttemptSemaphoreParams struct {
-	Semaphore string
-	HolderID  string
-	Permits   int32
-	TtlMs     int64
-	Metadata  json.RawMessage
-	Instance  string
-	Wait      bool
-}
-
-type AttemptSemaphoreRow struct {
-	Acquired          bool
-	FencingToken      int64
-	ExpiresAt         time.Time
-	Holders           int32
-	SynchronousCommit string
-}
-
-// AttemptSemaphore is a semaphore's try (wait false) or poll (wait true): see
-// pglock_semaphore_attempt. As PollLock, only an acquisition waits for the WAL flush.
-func (q *Queries) AttemptSemaphore(ctx context.Context, arg AttemptSemaphoreParams) (AttemptSemaphoreRow, error) {
-	row := q.db.QueryRow(ctx, attemptSemaphore,
-		arg.Semaphore,
-		arg.HolderID,
-		arg.Permits,
-		arg.TtlMs,
-		arg.Metadata,
-		arg.Instance,
-		arg.Wait,
-	)
-	var i AttemptSemaphoreRow
-	err := row.Scan(
-		&i.Acquired,
-		&i.FencingToken,
-		&i.ExpiresAt,
-		&i.Holders,
-		&i.SynchronousCommit,
-	)
-	return i, err
-}
-
 const fenceLock = `-- name: FenceLock :one
 SELECT f.expires_at::timestamptz AS expires_at
   FROM pglock_fence($1, $2, $3) AS f(expires_at)
@@ -244,6 +192,69 @@ func (q *Queries) RenewLocks(ctx context.Context, arg RenewLocksParams) ([]Renew
 		return nil, err
 	}
 	return items, nil
+}
+
+const takeSemaphore = `-- name: TakeSemaphore :one
+SELECT a.acquired::boolean                               AS acquired,
+       coalesce(a.fencing_token, 0)::bigint              AS fencing_token,
+       coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       a.holders::integer                                AS holders,
+       coalesce(a.next_holder_id, '')::varchar           AS next_holder_id,
+       set_config('synchronous_commit',
+                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                                  AS synchronous_commit
+  FROM pglock_semaphore_take($1, $2, $3, $4, $5, nullif($6::integer, 0), $7,
+                             $8, $9, $10) AS a
+`
+
+type TakeSemaphoreParams struct {
+	Semaphore string
+	HolderID  string
+	Places    int32
+	Permits   int32
+	Key       string
+	PerKey    int32
+	TtlMs     int64
+	Metadata  json.RawMessage
+	Instance  string
+	Wait      bool
+}
+
+type TakeSemaphoreRow struct {
+	Acquired          bool
+	FencingToken      int64
+	ExpiresAt         time.Time
+	Holders           int32
+	NextHolderID      string
+	SynchronousCommit string
+}
+
+// TakeSemaphore is a semaphore's try (wait false) or poll (wait true): see
+// pglock_semaphore_take (a per_key of 0: no cap). As PollLock, only an acquisition waits for
+// the WAL flush.
+func (q *Queries) TakeSemaphore(ctx context.Context, arg TakeSemaphoreParams) (TakeSemaphoreRow, error) {
+	row := q.db.QueryRow(ctx, takeSemaphore,
+		arg.Semaphore,
+		arg.HolderID,
+		arg.Places,
+		arg.Permits,
+		arg.Key,
+		arg.PerKey,
+		arg.TtlMs,
+		arg.Metadata,
+		arg.Instance,
+		arg.Wait,
+	)
+	var i TakeSemaphoreRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.FencingToken,
+		&i.ExpiresAt,
+		&i.Holders,
+		&i.NextHolderID,
+		&i.SynchronousCommit,
+	)
+	return i, err
 }
 
 const tryAcquireLock = `-- name: TryAcquireLock :one

@@ -27,19 +27,24 @@ type DistributedLock struct {
 	ExpiresAt    time.Time
 	Metadata     json.RawMessage
 	// Which process holds the lock, as it describes itself (pglock: app@host:pid).
-	Instance string
+	Instance     string
+	Places       int32
+	SemaphoreKey string
 }
 
 // pglock waiters: release_lock hands a lock to the first live waiter. Write only through the pglock functions.
 type DistributedLockWaiter struct {
-	LockName   string
-	HolderID   string
-	WaiterSeq  *int64
-	Instance   string
-	TtlMs      int64
-	Metadata   json.RawMessage
-	EnqueuedAt time.Time
-	ExpiresAt  time.Time
+	LockName     string
+	HolderID     string
+	WaiterSeq    *int64
+	Instance     string
+	TtlMs        int64
+	Metadata     json.RawMessage
+	EnqueuedAt   time.Time
+	ExpiresAt    time.Time
+	Places       int32
+	SemaphoreKey string
+	Turn         int64
 }
 
 type PglockCronChange struct {

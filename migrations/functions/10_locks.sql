@@ -74,8 +74,12 @@ BEGIN
         IF (v_fresh OR v_lock.expires_at <= v_now)
            AND v_waiter.holder_id IS NOT NULL AND v_waiter.holder_id <> p_holder_id THEN
             -- A free lock belongs to the first live waiter, not to whoever asks first.
-            v_lock := ROW(p_lock_name, v_waiter.holder_id, NULL, NULL, v_waiter.expires_at,
-                          v_waiter.metadata, v_waiter.instance)::distributed_locks;
+            v_lock := NULL;
+            v_lock.lock_name := p_lock_name;
+            v_lock.holder_id := v_waiter.holder_id;
+            v_lock.expires_at := v_waiter.expires_at;
+            v_lock.metadata := v_waiter.metadata;
+            v_lock.instance := v_waiter.instance;
         END IF;
 
         IF v_lock.holder_id IS NOT NULL AND v_lock.holder_id <> p_holder_id
@@ -131,7 +135,8 @@ BEGIN
                 metadata      = excluded.metadata,
                 instance      = excluded.instance
             WHERE l.holder_id = excluded.holder_id OR l.expires_at <= clock_timestamp()
-        RETURNING l.*, pg_sequence_last_value('distributed_locks_fencing_token_seq')
+        RETURNING l.lock_name, l.holder_id, l.fencing_token, l.acquired_at, l.expires_at, l.metadata, l.instance,
+                  pg_sequence_last_value('distributed_locks_fencing_token_seq')
              INTO v_lock.lock_name, v_lock.holder_id, v_lock.fencing_token, v_lock.acquired_at,
                   v_lock.expires_at, v_lock.metadata, v_lock.instance, v_last_token;
 

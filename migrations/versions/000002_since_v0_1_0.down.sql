@@ -38,6 +38,7 @@ DROP FUNCTION pglock_rate_check(boolean, varchar, bigint, integer, integer);
 DROP FUNCTION pglock_rate_check_many(boolean, varchar[], bigint[], integer[], integer[], bigint);
 DROP FUNCTION pglock_rate_collect(boolean, timestamptz);
 DROP FUNCTION pglock_job_bound_idle(bigint);
+DROP FUNCTION pglock_semaphore_take(varchar, varchar, integer, integer, varchar, integer, bigint, jsonb, varchar, boolean);
 DROP FUNCTION pglock_job_window_ok(bigint);
 DROP FUNCTION pglock_job_raise_bad_window(bigint);
 DROP FUNCTION pglock_job_require_claim(timestamptz, varchar, text);
@@ -73,3 +74,7 @@ ALTER TABLE pglock_cron_schedules
     ALTER COLUMN last_instance SET NOT NULL,
     ALTER COLUMN last_seen_at SET NOT NULL;
 DROP SEQUENCE pglock_cron_revision_seq;
+
+-- v0.1.0 counts a semaphore's holders, one place each, with no key.
+ALTER TABLE distributed_locks DROP COLUMN places, DROP COLUMN semaphore_key;
+ALTER TABLE distributed_lock_waiters DROP COLUMN places, DROP COLUMN semaphore_key, DROP COLUMN turn;

@@ -19,6 +19,10 @@
 -- PostgreSQL reads a CHECK's expression anew in every statement that inserts or updates (a
 -- tenth of a claim's time). pglock_job_announce now returns whether it sent an announcement,
 -- so that callers can call it in an expression: a result type cannot be replaced in place.
+--
+-- A semaphore's holder takes one or more of its places and counts against a key (a tenant), and
+-- so does a waiter (pglock_semaphore_take): each row says how many places and which key, and a
+-- waiter's its turn in the queue.
 
 -- Each scheduler's host clock, as it last measured it against the database's: what operators
 -- see of an instance's health (the console's overview). A row not refreshed for a day is
@@ -116,3 +120,20 @@ CREATE TABLE pglock_job_debounces (
 
 -- Runners claim, and sleep until, the earliest ready key of their scope.
 CREATE INDEX pglock_job_debounces_ready ON pglock_job_debounces (scope, ready_at);
+
+-- The places a semaphore's holder or waiter takes, and the key it counts against: 1 and '' for
+-- every other row (pglock_semaphore_take).
+ALTER TABLE distributed_locks
+    ADD COLUMN places        integer      NOT NULL DEFAULT 1,
+    ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '';
+ALTER TABLE distributed_lock_waiters
+    ADD COLUMN places        integer      NOT NULL DEFAULT 1,
+    ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '',
+    ADD COLUMN turn          bigint       NOT NULL DEFAULT 0; -- a semaphore's waiter's turn
+
+-- A semaphore's queue in turns, and each key's waiters in it. Partial: table locks' queues do
+-- not maintain them.
+CREATE INDEX distributed_lock_waiters_turn_idx ON distributed_lock_waiters (lock_name, turn, waiter_seq)
+ WHERE lock_name ~>=~ 'pglock.semaphore/' AND lock_name ~<~ 'pglock.semaphore0';
+CREATE INDEX distributed_lock_waiters_key_idx ON distributed_lock_waiters (lock_name, semaphore_key, waiter_seq)
+ WHERE lock_name ~>=~ 'pglock.semaphore/' AND lock_name ~<~ 'pglock.semaphore0';

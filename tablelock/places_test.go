@@ -1,0 +1,257 @@
+package tablelock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock"
+	"github.com/pglock/pglock/internal/testdb"
+	"github.com/pglock/pglock/tablelock"
+)
+
+// A waiter for 3 of 10 places is not overtaken by a stream of 1-place requests of its key that
+// queue after it, though there is room for them and not for it: it is admitted first, as soon
+// as 3 places are free.
+func TestPlacesOfAKeyAreServedInArrivalOrderWhateverTheirWeight(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	l := newLocker(t, d.Pool, nil)
+	ctx := context.Background()
+	one := tablelock.Places{Permits: 10}
+	var held []*tablelock.Lock
+	for range 9 {
+		lk, err := l.TryAcquirePlaces(ctx, "w", one, nil)
+		require.NoError(t, err)
+		held = append(held, lk)
+	}
+	heavy := make(chan *tablelock.Lock, 1)
+	go func() {
+		lk, err := l.AcquirePlaces(ctx, "w", tablelock.Places{Permits: 10, Take: 3}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		heavy <- lk
+	}()
+	waiters := func() (n int) {
+		d.Pool.QueryRow(ctx, `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/w'`).Scan(&n)
+		return n
+	}
+	testdb.WaitFor(t, func() bool { return waiters() == 1 }, "the heavy waiter is queued")
+	_, err := l.TryAcquirePlaces(ctx, "w", one, nil)
+	require.ErrorIs(t, err, pglock.ErrLocked, "the free place is kept for the waiter ahead")
+
+	// The stream: 1-place requests, each holding its place a moment, until the heavy one is in.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var stream sync.WaitGroup
+	tokens := make(chan int64, 1000)
+	for range 6 {
+		stream.Go(func() {
+			for ctx.Err() == nil {
+				lk, err := l.AcquirePlaces(ctx, "w", one, nil)
+				if err != nil {
+					return
+				}
+				tokens <- lk.Token()
+				time.Sleep(5 * time.Millisecond)
+				lk.Release(context.Background())
+			}
+		})
+	}
+	testdb.WaitFor(t, func() bool { return waiters() == 7 }, "the stream is queued behind the heavy waiter")
+	for _, lk := range held[:2] { // 1, then 2 places free: only the second lets the heavy one in
+		require.NoError(t, lk.Release(ctx))
+	}
+	lk := testdb.Receive(t, heavy)
+	require.NotNil(t, lk)
+	for _, free := range held[2:] {
+		require.NoError(t, free.Release(ctx))
+	}
+	testdb.WaitFor(t, func() bool { return len(tokens) >= 20 }, "the stream goes on once places are free")
+	stop()
+	stream.Wait()
+	close(tokens)
+	for token := range tokens {
+		require.Greater(t, token, lk.Token(), "a 1-place request queued after the heavy waiter was admitted before it")
+	}
+	require.NoError(t, lk.Release(context.Background()))
+}
+
+// Tenant A queues 2,000 waiters, then tenants B and C queue 20 each, on a semaphore of 8 places
+// with at most 4 a tenant, from 4 Lockers (instances) whose backends are killed every 200 ms.
+// Each of B's and C's waiters is served after a few of A's grants, in turn with A, never behind
+// A's queue; and the database, through fenced visits, never saw more than 8 inside, nor more
+// than 4 of a tenant.
+func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `
+		CREATE TABLE visits (token bigint PRIMARY KEY, tenant text NOT NULL, entered timestamptz NOT NULL, left_at timestamptz);
+		-- before: the last grant when the waiter began waiting
+		CREATE TABLE grants (token bigint PRIMARY KEY, tenant text NOT NULL, before bigint NOT NULL)`)
+	require.NoError(t, err)
+	const app = "fair-share"
+	var lockers []*tablelockPool
+	for range 4 {
+		p := d.NewPool(t, func(c *pgxpool.Config) {
+			c.ConnConfig.RuntimeParams["application_name"] = app
+			c.MaxConns = 8
+		})
+		lockers = append(lockers, &tablelockPool{pool: p, locker: newLocker(t, p, nil)})
+	}
+	share := func(tenant string) tablelock.Places {
+		return tablelock.Places{Permits: 8, Key: tenant, PerKey: 4}
+	}
+	// Places live 10 s: kills every 200 ms make renewals retry, and a busy machine must not
+	// make them run out (a place lost is a visit the database would refuse).
+	opts := &tablelock.AcquireOptions{TTL: 10 * time.Second}
+	// Statements the kills may end are tried again.
+	retried := func(f func() error) (err error) {
+		for range 5 {
+			if err = f(); err == nil || errors.Is(err, pglock.ErrLockLost) {
+				return err
+			}
+		}
+		return err
+	}
+	// A visit writes, in one fenced transaction, when it entered and left: the rows of the
+	// visits that committed tell who was inside when, by the database's clock.
+	visit := func(p *tablelockPool, lk *tablelock.Lock, tenant string) error {
+		return retried(func() error {
+			return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+				if err := lk.Fence(ctx, tx); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO visits VALUES ($1, $2, clock_timestamp())`, lk.Token(), tenant); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `SELECT pg_sleep(0.1)`); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `UPDATE visits SET left_at = clock_timestamp() WHERE token = $1`, lk.Token())
+				return err
+			})
+		})
+	}
+	var wg sync.WaitGroup
+	var kept atomic.Int64
+	wait := func(waitCtx context.Context, tenant string, waiter int) {
+		p := lockers[waiter%len(lockers)]
+		wg.Go(func() {
+			var before int64
+			if err := retried(func() error {
+				return p.pool.QueryRow(ctx, `SELECT coalesce(max(token), 0) FROM grants`).Scan(&before)
+			}); err != nil {
+				t.Error(err)
+				return
+			}
+			lk, err := p.locker.AcquirePlaces(waitCtx, "tenants", share(tenant), opts)
+			for errors.Is(err, pglock.ErrSaturated) && waitCtx.Err() == nil {
+				// The Locker's renewals fell behind (2,000 waiters and the kills on a busy
+				// machine): it admits no one until they catch up, and the waiter queues again,
+				// as a caller would.
+				time.Sleep(100 * time.Millisecond)
+				lk, err = p.locker.AcquirePlaces(waitCtx, "tenants", share(tenant), opts)
+			}
+			if err != nil {
+				if waitCtx.Err() == nil {
+					t.Errorf("%s's waiter %d: %v", tenant, waiter, err)
+				}
+				return
+			}
+			defer lk.Release(context.Background())
+			if err := retried(func() error {
+				_, err := p.pool.Exec(ctx, `INSERT INTO grants VALUES ($1, $2, $3)`, lk.Token(), tenant, before)
+				return err
+			}); err != nil {
+				t.Errorf("recording %s's grant: %v", tenant, err)
+			}
+			if err := visit(p, lk, tenant); err != nil {
+				kept.Add(1) // a visit the kills kept out five times in a row: counted, not a failure
+			}
+		})
+	}
+	queued := func(tenant string) (n int) {
+		d.Pool.QueryRow(ctx, `SELECT count(*) FROM distributed_lock_waiters
+			WHERE lock_name = 'pglock.semaphore/tenants' AND semaphore_key = $1`, tenant).Scan(&n)
+		return n
+	}
+	aCtx, stopA := context.WithCancel(ctx)
+	defer stopA()
+	for i := range 2000 {
+		wait(aCtx, "A", i)
+	}
+	testdb.WaitFor(t, func() bool { return queued("A") >= 1900 }, "A's waiters are queued")
+
+	killing, stopKilling := context.WithCancel(ctx)
+	defer stopKilling()
+	var killer sync.WaitGroup
+	var kills atomic.Int64
+	killer.Go(func() {
+		for killing.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			var n int64
+			d.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name = $1 ORDER BY random() LIMIT 1) AS victim`, app).Scan(&n)
+			kills.Add(n)
+		}
+	})
+	for i := range 20 {
+		wait(ctx, "B", i)
+		wait(ctx, "C", i)
+		time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond) // arrivals spread a little
+	}
+	served := func() (n int) {
+		d.Pool.QueryRow(ctx, `SELECT count(*) FROM grants WHERE tenant <> 'A'`).Scan(&n)
+		return n
+	}
+	testdb.WaitFor(t, func() bool { return served() == 40 }, "every one of B's and C's waiters is served")
+	stopKilling()
+	killer.Wait()
+	stopA()
+	wg.Wait()
+
+	var order string
+	var mostWaited int
+	require.NoError(t, d.Pool.QueryRow(ctx, `
+		SELECT (SELECT string_agg(tenant, '' ORDER BY token) FROM grants
+		         WHERE token > (SELECT min(before) FROM grants WHERE tenant <> 'A')
+		           AND token <= (SELECT max(token) FROM grants WHERE tenant <> 'A')),
+		       (SELECT max((SELECT count(*) FROM grants a WHERE a.tenant = 'A' AND a.token > g.before AND a.token < g.token))
+		          FROM grants g WHERE g.tenant <> 'A')`).Scan(&order, &mostWaited))
+	t.Logf("served since B and C queued (%d kills): %s", kills.Load(), order)
+	require.LessOrEqual(t, mostWaited, 60, "a waiter of B or C waited behind this many of A's grants, with 1,900 of A's queued ahead of it")
+	require.Positive(t, kills.Load())
+
+	var most, mostOfATenant, visits int
+	require.NoError(t, d.Pool.QueryRow(ctx, `
+		SELECT max(inside), max(inside_of_tenant), count(*)
+		  FROM (SELECT (SELECT count(*) FROM visits w WHERE w.entered <= v.entered AND w.left_at > v.entered) AS inside,
+		               (SELECT count(*) FROM visits w WHERE w.tenant = v.tenant AND w.entered <= v.entered AND w.left_at > v.entered) AS inside_of_tenant
+		          FROM visits v) AS at_each_entry`).Scan(&most, &mostOfATenant, &visits))
+	t.Logf("%d visits (%d kept out by kills); at most %d inside, %d of a tenant", visits, kept.Load(), most, mostOfATenant)
+	require.LessOrEqual(t, most, 8)
+	require.LessOrEqual(t, mostOfATenant, 4)
+	require.Greater(t, visits, 40)
+
+	// No place is left behind: once every Locker has closed, none is held and none queued.
+	for _, p := range lockers {
+		require.NoError(t, p.locker.Close(ctx))
+	}
+	testdb.WaitFor(t, func() bool {
+		var live int
+		d.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM distributed_locks WHERE expires_at > clock_timestamp())
+			+ (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())`).Scan(&live)
+		return live == 0
+	}, "no place held or queued is left")
+}
