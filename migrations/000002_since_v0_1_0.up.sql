@@ -2690,8 +2690,8 @@ REVOKE ALL ON FUNCTION pglock_rate_collect(boolean, timestamptz) FROM PUBLIC;
 -- transaction that holds one. Names have no '/'. Only READ COMMITTED transactions may call it
 -- (SQLSTATE 0A000 otherwise). Returns acquired (and then lock_name, the holder's row, its
 -- fencing_token and expires_at), queued (this call wrote the caller's place), holders, the
--- places held, and next_holder_id, the first other waiter that would be admitted now, among the
--- queue's first 2 * p_permits + 64: whoever can wake it should. SQLSTATE 22023 with COLUMN for
+-- places held, and next_holder_id, the first other waiter that would be admitted now, looked for
+-- among the queue's first 2 * p_permits + 64 rows and a few after them: whoever can wake it should. SQLSTATE 22023 with COLUMN for
 -- a name whose holder rows' names would be over 255 characters, places under 1 or above
 -- p_permits or p_per_key, permits or a cap under 1, a NULL key or one over 255 characters, or a
 -- TTL out of range.
@@ -2715,6 +2715,10 @@ DECLARE
     v_limit    integer;
     v_seen     integer;
     v_keeping  integer;
+    v_capped   varchar[];
+    v_last_turn bigint;
+    v_last_seq  bigint;
+    v_next      record;
 BEGIN
     IF p_name IS NULL OR p_name = '' OR strpos(p_name, '/') > 0 OR p_holder_id IS NULL OR p_holder_id = ''
        OR length('pglock.semaphore/' || p_name || '/' || p_holder_id) > 255 THEN
@@ -2799,14 +2803,14 @@ BEGIN
              SELECT p_holder_id, p_key, p_places, v_turn, coalesce(v_seq, 9223372036854775807))
             ORDER BY turn, seq LIMIT v_limit
         ), ranked AS (
-            SELECT q.holder_id, q.places, q.turn, q.seq,
+            SELECT q.holder_id, q.key, q.places, q.turn, q.seq,
                    p_per_key IS NULL
                    OR coalesce(h.places, 0) + coalesce(sum(q.places) OVER (PARTITION BY q.key ORDER BY q.seq
                                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
                       + q.places <= p_per_key AS keeps_room
               FROM queue q LEFT JOIN held h ON h.key = q.key
         ), fitted AS (
-            SELECT r.holder_id, r.turn, r.seq, r.places, r.keeps_room,
+            SELECT r.holder_id, r.key, r.turn, r.seq, r.places, r.keeps_room,
                    r.keeps_room
                    AND holders + r.places + coalesce(sum(r.places) FILTER (WHERE r.keeps_room) OVER (ORDER BY r.turn, r.seq
                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) <= p_permits AS fits
@@ -2814,13 +2818,48 @@ BEGIN
         )
         SELECT bool_or(f.fits) FILTER (WHERE f.holder_id = p_holder_id),
                (array_agg(f.holder_id ORDER BY f.turn, f.seq) FILTER (WHERE f.fits AND f.holder_id <> p_holder_id))[1],
-               count(*), coalesce(sum(f.places) FILTER (WHERE f.keeps_room), 0)
-          INTO acquired, next_holder_id, v_seen, v_keeping
+               count(*), coalesce(sum(f.places) FILTER (WHERE f.keeps_room), 0),
+               coalesce(array_agg(DISTINCT f.key) FILTER (WHERE NOT f.keeps_room), '{}'),
+               max(f.turn), (array_agg(f.seq ORDER BY f.turn DESC, f.seq DESC))[1]
+          INTO acquired, next_holder_id, v_seen, v_keeping, v_capped, v_last_turn, v_last_seq
           FROM fitted f;
-        EXIT WHEN acquired IS NOT NULL OR v_seen < v_limit OR holders + v_keeping + p_places > p_permits OR v_key_full;
+        EXIT WHEN v_limit IS NULL OR v_seen < v_limit
+               OR acquired IS NOT NULL OR holders + v_keeping + p_places > p_permits OR v_key_full;
         v_limit := NULL; -- all of them
     END LOOP;
     acquired := coalesce(acquired, false);
+
+    -- Which waiter fits next, if none of the first rows does while they leave room: one after
+    -- them, of a key not at its cap among them (a key's turns follow each other, so the rest of a
+    -- capped key's waiters are capped too). The first whose key leaves it room is the only
+    -- candidate: if it does not fit, nobody after it does. A few keys found at their cap on the
+    -- way are passed over, then the search stops: the waiter's own polls find it in the end.
+    IF next_holder_id IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders + v_keeping < p_permits THEN
+        FOR v_next IN
+            SELECT w.holder_id, w.semaphore_key, w.places, w.waiter_seq FROM distributed_lock_waiters w
+             WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+               AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
+               AND (w.turn, w.waiter_seq) > (v_last_turn, v_last_seq) AND w.semaphore_key <> ALL (v_capped)
+             ORDER BY w.turn, w.waiter_seq LIMIT 8
+        LOOP
+            CONTINUE WHEN v_next.semaphore_key = ANY (v_capped);
+            IF p_per_key IS NULL OR (SELECT coalesce(sum(l.places), 0) FROM distributed_locks l
+                                      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
+                                        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0')
+                                        AND l.expires_at > v_now AND l.semaphore_key = v_next.semaphore_key)
+                                    + (SELECT coalesce(sum(w.places), 0) FROM distributed_lock_waiters w
+                                        WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                                          AND w.lock_name = v_queue AND w.expires_at > v_now
+                                          AND w.semaphore_key = v_next.semaphore_key AND w.waiter_seq < v_next.waiter_seq)
+                                    + v_next.places <= p_per_key THEN
+                IF holders + v_keeping + v_next.places <= p_permits THEN
+                    next_holder_id := v_next.holder_id;
+                END IF;
+                EXIT;
+            END IF;
+            v_capped := v_capped || v_next.semaphore_key;
+        END LOOP;
+    END IF;
 
     IF acquired THEN
         INSERT INTO distributed_locks AS l (lock_name, holder_id, fencing_token, acquired_at, expires_at, metadata, instance,

@@ -116,8 +116,11 @@ func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts 
 			return l.hold(ctx, req, row.FencingToken, row.ExpiresAt, pollStart, time.Since(start), 0)
 		case err == nil:
 			// A semaphore has no one lease whose end to wait for: with its place kept, a waiter
-			// sleeps until woken (see keepPlaces).
-			w.seen(time.Now().Add(req.timing.TTL))
+			// sleeps until woken, by a release (its Locker's first waiter), by a poll that found it
+			// next in line, or by the places Set's tick (the first waiter: keepPlaces). Were each
+			// to poll on its own every TTL, 2,000 waiters would poll 200 times a second for
+			// nothing.
+			w.seen(noEnd)
 			if !l.cfg.DisableNotifications && w.place == nil {
 				// The poll wrote the place, for a TTL from the answer's time: from then on the
 				// places Set keeps it.

@@ -81,6 +81,9 @@ type handoffNotice struct {
 	ExpiresAt    time.Time `json:"expires_at"`
 }
 
+// noEnd is the end seen of a lease a waiter has no reason to poll for: a semaphore's.
+var noEnd = time.Unix(1<<40, 0)
+
 // errWaitTimeout is the cause of a wait's context ending at AcquireOptions.WaitTimeout.
 var errWaitTimeout = errors.New("wait timeout")
 
@@ -258,7 +261,6 @@ func (l *Locker) keepPlaces(ctx context.Context, due []lease.Due) ([]lease.Renew
 			// A semaphore's queue has no lock row to read, and a place freed by expiry sends no
 			// notification: the first local waiter of the semaphore looks at every tick (and wakes
 			// the local waiter its poll finds next in line: AcquirePlaces).
-			w.seen(now.Add(w.req.timing.TTL))
 			if l.isHead(w) {
 				wake(w)
 			}
