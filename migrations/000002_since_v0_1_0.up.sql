@@ -27,7 +27,7 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.format('%I, pg_temp', coa
 --
 -- A semaphore's holder takes one or more of its places and counts against a key (a tenant), and
 -- so does a waiter (pglock_semaphore_take): each row says how many places and which key, and a
--- waiter's its turn in the queue.
+-- waiter's its turn in the queue (a holder's, the turn it was admitted at).
 
 -- Each scheduler's host clock, as it last measured it against the database's: what operators
 -- see of an instance's health (the console's overview). A row not refreshed for a day is
@@ -130,7 +130,8 @@ CREATE INDEX pglock_job_debounces_ready ON pglock_job_debounces (scope, ready_at
 -- every other row (pglock_semaphore_take).
 ALTER TABLE distributed_locks
     ADD COLUMN places        integer      NOT NULL DEFAULT 1,
-    ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '';
+    ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '',
+    ADD COLUMN turn          bigint       NOT NULL DEFAULT 0; -- the turn a semaphore's holder was admitted at
 ALTER TABLE distributed_lock_waiters
     ADD COLUMN places        integer      NOT NULL DEFAULT 1,
     ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '',
@@ -2679,7 +2680,8 @@ REVOKE ALL ON FUNCTION pglock_rate_collect(boolean, timestamptz) FROM PUBLIC;
 -- p_key, of which at most p_per_key places may be held at once (NULL: no cap); with p_wait, a
 -- caller that cannot have them takes (or keeps) a place in the queue. The queue is served in
 -- turns (start-time fair queueing): a waiter's turn, given when it queues, follows the places
--- its key's waiters before it want, and is no earlier than the queue's first turn; waiters are
+-- its key's waiters before it want, and is no earlier than the queue's first turn nor the latest
+-- turn a holder was admitted at (holders keep theirs); waiters are
 -- served by turn, then arrival. So within a key the order is arrival, and across keys the turns
 -- alternate, weighted by places: one key's long queue never delays another key's first waiter
 -- by more than a turn. A waiter whose key is at its cap is passed over; any other keeps its
@@ -2690,8 +2692,9 @@ REVOKE ALL ON FUNCTION pglock_rate_collect(boolean, timestamptz) FROM PUBLIC;
 -- transaction that holds one. Names have no '/'. Only READ COMMITTED transactions may call it
 -- (SQLSTATE 0A000 otherwise). Returns acquired (and then lock_name, the holder's row, its
 -- fencing_token and expires_at), queued (this call wrote the caller's place), holders, the
--- places held, and next_holder_id, the first other waiter that would be admitted now, looked for
--- among the queue's first 2 * p_permits + 64 rows and a few after them: whoever can wake it should. SQLSTATE 22023 with COLUMN for
+-- places held, and next_holder_ids, the other waiters that would be admitted now, looked for
+-- among the queue's first 2 * p_permits + 64 rows (and, if none fits there while they leave
+-- room, the first one of the next 512 that does): whoever can wake them should. SQLSTATE 22023 with COLUMN for
 -- a name whose holder rows' names would be over 255 characters, places under 1 or above
 -- p_permits or p_per_key, permits or a cap under 1, a NULL key or one over 255 characters, or a
 -- TTL out of range.
@@ -2699,7 +2702,7 @@ CREATE OR REPLACE FUNCTION pglock_semaphore_take(p_name varchar, p_holder_id var
                                       p_key varchar, p_per_key integer, p_ttl_ms bigint, p_metadata jsonb,
                                       p_instance varchar, p_wait boolean)
 RETURNS TABLE (acquired boolean, queued boolean, lock_name varchar, fencing_token bigint, expires_at timestamptz,
-               holders integer, next_holder_id varchar)
+               holders integer, next_holder_ids varchar[])
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
@@ -2712,7 +2715,7 @@ DECLARE
     v_turn     bigint;
     v_key_held integer;
     v_key_full boolean := false;
-    v_limit    integer;
+    v_limit    bigint;
     v_seen     integer;
     v_keeping  integer;
     v_capped   varchar[];
@@ -2755,14 +2758,22 @@ BEGIN
      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at <= v_now;
 
+    -- A place in the queue that expired is given up: its waiter queues again, at the back.
+    DELETE FROM distributed_lock_waiters w
+     WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id AND w.expires_at <= v_now;
     SELECT w.waiter_seq, w.turn INTO v_seq, v_turn FROM distributed_lock_waiters w
      WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id;
     IF v_seq IS NULL THEN
-        -- The turn it would queue with: after its key's waiters, and not before the first turn.
+        -- The turn it would queue with: after its key's waiters, and not before the queue's first
+        -- turn nor the latest turn served (a waiter passed over at the front, its key at its
+        -- cap, must not hold the turns back for every newcomer).
         SELECT greatest((SELECT w.turn FROM distributed_lock_waiters w
                           WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0' -- the indexes'
                             AND w.lock_name = v_queue AND w.expires_at > v_now
                           ORDER BY w.turn, w.waiter_seq LIMIT 1),
+                        (SELECT max(l.turn) FROM distributed_locks l
+                          WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
+                            AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now),
                         (SELECT w.turn + w.places FROM distributed_lock_waiters w
                           WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
                             AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
@@ -2775,11 +2786,15 @@ BEGIN
       INTO holders, v_key_held FROM distributed_locks l
      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0' -- the index's
        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now;
-    IF p_per_key IS NOT NULL THEN -- the caller's key at its cap with those of its waiters before it: no room
-        SELECT v_key_held + coalesce(sum(w.places), 0) + p_places > p_per_key INTO v_key_full FROM distributed_lock_waiters w
-         WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-           AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now AND w.holder_id <> p_holder_id
-           AND (v_seq IS NULL OR w.waiter_seq < v_seq);
+    IF p_per_key IS NOT NULL THEN
+        -- The caller's key at its cap with those of its waiters before it: no room. Its first
+        -- p_per_key waiters tell (each wants a place at least), however long its queue.
+        SELECT v_key_held + coalesce(sum(a.places), 0) + p_places > p_per_key INTO v_key_full
+          FROM (SELECT w.places FROM distributed_lock_waiters w
+                 WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                   AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
+                   AND w.holder_id <> p_holder_id AND (v_seq IS NULL OR w.waiter_seq < v_seq)
+                 ORDER BY w.waiter_seq LIMIT p_per_key) AS a;
     END IF;
 
     -- The queue in order, the caller in it at its turn: a waiter keeps its room if its key's
@@ -2788,7 +2803,7 @@ BEGIN
     -- the queue's first rows (a waiter's key's earlier waiters come before it), which decide
     -- whether the caller fits unless it comes after them with room left under both limits: then
     -- from all rows.
-    v_limit := 2 * p_permits + 64;
+    v_limit := 2::bigint * p_permits + 64;
     LOOP
         WITH held AS (
             SELECT l.semaphore_key AS key, sum(l.places)::integer AS places FROM distributed_locks l
@@ -2817,11 +2832,11 @@ BEGIN
               FROM ranked r
         )
         SELECT bool_or(f.fits) FILTER (WHERE f.holder_id = p_holder_id),
-               (array_agg(f.holder_id ORDER BY f.turn, f.seq) FILTER (WHERE f.fits AND f.holder_id <> p_holder_id))[1],
+               array_agg(f.holder_id ORDER BY f.turn, f.seq) FILTER (WHERE f.fits AND f.holder_id <> p_holder_id),
                count(*), coalesce(sum(f.places) FILTER (WHERE f.keeps_room), 0),
                coalesce(array_agg(DISTINCT f.key) FILTER (WHERE NOT f.keeps_room), '{}'),
                max(f.turn), (array_agg(f.seq ORDER BY f.turn DESC, f.seq DESC))[1]
-          INTO acquired, next_holder_id, v_seen, v_keeping, v_capped, v_last_turn, v_last_seq
+          INTO acquired, next_holder_ids, v_seen, v_keeping, v_capped, v_last_turn, v_last_seq
           FROM fitted f;
         EXIT WHEN v_limit IS NULL OR v_seen < v_limit
                OR acquired IS NOT NULL OR holders + v_keeping + p_places > p_permits OR v_key_full;
@@ -2832,15 +2847,19 @@ BEGIN
     -- Which waiter fits next, if none of the first rows does while they leave room: one after
     -- them, of a key not at its cap among them (a key's turns follow each other, so the rest of a
     -- capped key's waiters are capped too). The first whose key leaves it room is the only
-    -- candidate: if it does not fit, nobody after it does. A few keys found at their cap on the
-    -- way are passed over, then the search stops: the waiter's own polls find it in the end.
-    IF next_holder_id IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders + v_keeping < p_permits THEN
+    -- candidate: if it does not fit, nobody after it does. The search reads the next 512 rows
+    -- at most, and passes over a few keys found at their cap on the way: a waiter further back
+    -- is found by another poll (its own, or one of a Locker's first waiter, once it is first).
+    IF next_holder_ids IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders + v_keeping < p_permits THEN
         FOR v_next IN
-            SELECT w.holder_id, w.semaphore_key, w.places, w.waiter_seq FROM distributed_lock_waiters w
-             WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-               AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
-               AND (w.turn, w.waiter_seq) > (v_last_turn, v_last_seq) AND w.semaphore_key <> ALL (v_capped)
-             ORDER BY w.turn, w.waiter_seq LIMIT 8
+            SELECT a.holder_id, a.semaphore_key, a.places, a.waiter_seq
+              FROM (SELECT w.holder_id, w.semaphore_key, w.places, w.turn, w.waiter_seq FROM distributed_lock_waiters w
+                     WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                       AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
+                       AND (w.turn, w.waiter_seq) > (v_last_turn, v_last_seq)
+                     ORDER BY w.turn, w.waiter_seq LIMIT 512) AS a -- a bounded look
+             WHERE a.semaphore_key <> ALL (v_capped)
+             ORDER BY a.turn, a.waiter_seq LIMIT 8
         LOOP
             CONTINUE WHEN v_next.semaphore_key = ANY (v_capped);
             IF p_per_key IS NULL OR (SELECT coalesce(sum(l.places), 0) FROM distributed_locks l
@@ -2853,7 +2872,7 @@ BEGIN
                                           AND w.semaphore_key = v_next.semaphore_key AND w.waiter_seq < v_next.waiter_seq)
                                     + v_next.places <= p_per_key THEN
                 IF holders + v_keeping + v_next.places <= p_permits THEN
-                    next_holder_id := v_next.holder_id;
+                    next_holder_ids := ARRAY[v_next.holder_id];
                 END IF;
                 EXIT;
             END IF;
@@ -2863,10 +2882,10 @@ BEGIN
 
     IF acquired THEN
         INSERT INTO distributed_locks AS l (lock_name, holder_id, fencing_token, acquired_at, expires_at, metadata, instance,
-                                            places, semaphore_key)
+                                            places, semaphore_key, turn)
         VALUES (v_prefix || p_holder_id, p_holder_id, pglock_next_token('distributed_locks_fencing_token_seq'), v_now,
                 v_now + p_ttl_ms * interval '1 millisecond', coalesce(p_metadata, '{}'), coalesce(p_instance, ''),
-                p_places, p_key)
+                p_places, p_key, v_turn)
         RETURNING l.lock_name, l.fencing_token, l.expires_at INTO lock_name, fencing_token, expires_at;
         DELETE FROM distributed_lock_waiters w WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id;
         holders := holders + p_places;

@@ -77,7 +77,7 @@ SELECT a.acquired::boolean                               AS acquired,
        coalesce(a.fencing_token, 0)::bigint              AS fencing_token,
        coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
        a.holders::integer                                AS holders,
-       coalesce(a.next_holder_id, '')::varchar           AS next_holder_id,
+       coalesce(a.next_holder_ids, '{}')::varchar[]      AS next_holder_ids,
        set_config('synchronous_commit',
                   CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
                   true)                                  AS synchronous_commit

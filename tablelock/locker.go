@@ -49,6 +49,8 @@ type Locker struct {
 	held     map[*Lock]struct{}
 	queues   map[string][]*waiter // local waiters per lock name, in arrival order
 	byHolder map[string]*waiter
+	// polling holds, per semaphore, the turn of this Locker's attempts on it (see takePlaces).
+	polling map[string]*pollTurn
 	// unsubscribe ends the subscriptions to the pool's listener, made at the first wait.
 	unsubscribe []func()
 	tryConns    map[*pgxpool.Conn]struct{} // connections of tries under way: Close cuts them off
@@ -83,6 +85,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		held:      map[*Lock]struct{}{},
 		queues:    map[string][]*waiter{},
 		byHolder:  map[string]*waiter{},
+		polling:   map[string]*pollTurn{},
 		tryConns:  map[*pgxpool.Conn]struct{}{},
 	}
 	l.renewals = lease.NewSet(lease.SetConfig{Renew: l.renewMany, Ctx: ctx, Tracker: (*background)(l), OnLag: l.lagging})

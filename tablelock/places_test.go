@@ -3,6 +3,7 @@ package tablelock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,7 @@ func TestPlacesOfAKeyAreServedInArrivalOrderWhateverTheirWeight(t *testing.T) {
 		})
 	}
 	testdb.WaitFor(t, func() bool { return waiters() == 7 }, "the stream is queued behind the heavy waiter")
-	for _, lk := range held[:2] { // 1, then 2 places free: only the second lets the heavy one in
+	for _, lk := range held[:2] { // 2, then 3 places free: only the second lets the heavy one in
 		require.NoError(t, lk.Release(ctx))
 	}
 	lk := testdb.Receive(t, heavy)
@@ -148,20 +149,25 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 	wait := func(waitCtx context.Context, tenant string, waiter int) {
 		p := lockers[waiter%len(lockers)]
 		wg.Go(func() {
-			var before int64
-			if err := retried(func() error {
-				return p.pool.QueryRow(ctx, `SELECT coalesce(max(token), 0) FROM grants`).Scan(&before)
-			}); err != nil {
-				t.Error(err)
-				return
-			}
-			lk, err := p.locker.AcquirePlaces(waitCtx, "tenants", share(tenant), opts)
-			for errors.Is(err, pglock.ErrSaturated) && waitCtx.Err() == nil {
-				// The Locker's renewals fell behind (2,000 waiters and the kills on a busy
-				// machine): it admits no one until they catch up, and the waiter queues again,
-				// as a caller would.
-				time.Sleep(100 * time.Millisecond)
+			var (
+				before int64
+				lk     *tablelock.Lock
+				err    error
+			)
+			for {
+				if err = retried(func() error {
+					return p.pool.QueryRow(ctx, `SELECT coalesce(max(token), 0) FROM grants`).Scan(&before)
+				}); err != nil {
+					break
+				}
 				lk, err = p.locker.AcquirePlaces(waitCtx, "tenants", share(tenant), opts)
+				if !errors.Is(err, pglock.ErrSaturated) || waitCtx.Err() != nil {
+					break
+				}
+				// The Locker's renewals fell behind (2,000 waiters and the kills on a busy
+				// machine): it queues no one until they catch up, and the waiter tries again, as
+				// a caller would; its wait in the queue counts from then.
+				time.Sleep(100 * time.Millisecond)
 			}
 			if err != nil {
 				if waitCtx.Err() == nil {
@@ -254,4 +260,63 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 			+ (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())`).Scan(&live)
 		return live == 0
 	}, "no place held or queued is left")
+}
+
+// A poll names every other waiter that fits now, so that their Lockers wake them: both waiters
+// when two places free at once, and a waiter behind the queue's first rows when those are all of
+// a key at its cap. A newcomer's turn is no earlier than the latest turn admitted, so a waiter
+// passed over at the front does not let every new key in ahead of those already queued.
+func TestSemaphorePollsNameTheWaitersThatFitAndTurnsMoveOn(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	take := func(sem, holder, key string, permits, perKey int) (acquired bool, next []string) {
+		t.Helper()
+		require.NoError(t, d.Pool.QueryRow(ctx, `SELECT acquired, coalesce(next_holder_ids, '{}')
+			FROM pglock_semaphore_take($1, $2, 1, $3, $4, nullif($5, 0), 600000, '{}', 'test', true)`,
+			sem, holder, permits, key, perKey).Scan(&acquired, &next))
+		return acquired, next
+	}
+	release := func(sem, holder string) {
+		t.Helper()
+		_, err := d.Pool.Exec(ctx, `SELECT pglock_release('pglock.semaphore/' || $1 || '/' || $2, $2)`, sem, holder)
+		require.NoError(t, err)
+	}
+
+	for i := range 6 {
+		take("two", fmt.Sprint("h", i), "", 3, 0)
+	}
+	release("two", "h0")
+	release("two", "h1")
+	_, next := take("two", "h5", "", 3, 0)
+	require.Equal(t, []string{"h3", "h4"}, next, "both waiters that fit now")
+
+	for i := range 200 { // 4 of A's in, 196 queued and passed over: A is at its cap
+		take("deep", fmt.Sprint("a", i), "A", 8, 4)
+	}
+	_, err := d.Pool.Exec(ctx, `INSERT INTO distributed_lock_waiters (lock_name, holder_id, ttl_ms, enqueued_at, expires_at, places, semaphore_key, turn)
+		VALUES ('pglock.semaphore/deep', 'z', 600000, now(), now() + interval '10 minutes', 1, 'Z', 500)`) // a turn that came late
+	require.NoError(t, err)
+	_, next = take("deep", "a4", "A", 8, 4)
+	require.Equal(t, []string{"z"}, next, "the waiter that fits, behind the first rows")
+
+	// 4 places, 2 a key: A's third waiter is passed over at the front, at turn 0, while B's
+	// queue is served, at turns 0, 1 and 2.
+	for _, h := range []string{"a0", "a1", "a2"} {
+		take("turns", h, "A", 4, 2)
+	}
+	for i := range 8 {
+		take("turns", fmt.Sprint("b", i), "B", 4, 2)
+	}
+	for i := range 3 {
+		release("turns", fmt.Sprint("b", i))
+		acquired, _ := take("turns", fmt.Sprint("b", i+2), "B", 4, 2)
+		require.True(t, acquired)
+	}
+	take("turns", "u", "U", 4, 2)
+	var front, newcomer int64
+	require.NoError(t, d.Pool.QueryRow(ctx, `SELECT
+		(SELECT turn FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/turns' AND holder_id = 'a2'),
+		(SELECT turn FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/turns' AND holder_id = 'u')`).Scan(&front, &newcomer))
+	require.Equal(t, []int64{0, 2}, []int64{front, newcomer}, "the newcomer's turn is the latest admitted, not the front's")
 }

@@ -20,13 +20,15 @@ const SemaphorePrefix = "pglock.semaphore/"
 // Places is what an acquisition of a semaphore's places takes: Take of its Permits places,
 // counted against Key, of which at most PerKey places are held at once.
 //
-// A semaphore serves its queue in order. Within a key the order is arrival, strictly: a request
-// is admitted only if every live waiter of its key queued before it fits too, so a waiter for 3
-// places is never overtaken by a stream of 1-place requests of its key. Across keys, the next
-// places go to the waiter whose key holds the fewest places, counting those its key's earlier
-// waiters want (ties: arrival): one key's 10,000 waiters never delay another key's first, and a
-// waiter is overtaken only by requests of keys holding fewer places than its own. A waiter whose
-// key is at its cap is passed over; every other keeps its room from those after it.
+// A semaphore serves its queue in turns. A waiter's turn, given when it queues, follows the
+// places its key's earlier waiters want, and is no earlier than the queue's first turn or the
+// latest turn admitted; waiters are served by turn, then arrival. So within a key the order is
+// arrival, strictly: a request is admitted only if every live waiter of its key queued before
+// it fits too, and a waiter for 3 places is never overtaken by a stream of 1-place requests of
+// its key. Across keys the turns alternate, weighted by places: one key's 10,000 waiters delay
+// another key's first by at most a turn. A waiter whose key is at its cap is passed over; every
+// other keeps its room from those after it. Callers of one semaphore should agree on Permits
+// and PerKey: each attempt judges the whole queue by its own.
 type Places struct {
 	Permits int    // the semaphore's places in all: from 1
 	Take    int    // places this acquisition takes, at most Permits and PerKey; 0 means 1
@@ -104,11 +106,12 @@ func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts 
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
 		row, err := l.takePlaces(ctx, name, p, req, true)
-		if err == nil && row.NextHolderID != "" {
-			// Another waiter would be admitted now: its poll need not wait for a notification
-			// or a tick if it is one of ours (its own Locker's first waiter, polling on either,
-			// wakes it otherwise).
-			l.wakeLocalHolder(row.NextHolderID)
+		if err == nil {
+			// Other waiters would be admitted now: those that are ours poll at once (the others'
+			// Lockers' first waiters, polling on the release's notification or a tick, wake them).
+			for _, next := range row.NextHolderIds {
+				l.wakeLocalHolder(next)
+			}
 		}
 		switch {
 		case err == nil && row.Acquired:
@@ -182,7 +185,16 @@ func (l *Locker) semaphoreRequest(name string, p *Places, opts *AcquireOptions) 
 	return req, nil
 }
 
+// takePlaces is one attempt on semaphore name. A Locker's attempts on one semaphore take turns:
+// the database serializes them anyway (its advisory lock), and 500 waiters polling at once would
+// otherwise each hold one of the pool's connections while they queue for it, leaving none for
+// the renewals of leases and places.
 func (l *Locker) takePlaces(ctx context.Context, name string, p Places, req request, wait bool) (db.TakeSemaphoreRow, error) {
+	leave, err := l.pollTurn(ctx, name)
+	if err != nil {
+		return db.TakeSemaphoreRow{}, err
+	}
+	defer leave()
 	return l.queries.TakeSemaphore(ctx, db.TakeSemaphoreParams{
 		Semaphore: name, HolderID: req.holder, Places: int32(p.Take), Permits: int32(p.Permits), Key: p.Key,
 		PerKey: int32(p.PerKey), TtlMs: req.timing.TTL.Milliseconds(), Metadata: req.encoded, Instance: req.instance, Wait: wait,
@@ -222,4 +234,37 @@ func SemaphoreQueue(rowName string) (string, bool) {
 		return "", false
 	}
 	return rowName[:i], true
+}
+
+// pollTurn is the turn of a Locker's attempts on one semaphore: one at a time.
+type pollTurn struct {
+	turn  chan struct{}
+	users int // attempts holding or awaiting the turn: the entry goes with the last
+}
+
+// pollTurn waits for the turn of this Locker's attempts on semaphore name, or ctx's end, and
+// returns what gives it up.
+func (l *Locker) pollTurn(ctx context.Context, name string) (leave func(), err error) {
+	l.mu.Lock()
+	t := l.polling[name]
+	if t == nil {
+		t = &pollTurn{turn: make(chan struct{}, 1)}
+		l.polling[name] = t
+	}
+	t.users++
+	l.mu.Unlock()
+	done := func() {
+		l.mu.Lock()
+		if t.users--; t.users == 0 {
+			delete(l.polling, name)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case t.turn <- struct{}{}:
+		return func() { <-t.turn; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
 }

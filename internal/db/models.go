@@ -30,6 +30,7 @@ type DistributedLock struct {
 	Instance     string
 	Places       int32
 	SemaphoreKey string
+	Turn         int64
 }
 
 // pglock waiters: release_lock hands a lock to the first live waiter. Write only through the pglock functions.

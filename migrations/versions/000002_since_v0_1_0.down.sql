@@ -76,5 +76,5 @@ ALTER TABLE pglock_cron_schedules
 DROP SEQUENCE pglock_cron_revision_seq;
 
 -- v0.1.0 counts a semaphore's holders, one place each, with no key.
-ALTER TABLE distributed_locks DROP COLUMN places, DROP COLUMN semaphore_key;
+ALTER TABLE distributed_locks DROP COLUMN places, DROP COLUMN semaphore_key, DROP COLUMN turn;
 ALTER TABLE distributed_lock_waiters DROP COLUMN places, DROP COLUMN semaphore_key, DROP COLUMN turn;

@@ -22,7 +22,7 @@
 --
 -- A semaphore's holder takes one or more of its places and counts against a key (a tenant), and
 -- so does a waiter (pglock_semaphore_take): each row says how many places and which key, and a
--- waiter's its turn in the queue.
+-- waiter's its turn in the queue (a holder's, the turn it was admitted at).
 
 -- Each scheduler's host clock, as it last measured it against the database's: what operators
 -- see of an instance's health (the console's overview). A row not refreshed for a day is
@@ -125,7 +125,8 @@ CREATE INDEX pglock_job_debounces_ready ON pglock_job_debounces (scope, ready_at
 -- every other row (pglock_semaphore_take).
 ALTER TABLE distributed_locks
     ADD COLUMN places        integer      NOT NULL DEFAULT 1,
-    ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '';
+    ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '',
+    ADD COLUMN turn          bigint       NOT NULL DEFAULT 0; -- the turn a semaphore's holder was admitted at
 ALTER TABLE distributed_lock_waiters
     ADD COLUMN places        integer      NOT NULL DEFAULT 1,
     ADD COLUMN semaphore_key varchar(255) NOT NULL DEFAULT '',
