@@ -125,10 +125,11 @@ func TestEveryPageShowsItsRowsAndStaysUnderItsPrefix(t *testing.T) {
 		path string
 		want []string
 	}{
-		{"/ops/", []string{"2 table locks", "1 advisory locks", "1 schedules", "1 elections", "orders:42", "Instances' clocks", "console-test@",
+		{"/ops/", []string{"4 table locks", "1 waiting for table locks", "1 advisory locks", "1 schedules", "1 elections", "orders:42", "Instances' clocks", "console-test@",
 			"job records (the planner's estimate)"}},
 		{"/ops/locks", []string{"orders:42", "console-test@", `{"owner": "billing"}`, "pglock.leader/reconciler", "nightly-report", "exclusive", "granted"}},
 		{"/ops/locks?name=orders", []string{"orders:42"}},
+		{"/ops/lock?name=pglock.semaphore/exports", []string{"Places by key", "tenant-a", "tenant-b", "Places held"}},
 		{"/ops/jobs", []string{"invoice:1", "succeeded", "invoice:2", "failed", "card declined <script>",
 			"sync:user-7", "was superseded by attempt", "Debounced", "digest:team-3", `{"events": 2}`}},
 		{"/ops/jobs?scope=billing&status=failed&key=invoice:*", []string{"invoice:2"}},
@@ -680,7 +681,8 @@ func TestAReleaseOfALockThatChangedHandsDoesNothing(t *testing.T) {
 	require.Equal(t, newHolder.Token(), token, "the new holder keeps it")
 }
 
-// A semaphore's page, by its name or a place's, shows the places held and its waiters.
+// A semaphore's page, by its name or a place's, shows the places held and its waiters, each
+// with its places and key, and sums them by key.
 func TestASemaphoreShowsItsPlacesAndWaiters(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -688,14 +690,14 @@ func TestASemaphoreShowsItsPlacesAndWaiters(t *testing.T) {
 	holder, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "place-holder"})
 	require.NoError(t, err)
 	t.Cleanup(func() { holder.Close(context.Background()) })
-	place, err := holder.TryAcquireSemaphore(ctx, "exports", 1, nil)
+	place, err := holder.TryAcquirePlaces(ctx, "exports", tablelock.Places{Permits: 3, Take: 3, Key: "tenant-a"}, nil)
 	require.NoError(t, err)
 	waiter, err := tablelock.New(d.NewPool(t, nil), &tablelock.Config{AppName: "queued-exporter"})
 	require.NoError(t, err)
 	t.Cleanup(func() { waiter.Close(context.Background()) })
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := waiter.AcquireSemaphore(ctx, "exports", 1, nil)
+		_, err := waiter.AcquirePlaces(ctx, "exports", tablelock.Places{Permits: 3, Take: 2, Key: "tenant-b"}, nil)
 		acquired <- err
 	}()
 	testdb.WaitFor(t, func() bool {
@@ -710,6 +712,9 @@ func TestASemaphoreShowsItsPlacesAndWaiters(t *testing.T) {
 		text := parse(t, r.body).text
 		require.Contains(t, text, "place-holder@", name)
 		require.Contains(t, text, "queued-exporter@", name)
+		// Key, places held, holders, places wanted, waiters.
+		require.Regexp(t, `tenant-a\s*3\s*1\s*0\s*0\s`, text, name)
+		require.Regexp(t, `tenant-b\s*0\s*0\s*2\s*1\s`, text, name)
 	}
 	require.NoError(t, place.Release(ctx))
 	require.NoError(t, testdb.Receive(t, acquired))

@@ -240,12 +240,17 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 		c.failWith(w, r, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "lock", page{Title: "Lock " + name, Nav: "locks", Now: locks.Now,
-		Data: struct {
-			Name    string
-			Held    []ops.TableLock
-			Waiters []ops.Waiter
-		}{name, locks.TableLocks, waiters}})
+	data := struct {
+		Name      string
+		Held      []ops.TableLock
+		Waiters   []ops.Waiter
+		Semaphore bool
+		Shares    []ops.KeyShare
+	}{Name: name, Held: locks.TableLocks, Waiters: waiters, Semaphore: ops.IsSemaphore(name)}
+	if data.Semaphore {
+		data.Shares = ops.Shares(locks.TableLocks, waiters)
+	}
+	c.render(w, r, http.StatusOK, "lock", page{Title: "Lock " + name, Nav: "locks", Now: locks.Now, Data: data})
 }
 
 func (c *console) schedules(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,8 @@ SELECT l.lock_name::varchar          AS lock_name,
        l.acquired_at::timestamptz    AS acquired_at,
        l.expires_at::timestamptz     AS expires_at,
        l.metadata::jsonb             AS metadata,
+       l.places::integer             AS places,
+       l.semaphore_key::varchar      AS semaphore_key,
        (SELECT count(*) FROM distributed_lock_waiters w
          WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters
   FROM distributed_locks l
@@ -53,12 +55,14 @@ SELECT i.instance, i.clock_offset_us, i.uncertainty_us, i.seen_at
  WHERE i.seen_at >= @since
  ORDER BY i.instance;
 
--- ListLockWaiters lists a lock's live waiters in queue order.
+-- ListLockWaiters lists a lock's live waiters in queue order (a semaphore's: by turn, then
+-- arrival; a lock's waiters all have turn 0).
 -- name: ListLockWaiters :many
-SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata
+SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata,
+       w.places::integer AS places, w.semaphore_key::varchar AS semaphore_key
   FROM distributed_lock_waiters w
  WHERE w.lock_name = @lock_name AND w.expires_at > clock_timestamp()
- ORDER BY w.waiter_seq;
+ ORDER BY w.turn, w.waiter_seq;
 
 -- LockTokenForUpdate reads a lock's token and locks its row until the transaction ends, so that
 -- a force-release in the same transaction releases the holding the caller saw, or nothing.

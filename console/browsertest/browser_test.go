@@ -120,8 +120,8 @@ func serve(t *testing.T, h http.Handler) string {
 }
 
 // Every page loads with no JavaScript error and no CSP violation, and its script runs (the
-// pause button it reveals works); the overview, locks, cron and leaders pages are
-// photographed when screenshotsEnv names a directory.
+// pause button it reveals works); the overview, locks, jobs, cron, leaders and a semaphore's
+// pages are photographed when screenshotsEnv names a directory.
 func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
 	s := consoletest.Seed(t)
 	base, b := open(t, s.DB.Pool, nil)
@@ -129,6 +129,7 @@ func TestEveryPageLoadsCleanlyInABrowser(t *testing.T) {
 	for _, p := range []struct{ path, shot string }{
 		{"", "overview"}, {"locks", "locks"}, {"jobs", "jobs"}, {"job?scope=billing&key=invoice:2", ""},
 		{"cron", "cron"}, {"schedule?name=rollup", ""}, {"leaders", "leaders"}, {"ratelimits", ""},
+		{"lock?name=pglock.semaphore/exports", "semaphore"},
 	} {
 		b.do(t, chromedp.Navigate(base+p.path), chromedp.WaitVisible(chromedp.CSS("#refresh-toggle")),
 			chromedp.Click(chromedp.CSS("#refresh-toggle")))

@@ -22,7 +22,8 @@ import (
 )
 
 // Seeded is a database with one of everything the console shows: a table lock (Lock,
-// "orders:42") and an election's, an advisory lock, a succeeded, a failed and a superseded job
+// "orders:42") and an election's, a semaphore's weighted places of two keys ("exports") and a
+// waiter, an advisory lock, a succeeded, a failed and a superseded job
 // record, a pending debounced key, a schedule with a failed run, a rate-limit key in use, and a
 // leader.
 type Seeded struct {
@@ -40,6 +41,18 @@ func Seed(t testing.TB) Seeded {
 	t.Cleanup(func() { l.Close(context.Background()) })
 	lk, err := l.TryAcquire(ctx, "orders:42", &tablelock.AcquireOptions{Metadata: map[string]any{"owner": "billing"}})
 	require.NoError(t, err)
+	// A semaphore of 4 places, at most 3 a tenant: tenant-a holds 3, tenant-b 1, and a waiter of
+	// tenant-b's wants 2.
+	for _, p := range []tablelock.Places{{Permits: 4, Take: 3, Key: "tenant-a", PerKey: 3}, {Permits: 4, Key: "tenant-b", PerKey: 3}} {
+		_, err = l.TryAcquirePlaces(ctx, "exports", p, nil)
+		require.NoError(t, err)
+	}
+	go l.AcquirePlaces(ctx, "exports", tablelock.Places{Permits: 4, Take: 2, Key: "tenant-b", PerKey: 3}, nil) // until the Locker closes
+	testdb.WaitFor(t, func() bool {
+		var n int
+		d.Pool.QueryRow(ctx, `SELECT count(*) FROM distributed_lock_waiters WHERE lock_name = 'pglock.semaphore/exports'`).Scan(&n)
+		return n == 1
+	}, "the semaphore's waiter is queued")
 
 	s, err := advisory.Open(ctx, d.Pool, &advisory.Config{RegisterNames: true})
 	require.NoError(t, err)

@@ -115,21 +115,25 @@ func (q *Queries) ListInstances(ctx context.Context, since time.Time) ([]PglockI
 }
 
 const listLockWaiters = `-- name: ListLockWaiters :many
-SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata
+SELECT w.holder_id::varchar AS holder_id, w.instance::varchar AS instance, w.enqueued_at, w.expires_at, w.metadata::jsonb AS metadata,
+       w.places::integer AS places, w.semaphore_key::varchar AS semaphore_key
   FROM distributed_lock_waiters w
  WHERE w.lock_name = $1 AND w.expires_at > clock_timestamp()
- ORDER BY w.waiter_seq
+ ORDER BY w.turn, w.waiter_seq
 `
 
 type ListLockWaitersRow struct {
-	HolderID   string
-	Instance   string
-	EnqueuedAt time.Time
-	ExpiresAt  time.Time
-	Metadata   json.RawMessage
+	HolderID     string
+	Instance     string
+	EnqueuedAt   time.Time
+	ExpiresAt    time.Time
+	Metadata     json.RawMessage
+	Places       int32
+	SemaphoreKey string
 }
 
-// ListLockWaiters lists a lock's live waiters in queue order.
+// ListLockWaiters lists a lock's live waiters in queue order (a semaphore's: by turn, then
+// arrival; a lock's waiters all have turn 0).
 func (q *Queries) ListLockWaiters(ctx context.Context, lockName string) ([]ListLockWaitersRow, error) {
 	rows, err := q.db.Query(ctx, listLockWaiters, lockName)
 	if err != nil {
@@ -145,6 +149,8 @@ func (q *Queries) ListLockWaiters(ctx context.Context, lockName string) ([]ListL
 			&i.EnqueuedAt,
 			&i.ExpiresAt,
 			&i.Metadata,
+			&i.Places,
+			&i.SemaphoreKey,
 		); err != nil {
 			return nil, err
 		}
@@ -165,6 +171,8 @@ SELECT l.lock_name::varchar          AS lock_name,
        l.acquired_at::timestamptz    AS acquired_at,
        l.expires_at::timestamptz     AS expires_at,
        l.metadata::jsonb             AS metadata,
+       l.places::integer             AS places,
+       l.semaphore_key::varchar      AS semaphore_key,
        (SELECT count(*) FROM distributed_lock_waiters w
          WHERE w.lock_name = l.lock_name AND w.expires_at > clock_timestamp())::bigint AS waiters
   FROM distributed_locks l
@@ -190,6 +198,8 @@ type ListTableLocksRow struct {
 	AcquiredAt   time.Time
 	ExpiresAt    time.Time
 	Metadata     json.RawMessage
+	Places       int32
+	SemaphoreKey string
 	Waiters      int64
 }
 
@@ -218,6 +228,8 @@ func (q *Queries) ListTableLocks(ctx context.Context, arg ListTableLocksParams) 
 			&i.AcquiredAt,
 			&i.ExpiresAt,
 			&i.Metadata,
+			&i.Places,
+			&i.SemaphoreKey,
 			&i.Waiters,
 		); err != nil {
 			return nil, err

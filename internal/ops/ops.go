@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,10 @@ type (
 		Expired     bool            `json:"expired"`
 		Waiters     int64           `json:"waiters"`
 		Metadata    json.RawMessage `json:"metadata"`
+		// A semaphore's place: how many places it takes, and the key they count against
+		// (absent for a table lock).
+		Places int32  `json:"places,omitempty"`
+		Key    string `json:"semaphore_key,omitempty"`
 	}
 	// AdvisoryLock is an advisory lock held or awaited, from pg_locks.
 	AdvisoryLock struct {
@@ -139,11 +144,15 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, f LockFilter) (Locks, er
 			if !match(r.LockName) {
 				continue
 			}
-			out.TableLocks = append(out.TableLocks, TableLock{
+			lock := TableLock{
 				Name: r.LockName, Holder: r.HolderID, Instance: r.Instance, Token: r.FencingToken,
 				AcquiredAt: r.AcquiredAt, ExpiresAt: r.ExpiresAt, ExpiresInMs: r.ExpiresAt.Sub(now).Milliseconds(),
 				Expired: !r.ExpiresAt.After(now), Waiters: r.Waiters, Metadata: r.Metadata,
-			})
+			}
+			if IsSemaphore(r.LockName) {
+				lock.Places, lock.Key = r.Places, r.SemaphoreKey
+			}
+			out.TableLocks = append(out.TableLocks, lock)
 		}
 	}
 	if f.Kind != KindTable {
@@ -208,4 +217,43 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, name string) (Locks, []Waiter
 		return Locks{}, nil, fmt.Errorf("%w: nobody holds or waits for table lock %q", pglock.ErrNotFound, name)
 	}
 	return locks, waiters, nil
+}
+
+// IsSemaphore says whether name is a semaphore's queue or one of its places.
+func IsSemaphore(name string) bool { return strings.HasPrefix(name, tablelock.SemaphorePrefix) }
+
+// KeyShare is what one key of a semaphore holds and waits for.
+type KeyShare struct {
+	Key           string
+	Holders       int
+	Places        int // held
+	Waiters       int
+	WaitingPlaces int // wanted by the waiters
+}
+
+// Shares sums a semaphore's places held and waiters by key, in key order.
+func Shares(held []TableLock, waiters []Waiter) []KeyShare {
+	byKey := map[string]*KeyShare{}
+	share := func(key string) *KeyShare {
+		if byKey[key] == nil {
+			byKey[key] = &KeyShare{Key: key}
+		}
+		return byKey[key]
+	}
+	for _, h := range held {
+		s := share(h.Key)
+		s.Holders++
+		s.Places += int(h.Places)
+	}
+	for _, w := range waiters {
+		s := share(w.SemaphoreKey)
+		s.Waiters++
+		s.WaitingPlaces += int(w.Places)
+	}
+	out := make([]KeyShare, 0, len(byKey))
+	for _, s := range byKey {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b KeyShare) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
