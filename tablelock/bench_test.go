@@ -255,3 +255,29 @@ func BenchmarkSemaphore(b *testing.B) {
 		}},
 	)
 }
+
+// BenchmarkWeightedPlaces: 3 of 10 places counted against one of 1, 100 or 10,000 keys (a cap of
+// 5 a key), uncontended, taken and released, against one place of a semaphore with no key, in
+// the same run. Goal: ratio ≤ 1.2 (the same statement, with the cap's check).
+func BenchmarkWeightedPlaces(b *testing.B) {
+	l, _ := benchLocker(b)
+	ctx := context.Background()
+	take := func(name string, p tablelock.Places) error {
+		lk, err := l.TryAcquirePlaces(ctx, name, p, nil)
+		if err != nil {
+			return err
+		}
+		return lk.Release(ctx)
+	}
+	weighted := func(keys int) benchkit.Case {
+		var n int
+		return benchkit.Case{Name: fmt.Sprintf("keys-%d", keys), Run: func() error {
+			n++
+			return take(fmt.Sprint("weighted-", keys), tablelock.Places{Permits: 10, Take: 3, Key: fmt.Sprint("tenant-", n%keys), PerKey: 5})
+		}}
+	}
+	benchkit.Compare(b,
+		benchkit.Case{Name: "semaphore", Run: func() error { return take("plain", tablelock.Places{Permits: 10}) }},
+		weighted(1), weighted(100), weighted(10000),
+	)
+}

@@ -38,6 +38,9 @@ DECLARE
     v_now      timestamptz;
     v_seq      bigint;
     v_turn     bigint;
+    v_expired  boolean;
+    v_first    bigint; -- the queue's first live turn
+    v_latest   bigint; -- the latest turn a live holder was admitted at
     v_key_held integer;
     v_key_full boolean := false;
     v_limit    bigint;
@@ -83,126 +86,129 @@ BEGIN
      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at <= v_now;
 
-    -- A place in the queue that expired is given up: its waiter queues again, at the back.
-    DELETE FROM distributed_lock_waiters w
-     WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id AND w.expires_at <= v_now;
-    SELECT w.waiter_seq, w.turn INTO v_seq, v_turn FROM distributed_lock_waiters w
+    SELECT w.waiter_seq, w.turn, w.expires_at <= v_now INTO v_seq, v_turn, v_expired FROM distributed_lock_waiters w
      WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id;
-    IF v_seq IS NULL THEN
-        -- The turn it would queue with: after its key's waiters, and not before the queue's first
-        -- turn nor the latest turn served (a waiter passed over at the front, its key at its
-        -- cap, must not hold the turns back for every newcomer).
-        SELECT greatest((SELECT w.turn FROM distributed_lock_waiters w
-                          WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0' -- the indexes'
-                            AND w.lock_name = v_queue AND w.expires_at > v_now
-                          ORDER BY w.turn, w.waiter_seq LIMIT 1),
-                        (SELECT max(l.turn) FROM distributed_locks l
-                          WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
-                            AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now),
-                        (SELECT w.turn + w.places FROM distributed_lock_waiters w
-                          WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-                            AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
-                          ORDER BY w.waiter_seq DESC LIMIT 1))
-          INTO v_turn;
-        v_turn := coalesce(v_turn, 0);
+    IF v_expired THEN -- a place in the queue that expired is given up: its waiter queues again, at the back
+        DELETE FROM distributed_lock_waiters w WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id;
+        v_seq := NULL;
     END IF;
-
-    SELECT coalesce(sum(l.places), 0)::integer, coalesce(sum(l.places) FILTER (WHERE l.semaphore_key = p_key), 0)::integer
-      INTO holders, v_key_held FROM distributed_locks l
+    SELECT coalesce(sum(l.places), 0)::integer, coalesce(sum(l.places) FILTER (WHERE l.semaphore_key = p_key), 0)::integer,
+           max(l.turn),
+           (SELECT w.turn FROM distributed_lock_waiters w
+             WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0' -- the indexes'
+               AND w.lock_name = v_queue AND w.expires_at > v_now
+             ORDER BY w.turn, w.waiter_seq LIMIT 1)
+      INTO holders, v_key_held, v_latest, v_first FROM distributed_locks l
      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0' -- the index's
        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now;
-    IF p_per_key IS NOT NULL THEN
-        -- The caller's key at its cap with those of its waiters before it: no room. Its first
-        -- p_per_key waiters tell (each wants a place at least), however long its queue.
-        SELECT v_key_held + coalesce(sum(a.places), 0) + p_places > p_per_key INTO v_key_full
-          FROM (SELECT w.places FROM distributed_lock_waiters w
-                 WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-                   AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
-                   AND w.holder_id <> p_holder_id AND (v_seq IS NULL OR w.waiter_seq < v_seq)
-                 ORDER BY w.waiter_seq LIMIT p_per_key) AS a;
+    IF v_seq IS NULL THEN
+        -- The turn it would queue with: after its key's waiters, and not before the queue's first
+        -- turn nor the latest turn admitted (a waiter passed over at the front, its key at its
+        -- cap, must not hold the turns back for every newcomer).
+        v_turn := coalesce(greatest(v_first, v_latest,
+                                    (SELECT w.turn + w.places FROM distributed_lock_waiters w
+                                      WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                                        AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
+                                        AND v_first IS NOT NULL
+                                      ORDER BY w.waiter_seq DESC LIMIT 1)), 0);
     END IF;
 
-    -- The queue in order, the caller in it at its turn: a waiter keeps its room if its key's
-    -- holders' places and those its key's waiters before it want leave it under the cap, and
-    -- fits if it would with every waiter before it that keeps its room. Those are read from
-    -- the queue's first rows (a waiter's key's earlier waiters come before it), which decide
-    -- whether the caller fits unless it comes after them with room left under both limits: then
-    -- from all rows.
-    v_limit := 2::bigint * p_permits + 64;
-    LOOP
-        WITH held AS (
-            SELECT l.semaphore_key AS key, sum(l.places)::integer AS places FROM distributed_locks l
-             WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
-               AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now
-             GROUP BY l.semaphore_key
-        ), queue AS (
-            (SELECT w.holder_id, w.semaphore_key AS key, w.places, w.turn, w.waiter_seq AS seq FROM distributed_lock_waiters w
-              WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-                AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
-             UNION ALL
-             SELECT p_holder_id, p_key, p_places, v_turn, coalesce(v_seq, 9223372036854775807))
-            ORDER BY turn, seq LIMIT v_limit
-        ), ranked AS (
-            SELECT q.holder_id, q.key, q.places, q.turn, q.seq,
-                   p_per_key IS NULL
-                   OR coalesce(h.places, 0) + coalesce(sum(q.places) OVER (PARTITION BY q.key ORDER BY q.seq
-                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                      + q.places <= p_per_key AS keeps_room
-              FROM queue q LEFT JOIN held h ON h.key = q.key
-        ), fitted AS (
-            SELECT r.holder_id, r.key, r.turn, r.seq, r.places, r.keeps_room,
-                   r.keeps_room
-                   AND holders + r.places + coalesce(sum(r.places) FILTER (WHERE r.keeps_room) OVER (ORDER BY r.turn, r.seq
-                                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) <= p_permits AS fits
-              FROM ranked r
-        )
-        SELECT bool_or(f.fits) FILTER (WHERE f.holder_id = p_holder_id),
-               array_agg(f.holder_id ORDER BY f.turn, f.seq) FILTER (WHERE f.fits AND f.holder_id <> p_holder_id),
-               count(*), coalesce(sum(f.places) FILTER (WHERE f.keeps_room), 0),
-               coalesce(array_agg(DISTINCT f.key) FILTER (WHERE NOT f.keeps_room), '{}'),
-               max(f.turn), (array_agg(f.seq ORDER BY f.turn DESC, f.seq DESC))[1]
-          INTO acquired, next_holder_ids, v_seen, v_keeping, v_capped, v_last_turn, v_last_seq
-          FROM fitted f;
-        EXIT WHEN v_limit IS NULL OR v_seen < v_limit
-               OR acquired IS NOT NULL OR holders + v_keeping + p_places > p_permits OR v_key_full;
-        v_limit := NULL; -- all of them
-    END LOOP;
-    acquired := coalesce(acquired, false);
-
-    -- Which waiter fits next, if none of the first rows does while they leave room: one after
-    -- them, of a key not at its cap among them (a key's turns follow each other, so the rest of a
-    -- capped key's waiters are capped too). The first whose key leaves it room is the only
-    -- candidate: if it does not fit, nobody after it does. The search reads the next 512 rows
-    -- at most, and passes over a few keys found at their cap on the way: a waiter further back
-    -- is found by another poll (its own, or one of a Locker's first waiter, once it is first).
-    IF next_holder_ids IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders + v_keeping < p_permits THEN
-        FOR v_next IN
-            SELECT a.holder_id, a.semaphore_key, a.places, a.waiter_seq
-              FROM (SELECT w.holder_id, w.semaphore_key, w.places, w.turn, w.waiter_seq FROM distributed_lock_waiters w
+    IF v_first IS NULL THEN -- nobody waits: room is all it takes
+        acquired := holders + p_places <= p_permits AND (p_per_key IS NULL OR v_key_held + p_places <= p_per_key);
+    ELSE
+        IF p_per_key IS NOT NULL THEN
+            -- The caller's key at its cap with those of its waiters before it: no room. Its first
+            -- p_per_key waiters tell (each wants a place at least), however long its queue.
+            SELECT v_key_held + coalesce(sum(a.places), 0) + p_places > p_per_key INTO v_key_full
+              FROM (SELECT w.places FROM distributed_lock_waiters w
                      WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-                       AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
-                       AND (w.turn, w.waiter_seq) > (v_last_turn, v_last_seq)
-                     ORDER BY w.turn, w.waiter_seq LIMIT 512) AS a -- a bounded look
-             WHERE a.semaphore_key <> ALL (v_capped)
-             ORDER BY a.turn, a.waiter_seq LIMIT 8
+                       AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
+                       AND w.holder_id <> p_holder_id AND (v_seq IS NULL OR w.waiter_seq < v_seq)
+                     ORDER BY w.waiter_seq LIMIT p_per_key) AS a;
+        END IF;
+
+        -- The queue in order, the caller in it at its turn: a waiter keeps its room if its key's
+        -- holders' places and those its key's waiters before it want leave it under the cap, and
+        -- fits if it would with every waiter before it that keeps its room. Those are read from
+        -- the queue's first rows (a waiter's key's earlier waiters come before it), which decide
+        -- whether the caller fits unless it comes after them with room left under both limits: then
+        -- from all rows.
+        v_limit := 2::bigint * p_permits + 64;
         LOOP
-            CONTINUE WHEN v_next.semaphore_key = ANY (v_capped);
-            IF p_per_key IS NULL OR (SELECT coalesce(sum(l.places), 0) FROM distributed_locks l
-                                      WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
-                                        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0')
-                                        AND l.expires_at > v_now AND l.semaphore_key = v_next.semaphore_key)
-                                    + (SELECT coalesce(sum(w.places), 0) FROM distributed_lock_waiters w
-                                        WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
-                                          AND w.lock_name = v_queue AND w.expires_at > v_now
-                                          AND w.semaphore_key = v_next.semaphore_key AND w.waiter_seq < v_next.waiter_seq)
-                                    + v_next.places <= p_per_key THEN
-                IF holders + v_keeping + v_next.places <= p_permits THEN
-                    next_holder_ids := ARRAY[v_next.holder_id];
-                END IF;
-                EXIT;
-            END IF;
-            v_capped := v_capped || v_next.semaphore_key;
+            WITH held AS (
+                SELECT l.semaphore_key AS key, sum(l.places)::integer AS places FROM distributed_locks l
+                 WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
+                   AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now
+                 GROUP BY l.semaphore_key
+            ), queue AS (
+                (SELECT w.holder_id, w.semaphore_key AS key, w.places, w.turn, w.waiter_seq AS seq FROM distributed_lock_waiters w
+                  WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                    AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
+                 UNION ALL
+                 SELECT p_holder_id, p_key, p_places, v_turn, coalesce(v_seq, 9223372036854775807))
+                ORDER BY turn, seq LIMIT v_limit
+            ), ranked AS (
+                SELECT q.holder_id, q.key, q.places, q.turn, q.seq,
+                       p_per_key IS NULL
+                       OR coalesce(h.places, 0) + coalesce(sum(q.places) OVER (PARTITION BY q.key ORDER BY q.seq
+                                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                          + q.places <= p_per_key AS keeps_room
+                  FROM queue q LEFT JOIN held h ON h.key = q.key
+            ), fitted AS (
+                SELECT r.holder_id, r.key, r.turn, r.seq, r.places, r.keeps_room,
+                       r.keeps_room
+                       AND holders + r.places + coalesce(sum(r.places) FILTER (WHERE r.keeps_room) OVER (ORDER BY r.turn, r.seq
+                                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) <= p_permits AS fits
+                  FROM ranked r
+            )
+            SELECT bool_or(f.fits) FILTER (WHERE f.holder_id = p_holder_id),
+                   array_agg(f.holder_id ORDER BY f.turn, f.seq) FILTER (WHERE f.fits AND f.holder_id <> p_holder_id),
+                   count(*), coalesce(sum(f.places) FILTER (WHERE f.keeps_room), 0),
+                   coalesce(array_agg(DISTINCT f.key) FILTER (WHERE NOT f.keeps_room), '{}'),
+                   max(f.turn), (array_agg(f.seq ORDER BY f.turn DESC, f.seq DESC))[1]
+              INTO acquired, next_holder_ids, v_seen, v_keeping, v_capped, v_last_turn, v_last_seq
+              FROM fitted f;
+            EXIT WHEN v_limit IS NULL OR v_seen < v_limit
+                   OR acquired IS NOT NULL OR holders + v_keeping + p_places > p_permits OR v_key_full;
+            v_limit := NULL; -- all of them
         END LOOP;
+        acquired := coalesce(acquired, false);
+
+        -- Which waiter fits next, if none of the first rows does while they leave room: one after
+        -- them, of a key not at its cap among them (a key's turns follow each other, so the rest of a
+        -- capped key's waiters are capped too). The first whose key leaves it room is the only
+        -- candidate: if it does not fit, nobody after it does. The search reads the next 512 rows
+        -- at most, and passes over a few keys found at their cap on the way: a waiter further back
+        -- is found by another poll (its own, or one of a Locker's first waiter, once it is first).
+        IF next_holder_ids IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders + v_keeping < p_permits THEN
+            FOR v_next IN
+                SELECT a.holder_id, a.semaphore_key, a.places, a.waiter_seq
+                  FROM (SELECT w.holder_id, w.semaphore_key, w.places, w.turn, w.waiter_seq FROM distributed_lock_waiters w
+                         WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                           AND w.lock_name = v_queue AND w.expires_at > v_now AND w.holder_id <> p_holder_id
+                           AND (w.turn, w.waiter_seq) > (v_last_turn, v_last_seq)
+                         ORDER BY w.turn, w.waiter_seq LIMIT 512) AS a -- a bounded look
+                 WHERE a.semaphore_key <> ALL (v_capped)
+                 ORDER BY a.turn, a.waiter_seq LIMIT 8
+            LOOP
+                CONTINUE WHEN v_next.semaphore_key = ANY (v_capped);
+                IF p_per_key IS NULL OR (SELECT coalesce(sum(l.places), 0) FROM distributed_locks l
+                                          WHERE l.lock_name ~>=~ 'pglock.semaphore/' AND l.lock_name ~<~ 'pglock.semaphore0'
+                                            AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0')
+                                            AND l.expires_at > v_now AND l.semaphore_key = v_next.semaphore_key)
+                                        + (SELECT coalesce(sum(w.places), 0) FROM distributed_lock_waiters w
+                                            WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
+                                              AND w.lock_name = v_queue AND w.expires_at > v_now
+                                              AND w.semaphore_key = v_next.semaphore_key AND w.waiter_seq < v_next.waiter_seq)
+                                        + v_next.places <= p_per_key THEN
+                    IF holders + v_keeping + v_next.places <= p_permits THEN
+                        next_holder_ids := ARRAY[v_next.holder_id];
+                    END IF;
+                    EXIT;
+                END IF;
+                v_capped := v_capped || v_next.semaphore_key;
+            END LOOP;
+        END IF;
     END IF;
 
     IF acquired THEN
