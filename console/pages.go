@@ -247,7 +247,7 @@ func (c *console) lock(w http.ResponseWriter, r *http.Request) {
 		Semaphore bool
 		Shares    []ops.KeyShare
 	}{Name: name, Held: locks.TableLocks, Waiters: waiters, Semaphore: ops.IsSemaphore(name)}
-	if data.Semaphore {
+	if data.Semaphore && !ops.IsSemaphorePlace(name) { // a place's page shows that place only
 		data.Shares = ops.Shares(locks.TableLocks, waiters)
 	}
 	c.render(w, r, http.StatusOK, "lock", page{Title: "Lock " + name, Nav: "locks", Now: locks.Now, Data: data})

@@ -22,7 +22,7 @@ const SemaphorePrefix = "pglock.semaphore/"
 //
 // A semaphore serves its queue in turns. A waiter's turn, given when it queues, follows the
 // places its key's earlier waiters want, and is no earlier than the queue's first turn or the
-// latest turn admitted; waiters are served by turn, then arrival. So within a key the order is
+// end of the latest turn admitted; waiters are served by turn, then arrival. So within a key the order is
 // arrival, strictly: a request is admitted only if every live waiter of its key queued before
 // it fits too, and a waiter for 3 places is never overtaken by a stream of 1-place requests of
 // its key. Across keys the turns alternate, weighted by places: one key's 10,000 waiters delay
@@ -102,7 +102,7 @@ func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts 
 	defer stopKeepingPlace(w)
 	start := time.Now()
 	// Polls rewrite the queue place, which lives a TTL: never further apart than a third of it.
-	backoff := backoff.Capped{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
+	polling := backoff.Capped{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, req.timing.TTL/3)}
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
 		row, err := l.takePlaces(ctx, name, p, req, true)
@@ -120,10 +120,11 @@ func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts 
 		case err == nil:
 			// A semaphore has no one lease whose end to wait for: with its place kept, a waiter
 			// sleeps until woken, by a release (its Locker's first waiter), by a poll that found it
-			// next in line, or by the places Set's tick (the first waiter: keepPlaces). Were each
-			// to poll on its own every TTL, 2,000 waiters would poll 200 times a second for
-			// nothing.
-			w.seen(noEnd)
+			// next in line, or by the places Set's tick (the first waiter: keepPlaces); and, in case
+			// no poll could see it (behind the rows a poll reads of a long queue), it polls on its
+			// own every 1.5 to 3 TTLs. Were each to poll every TTL, 2,000 waiters would poll 200
+			// times a second for nothing.
+			w.seen(time.Now().Add(backoff.Jitter(3 * req.timing.TTL)))
 			if !l.cfg.DisableNotifications && w.place == nil {
 				// The poll wrote the place, for a TTL from the answer's time: from then on the
 				// places Set keeps it.
@@ -136,7 +137,7 @@ func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts 
 			l.abandonSemaphore(w, name, req)
 			return nil, errs.Errorf("acquire semaphore %q: %w", name, err)
 		}
-		_, woken, err := l.sleep(ctx, w, backoff.Delay(polls))
+		_, woken, err := l.sleep(ctx, w, polling.Delay(polls))
 		if err != nil {
 			l.abandonSemaphore(w, name, req)
 			return nil, l.waitError(ctx, queue, start, timeout, nil)

@@ -81,9 +81,6 @@ type handoffNotice struct {
 	ExpiresAt    time.Time `json:"expires_at"`
 }
 
-// noEnd is the end seen of a lease a waiter has no reason to poll for: a semaphore's.
-var noEnd = time.Unix(1<<40, 0)
-
 // errWaitTimeout is the cause of a wait's context ending at AcquireOptions.WaitTimeout.
 var errWaitTimeout = errors.New("wait timeout")
 

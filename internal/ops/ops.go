@@ -42,8 +42,8 @@ type (
 		Metadata    json.RawMessage `json:"metadata"`
 		// A semaphore's place: how many places it takes, and the key they count against
 		// (absent for a table lock).
-		Places int32  `json:"places,omitempty"`
-		Key    string `json:"semaphore_key,omitempty"`
+		Places int32   `json:"places,omitempty"`
+		Key    *string `json:"semaphore_key,omitempty"`
 	}
 	// AdvisoryLock is an advisory lock held or awaited, from pg_locks.
 	AdvisoryLock struct {
@@ -150,7 +150,7 @@ func ListLocks(ctx context.Context, pool *pgxpool.Pool, f LockFilter) (Locks, er
 				Expired: !r.ExpiresAt.After(now), Waiters: r.Waiters, Metadata: r.Metadata,
 			}
 			if IsSemaphore(r.LockName) {
-				lock.Places, lock.Key = r.Places, r.SemaphoreKey
+				lock.Places, lock.Key = r.Places, &r.SemaphoreKey
 			}
 			out.TableLocks = append(out.TableLocks, lock)
 		}
@@ -222,6 +222,12 @@ func Lock(ctx context.Context, pool *pgxpool.Pool, name string) (Locks, []Waiter
 // IsSemaphore says whether name is a semaphore's queue or one of its places.
 func IsSemaphore(name string) bool { return strings.HasPrefix(name, tablelock.SemaphorePrefix) }
 
+// IsSemaphorePlace says whether name is one of a semaphore's places (not its queue).
+func IsSemaphorePlace(name string) bool {
+	_, ok := tablelock.SemaphoreQueue(name)
+	return ok
+}
+
 // KeyShare is what one key of a semaphore holds and waits for.
 type KeyShare struct {
 	Key           string
@@ -231,7 +237,7 @@ type KeyShare struct {
 	WaitingPlaces int // wanted by the waiters
 }
 
-// Shares sums a semaphore's places held and waiters by key, in key order.
+// Shares sums a semaphore's live places held and its waiters by key, in key order.
 func Shares(held []TableLock, waiters []Waiter) []KeyShare {
 	byKey := map[string]*KeyShare{}
 	share := func(key string) *KeyShare {
@@ -241,7 +247,10 @@ func Shares(held []TableLock, waiters []Waiter) []KeyShare {
 		return byKey[key]
 	}
 	for _, h := range held {
-		s := share(h.Key)
+		if h.Expired || h.Key == nil {
+			continue
+		}
+		s := share(*h.Key)
 		s.Holders++
 		s.Places += int(h.Places)
 	}

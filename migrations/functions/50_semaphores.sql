@@ -40,12 +40,12 @@ DECLARE
     v_turn     bigint;
     v_expired  boolean;
     v_first    bigint; -- the queue's first live turn
-    v_latest   bigint; -- the latest turn a live holder was admitted at
+    v_latest   bigint; -- the end of the latest turn a live holder was admitted at
     v_key_held integer;
     v_key_full boolean := false;
     v_limit    bigint;
     v_seen     integer;
-    v_keeping  integer;
+    v_keeping  bigint;
     v_capped   varchar[];
     v_last_turn bigint;
     v_last_seq  bigint;
@@ -93,7 +93,7 @@ BEGIN
         v_seq := NULL;
     END IF;
     SELECT coalesce(sum(l.places), 0)::integer, coalesce(sum(l.places) FILTER (WHERE l.semaphore_key = p_key), 0)::integer,
-           max(l.turn),
+           max(l.turn + l.places),
            (SELECT w.turn FROM distributed_lock_waiters w
              WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0' -- the indexes'
                AND w.lock_name = v_queue AND w.expires_at > v_now
@@ -103,8 +103,9 @@ BEGIN
        AND l.lock_name ~>=~ v_prefix AND l.lock_name ~<~ (v_queue || '0') AND l.expires_at > v_now;
     IF v_seq IS NULL THEN
         -- The turn it would queue with: after its key's waiters, and not before the queue's first
-        -- turn nor the latest turn admitted (a waiter passed over at the front, its key at its
-        -- cap, must not hold the turns back for every newcomer).
+        -- turn nor the end of the latest turn admitted (a waiter passed over at the front, its key
+        -- at its cap, must not hold the turns back for every newcomer, nor let a key that asks
+        -- again as soon as it releases go ahead of those queued each time).
         v_turn := coalesce(greatest(v_first, v_latest,
                                     (SELECT w.turn + w.places FROM distributed_lock_waiters w
                                       WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
@@ -114,12 +115,12 @@ BEGIN
     END IF;
 
     IF v_first IS NULL THEN -- nobody waits: room is all it takes
-        acquired := holders + p_places <= p_permits AND (p_per_key IS NULL OR v_key_held + p_places <= p_per_key);
+        acquired := holders::bigint + p_places <= p_permits AND (p_per_key IS NULL OR v_key_held::bigint + p_places <= p_per_key);
     ELSE
         IF p_per_key IS NOT NULL THEN
             -- The caller's key at its cap with those of its waiters before it: no room. Its first
             -- p_per_key waiters tell (each wants a place at least), however long its queue.
-            SELECT v_key_held + coalesce(sum(a.places), 0) + p_places > p_per_key INTO v_key_full
+            SELECT v_key_held::bigint + coalesce(sum(a.places), 0) + p_places > p_per_key INTO v_key_full
               FROM (SELECT w.places FROM distributed_lock_waiters w
                      WHERE w.lock_name ~>=~ 'pglock.semaphore/' AND w.lock_name ~<~ 'pglock.semaphore0'
                        AND w.lock_name = v_queue AND w.semaphore_key = p_key AND w.expires_at > v_now
@@ -157,7 +158,7 @@ BEGIN
             ), fitted AS (
                 SELECT r.holder_id, r.key, r.turn, r.seq, r.places, r.keeps_room,
                        r.keeps_room
-                       AND holders + r.places + coalesce(sum(r.places) FILTER (WHERE r.keeps_room) OVER (ORDER BY r.turn, r.seq
+                       AND holders::bigint + r.places + coalesce(sum(r.places) FILTER (WHERE r.keeps_room) OVER (ORDER BY r.turn, r.seq
                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) <= p_permits AS fits
                   FROM ranked r
             )
@@ -169,7 +170,7 @@ BEGIN
               INTO acquired, next_holder_ids, v_seen, v_keeping, v_capped, v_last_turn, v_last_seq
               FROM fitted f;
             EXIT WHEN v_limit IS NULL OR v_seen < v_limit
-                   OR acquired IS NOT NULL OR holders + v_keeping + p_places > p_permits OR v_key_full;
+                   OR acquired IS NOT NULL OR holders::bigint + v_keeping + p_places > p_permits OR v_key_full;
             v_limit := NULL; -- all of them
         END LOOP;
         acquired := coalesce(acquired, false);
@@ -180,7 +181,7 @@ BEGIN
         -- candidate: if it does not fit, nobody after it does. The search reads the next 512 rows
         -- at most, and passes over a few keys found at their cap on the way: a waiter further back
         -- is found by another poll (its own, or one of a Locker's first waiter, once it is first).
-        IF next_holder_ids IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders + v_keeping < p_permits THEN
+        IF next_holder_ids IS NULL AND v_limit IS NOT NULL AND v_seen = v_limit AND holders::bigint + v_keeping < p_permits THEN
             FOR v_next IN
                 SELECT a.holder_id, a.semaphore_key, a.places, a.waiter_seq
                   FROM (SELECT w.holder_id, w.semaphore_key, w.places, w.turn, w.waiter_seq FROM distributed_lock_waiters w
@@ -201,7 +202,7 @@ BEGIN
                                               AND w.lock_name = v_queue AND w.expires_at > v_now
                                               AND w.semaphore_key = v_next.semaphore_key AND w.waiter_seq < v_next.waiter_seq)
                                         + v_next.places <= p_per_key THEN
-                    IF holders + v_keeping + v_next.places <= p_permits THEN
+                    IF holders::bigint + v_keeping + v_next.places <= p_permits THEN
                         next_holder_ids := ARRAY[v_next.holder_id];
                     END IF;
                     EXIT;
