@@ -22,11 +22,11 @@ const SemaphorePrefix = "pglock.semaphore/"
 //
 // A semaphore serves its queue in turns. A waiter's turn, given when it queues, follows the
 // places its key's earlier waiters want, and is no earlier than the queue's first turn or the
-// end of the latest turn admitted; waiters are served by turn, then arrival. So within a key the order is
-// arrival, strictly: a request is admitted only if every live waiter of its key queued before
-// it fits too, and a waiter for 3 places is never overtaken by a stream of 1-place requests of
-// its key. Across keys the turns alternate, weighted by places: one key's 10,000 waiters delay
-// another key's first by at most a turn. A waiter whose key is at its cap is passed over; every
+// end of the latest turn admitted; waiters are served by turn, then arrival. So within a key
+// the order is arrival, strictly: a request is admitted only if every live waiter of its key
+// queued before it fits too, and a waiter for 3 places is never overtaken by a stream of
+// 1-place requests of its key. Across keys the turns alternate, weighted by places: one key's
+// 10,000 waiters delay another key's first by at most a turn. A waiter whose key is at its cap is passed over; every
 // other keeps its room from those after it. Callers of one semaphore should agree on Permits
 // and PerKey: each attempt judges the whole queue by its own.
 type Places struct {
@@ -46,8 +46,9 @@ func (l *Locker) AcquireSemaphore(ctx context.Context, name string, permits int,
 	return l.AcquirePlaces(ctx, name, Places{Permits: permits}, opts)
 }
 
-// TryAcquirePlaces takes p.Take of the places of the semaphore name, in one round trip, if they
-// are free and nobody queued ahead would be left out (see [Places]); otherwise it returns an
+// TryAcquirePlaces takes p.Take of the places of the semaphore name, in one round trip (once
+// any attempt this Locker has under way on name is done), if they are free and nobody queued
+// ahead would be left out (see [Places]); otherwise it returns an
 // error matching [pglock.ErrLocked]. The places are a *Lock like any other: renewed, lost,
 // fenced and released as a table lock is, with a token from the same sequence. Its Name is its
 // row's, "pglock.semaphore/<name>/<holder>", as pglockctl list shows it. Changing Permits or
