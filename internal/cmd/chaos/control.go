@@ -300,14 +300,15 @@ func (c *controller) stopWorkers() {
 	}
 }
 
-// injectFaults injects a fault every 0.3–1.5 s until duration has passed: each kind once first,
-// then at random, PostgreSQL's restart every restartEvery.
+// injectFaults injects a fault every 0.3–1.5 s until duration has passed: each kind until it
+// has been injected once first (a kill-9 is skipped while its worker is busy or down), then at
+// random, PostgreSQL's restart every restartEvery.
 func (c *controller) injectFaults(ctx context.Context, admin *pgxpool.Pool, duration time.Duration) {
 	kinds := faultKinds[:len(faultKinds)-1]
 	weights := []int{35, 20, 10, 20, 15}
 	end := time.Now().Add(duration)
 	nextRestart := time.Now().Add(restartEvery / 2)
-	for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+	for time.Now().Before(end) && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 			return
@@ -318,12 +319,24 @@ func (c *controller) injectFaults(ctx context.Context, admin *pgxpool.Pool, dura
 			nextRestart = time.Now().Add(restartEvery)
 			continue
 		}
-		kind := kinds[n%len(kinds)]
-		if n >= len(kinds) {
+		kind := c.owed(kinds)
+		if kind == "" {
 			kind = pick(c.rng, kinds, weights)
 		}
 		c.inject(ctx, admin, kind)
 	}
+}
+
+// owed is the first of kinds not injected yet, or "".
+func (c *controller) owed(kinds []string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, kind := range kinds {
+		if c.faults[kind] == 0 {
+			return kind
+		}
+	}
+	return ""
 }
 
 func pick(rng *rand.Rand, kinds []string, weights []int) string {
