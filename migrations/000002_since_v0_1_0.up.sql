@@ -2894,7 +2894,9 @@ BEGIN
                 v_now + p_ttl_ms * interval '1 millisecond', coalesce(p_metadata, '{}'), coalesce(p_instance, ''),
                 p_places, p_key, v_turn)
         RETURNING l.lock_name, l.fencing_token, l.expires_at INTO lock_name, fencing_token, expires_at;
-        DELETE FROM distributed_lock_waiters w WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id;
+        IF v_seq IS NOT NULL THEN -- it was queued: its place goes
+            DELETE FROM distributed_lock_waiters w WHERE w.lock_name = v_queue AND w.holder_id = p_holder_id;
+        END IF;
         holders := holders + p_places;
     ELSIF p_wait THEN
         INSERT INTO distributed_lock_waiters AS w (lock_name, holder_id, instance, ttl_ms, metadata, enqueued_at, expires_at,
