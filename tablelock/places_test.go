@@ -106,7 +106,7 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 	for range 4 {
 		p := d.NewPool(t, func(c *pgxpool.Config) {
 			c.ConnConfig.RuntimeParams["application_name"] = app
-			c.MaxConns = 8
+			c.MaxConns = 4 // 4 pools beside the other tests', under max_connections: a Locker polls a semaphore on one
 		})
 		lockers = append(lockers, &tablelockPool{pool: p, locker: newLocker(t, p, nil)})
 	}
