@@ -303,6 +303,10 @@ func TestContractTokenIsDrawnAfterTheRowIsOurs(t *testing.T) {
 // takeSQL takes places of a semaphore, queuing: name, places, permits, key, per_key, ttl_ms.
 const takeSQL = `SELECT * FROM pglock_semaphore_take($1, 'h', $2, $3, $4, $5, $6, '{}', 'i', true)`
 
+// takeAllSQL is a combined acquisition, queuing: names, places, permits, keys, per_keys.
+const takeAllSQL = `SELECT * FROM pglock_take_all('h', $1::varchar[], $2::integer[], $3::integer[], $4::varchar[], $5::integer[],
+	1000, '{}', 'i', true)`
+
 func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t, nil).Pool
@@ -350,6 +354,16 @@ func TestContractBadInputRaises22023AndChangesNothing(t *testing.T) {
 		{takeSQL, []any{"s", 1, 4, nil, nil, 1000}, "p_key"},
 		{takeSQL, []any{"s", 1, 4, long, nil, 1000}, "p_key"},
 		{takeSQL, []any{"s", 1, 4, "", nil, 99}, "p_ttl_ms"},
+		{takeAllSQL, []any{nil, nil, nil, nil, nil}, "p_names"},
+		{takeAllSQL, []any{[]string{}, []any{}, []any{}, []any{}, []any{}}, "p_names"},
+		{takeAllSQL, []any{[]string{"a", "b"}, []any{nil}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}}, "p_places"},
+		{takeAllSQL, []any{[]any{"a", nil}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}}, "p_names"},
+		{takeAllSQL, []any{[]string{"a", "a"}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}}, "p_names"},
+		{takeAllSQL, []any{[]string{"s", "s"}, []any{1, 1}, []any{2, 3}, []any{"", ""}, []any{nil, nil}}, "p_names"},
+		{takeAllSQL, []any{[]string{"pglock.semaphore/s/h"}, []any{nil}, []any{nil}, []any{nil}, []any{nil}}, "p_names"},
+		// The free lock "aa" comes first: taken, then undone with the statement.
+		{takeAllSQL, []any{[]string{"aa", "zz"}, []any{nil, 3}, []any{nil, 2}, []any{nil, ""}, []any{nil, nil}}, "p_places"},
+		{takeAllSQL, []any{[]string{"aa", ""}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}, []any{nil, nil}}, "p_lock_name"},
 	}
 	for _, tt := range tests {
 		function, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(tt.sql, "SELECT * FROM "), "SELECT "), "(")

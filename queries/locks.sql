@@ -101,3 +101,40 @@ SELECT r.outcome::text                                    AS outcome,
        coalesce(r.lock_expires_at, 'epoch')::timestamptz AS lock_expires_at,
        r.checked_at::timestamptz                          AS checked_at
   FROM pglock_wait_many(@lock_names::varchar[], @holder_ids::varchar[], @ttl_ms::bigint[]) AS r;
+
+-- TakeAll is a combined acquisition's try (wait false) or poll (wait true): see pglock_take_all.
+-- A place count of 0 is a lock's, a per_key of 0 no cap. As PollLock, only an acquisition waits
+-- for the WAL flush.
+-- name: TakeAll :one
+SELECT a.acquired::boolean                               AS acquired,
+       coalesce(a.waiting_for, '')::varchar              AS waiting_for,
+       coalesce(a.lock_names, '{}')::varchar[]           AS lock_names,
+       coalesce(a.fencing_tokens, '{}')::bigint[]        AS fencing_tokens,
+       coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       coalesce(a.next_holder_ids, '{}')::varchar[]      AS next_holder_ids,
+       set_config('synchronous_commit',
+                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                                  AS synchronous_commit
+  FROM pglock_take_all(@holder_id, @names::varchar[],
+                       (SELECT array_agg(nullif(u.v, 0) ORDER BY u.o) FROM unnest(@places::integer[]) WITH ORDINALITY AS u(v, o)),
+                       @permits::integer[], @keys::varchar[],
+                       (SELECT array_agg(nullif(u.v, 0) ORDER BY u.o) FROM unnest(@per_keys::integer[]) WITH ORDINALITY AS u(v, o)),
+                       @ttl_ms, @metadata, @instance, @wait) AS a;
+
+-- ReleaseAll releases, in one statement, the rows and queue places holder_id has among
+-- lock_names (in the order given: the canonical one), as ReleaseLock does each, and counts
+-- those it held; as ReleaseLock, it waits for the WAL flush only if it handed a lock over.
+-- name: ReleaseAll :one
+SELECT count(*) FILTER (WHERE r.released)::integer AS released,
+       set_config('synchronous_commit',
+                  CASE WHEN bool_or(r.handed_off) THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                         AS synchronous_commit
+  FROM unnest(@lock_names::varchar[]) WITH ORDINALITY AS n(lock_name, o)
+ CROSS JOIN LATERAL pglock_release(n.lock_name, @holder_id) AS r;
+
+-- FenceAll is FenceLock of several rows, in the order given (the canonical one): it counts
+-- those held with their tokens, each kept so until the transaction ends.
+-- name: FenceAll :one
+SELECT count(f.expires_at)::integer AS fenced
+  FROM unnest(@lock_names::varchar[]) WITH ORDINALITY AS n(lock_name, o)
+ CROSS JOIN LATERAL pglock_fence(n.lock_name, (@fencing_tokens::bigint[])[n.o], @grace_ms) AS f(expires_at);

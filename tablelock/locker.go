@@ -47,6 +47,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	held     map[*Lock]struct{}
+	combined map[*Locks]struct{}  // held combined acquisitions
 	queues   map[string][]*waiter // local waiters per lock name, in arrival order
 	byHolder map[string]*waiter
 	// polling holds, per semaphore, the turn of this Locker's attempts on it (see takePlaces).
@@ -83,6 +84,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Locker, error) {
 		stopWaits: stopWaits,
 		closeDone: make(chan struct{}),
 		held:      map[*Lock]struct{}{},
+		combined:  map[*Locks]struct{}{},
 		queues:    map[string][]*waiter{},
 		byHolder:  map[string]*waiter{},
 		polling:   map[string]*pollTurn{},
@@ -211,7 +213,7 @@ func (l *Locker) WithLock(ctx context.Context, name string, opts *AcquireOptions
 func (l *Locker) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Held: len(l.held), Waiting: len(l.byHolder), RenewalLag: l.renewals.Lag(), Saturated: l.renewals.Saturated()}
+	return Stats{Held: len(l.held) + len(l.combined), Waiting: len(l.byHolder), RenewalLag: l.renewals.Lag(), Saturated: l.renewals.Saturated()}
 }
 
 // lagging tells the log and the Observer that renewals are behind, or have caught up.
@@ -259,6 +261,10 @@ func (l *Locker) Close(ctx context.Context) error {
 	for lk := range l.held {
 		held = append(held, lk)
 	}
+	combined := make([]*Locks, 0, len(l.combined))
+	for ls := range l.combined {
+		combined = append(combined, ls)
+	}
 	for conn := range l.tryConns {
 		// As pgx does on cancel: the try's read or write fails at once, and pgx closes the
 		// connection, so the pool discards it. endTry clears the deadline of a try that
@@ -273,6 +279,14 @@ func (l *Locker) Close(ctx context.Context) error {
 		lk.lease.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %q was released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, lk.name))
 		if lk.markReleased() {
 			if err := lk.releaseRow(ctx, 0); err != nil {
+				failures = append(failures, err)
+			}
+		}
+	}
+	for _, ls := range combined {
+		ls.lease.Lose(pglock.CauseClosed, errs.Errorf("%w: %w: %s were released by Locker.Close", pglock.ErrLockLost, pglock.ErrClosed, ls.label))
+		if ls.lease.Stop() && l.forgetAll(ls) {
+			if err := ls.releaseRows(ctx); err != nil {
 				failures = append(failures, err)
 			}
 		}

@@ -24,6 +24,7 @@ var leastPrivilege = []string{
 	"pglock_renew_many(varchar[], varchar[], bigint[])", "pglock_wait_many(varchar[], varchar[], bigint[])",
 	"pglock_release_after(varchar, varchar, bigint)",
 	"pglock_semaphore_take(varchar, varchar, integer, integer, varchar, integer, bigint, jsonb, varchar, boolean)",
+	"pglock_take_all(varchar, varchar[], integer[], integer[], varchar[], integer[], bigint, jsonb, varchar, boolean)",
 }
 
 // grantedRole makes a role that may read the lock tables and execute functions, and returns
@@ -47,7 +48,7 @@ func grantedRole(t *testing.T, d *testdb.DB, functions []string, tracer pgx.Quer
 }
 
 // The grants docs/sql.md lists are all a Locker needs: it takes, waits for, hands off, fences
-// and releases locks, and a semaphore's places, as a role that cannot write the tables.
+// and releases locks, a semaphore's places and both together, as a role that cannot write the tables.
 func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -93,6 +94,12 @@ func TestLockerWorksWithTheLeastPrivilegeRole(t *testing.T) {
 	}, "the waiter is queued")
 	require.NoError(t, places.Release(ctx))
 	require.NoError(t, testdb.Receive(t, waited))
+
+	// A combined acquisition, fenced and released.
+	both, err := first.AcquireAll(ctx, []tablelock.Resource{{Lock: "app"}, {Semaphore: "api", Places: tablelock.Places{Permits: 2}}}, opts)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, d.NewPool(t, asRole), func(tx pgx.Tx) error { return both.Fence(ctx, tx) }))
+	require.NoError(t, both.Release(ctx))
 	refused, why := failed.Count()
 	require.Zero(t, refused, "no statement was refused: %s", why)
 }

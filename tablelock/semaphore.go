@@ -152,8 +152,26 @@ func (l *Locker) AcquirePlaces(ctx context.Context, name string, p Places, opts 
 // semaphoreRequest checks an acquisition of places of semaphore name, and sets p.Take's
 // default: req.name is the row the places will be.
 func (l *Locker) semaphoreRequest(name string, p *Places, opts *AcquireOptions) (request, error) {
+	if err := checkPlaces(name, p); err != nil {
+		return request{}, err
+	}
+	req, err := l.newRequest(name, opts) // checks the name, the options, and mints the holder id
+	if err != nil {
+		return request{}, err
+	}
+	if err := checkPlaceName(name, req.holder); err != nil {
+		return request{}, err
+	}
+	req.name = SemaphorePrefix + name + "/" + req.holder
+	req.primitive = pglock.PrimitiveSemaphore
+	req.places = p.Take
+	return req, nil
+}
+
+// checkPlaces checks p, places of semaphore name, and sets p.Take's default.
+func checkPlaces(name string, p *Places) error {
 	if strings.Contains(name, "/") {
-		return request{}, errs.Errorf("%w: semaphore name %q has a '/'", pglock.ErrInvalidName, name)
+		return errs.Errorf("%w: semaphore name %q has a '/'", pglock.ErrInvalidName, name)
 	}
 	if p.Take == 0 {
 		p.Take = 1
@@ -161,30 +179,31 @@ func (l *Locker) semaphoreRequest(name string, p *Places, opts *AcquireOptions) 
 	const maxPlaces = 1<<31 - 1
 	switch {
 	case p.Permits < 1 || p.Permits > maxPlaces:
-		return request{}, errs.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, p.Permits, maxPlaces)
+		return errs.Errorf("%w: permits %d must be from 1 to %d", pglock.ErrInvalidArgument, p.Permits, maxPlaces)
 	case p.PerKey < 0 || p.PerKey > maxPlaces:
-		return request{}, errs.Errorf("%w: PerKey %d must be from 1 to %d, or 0 for no cap", pglock.ErrInvalidArgument, p.PerKey, maxPlaces)
+		return errs.Errorf("%w: PerKey %d must be from 1 to %d, or 0 for no cap", pglock.ErrInvalidArgument, p.PerKey, maxPlaces)
 	case p.Take < 1 || p.Take > p.Permits || (p.PerKey > 0 && p.Take > p.PerKey):
-		return request{}, errs.Errorf("%w: %d places of a semaphore of %d with at most %d a key", pglock.ErrInvalidArgument,
+		return errs.Errorf("%w: %d places of a semaphore of %d with at most %d a key", pglock.ErrInvalidArgument,
 			p.Take, p.Permits, cmp.Or(p.PerKey, p.Permits))
 	}
 	if p.Key != "" {
 		if err := pglock.ValidateName(p.Key); err != nil {
-			return request{}, errs.Errorf("semaphore key: %w", err)
+			return errs.Errorf("semaphore key: %w", err)
 		}
 	}
-	req, err := l.newRequest(name, opts) // checks the name, the options, and mints the holder id
-	if err != nil {
-		return request{}, err
+	return nil
+}
+
+// checkPlaceName checks that semaphore name is a name, and that holder's places of it have one.
+func checkPlaceName(name, holder string) error {
+	if err := pglock.ValidateName(name); err != nil {
+		return err
 	}
-	req.name = SemaphorePrefix + name + "/" + req.holder
-	req.primitive = pglock.PrimitiveSemaphore
-	req.places = p.Take
-	if len(req.name) > pglock.MaxNameLen {
-		return request{}, errs.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
+	if len(SemaphorePrefix+name+"/"+holder) > pglock.MaxNameLen {
+		return errs.Errorf("%w: semaphore name of %d bytes: its places are named %q + name + \"/\" + a 32-character holder, at most %d bytes",
 			pglock.ErrInvalidName, len(name), SemaphorePrefix, pglock.MaxNameLen)
 	}
-	return req, nil
+	return nil
 }
 
 // takePlaces is one attempt on semaphore name. A Locker's attempts on one semaphore take turns:

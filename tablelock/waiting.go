@@ -399,14 +399,23 @@ func (l *Locker) abandon(w *waiter) {
 // has run out anyway, or the Locker has stopped. The caller must hold a count in l.waits, or
 // l.mu with the Locker not closed.
 func (l *Locker) leave(name, holder string, ttl, held time.Duration) {
+	l.inBackground(name, ttl, func(ctx context.Context) error {
+		// A handoff to us that commits while this runs is released too (pglock_release).
+		_, err := l.releaseRow(ctx, name, holder, held)
+		return err
+	})
+}
+
+// inBackground runs release, a release of what name says, in the background, retrying
+// transient failures as leave does (see there for when it may run).
+func (l *Locker) inBackground(name string, ttl time.Duration, release func(context.Context) error) {
 	l.waits.Add(1)
 	go func() {
 		defer l.waits.Done()
 		ctx, cancel := context.WithTimeout(l.ctx, ttl)
 		defer cancel()
 		for failures := 1; ; failures++ {
-			// A handoff to us that commits while this runs is released too (pglock_release).
-			_, err := l.releaseRow(ctx, name, holder, held)
+			err := release(ctx)
 			if err == nil {
 				return
 			}

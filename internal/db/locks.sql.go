@@ -11,6 +11,27 @@ import (
 	"time"
 )
 
+const fenceAll = `-- name: FenceAll :one
+SELECT count(f.expires_at)::integer AS fenced
+  FROM unnest($1::varchar[]) WITH ORDINALITY AS n(lock_name, o)
+ CROSS JOIN LATERAL pglock_fence(n.lock_name, ($2::bigint[])[n.o], $3) AS f(expires_at)
+`
+
+type FenceAllParams struct {
+	LockNames     []string
+	FencingTokens []int64
+	GraceMs       int64
+}
+
+// FenceAll is FenceLock of several rows, in the order given (the canonical one): it counts
+// those held with their tokens, each kept so until the transaction ends.
+func (q *Queries) FenceAll(ctx context.Context, arg FenceAllParams) (int32, error) {
+	row := q.db.QueryRow(ctx, fenceAll, arg.LockNames, arg.FencingTokens, arg.GraceMs)
+	var fenced int32
+	err := row.Scan(&fenced)
+	return fenced, err
+}
+
 const fenceLock = `-- name: FenceLock :one
 SELECT f.expires_at::timestamptz AS expires_at
   FROM pglock_fence($1, $2, $3) AS f(expires_at)
@@ -93,6 +114,35 @@ func (q *Queries) PollLock(ctx context.Context, arg PollLockParams) (PollLockRow
 		&i.CheckedAt,
 		&i.SynchronousCommit,
 	)
+	return i, err
+}
+
+const releaseAll = `-- name: ReleaseAll :one
+SELECT count(*) FILTER (WHERE r.released)::integer AS released,
+       set_config('synchronous_commit',
+                  CASE WHEN bool_or(r.handed_off) THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                         AS synchronous_commit
+  FROM unnest($1::varchar[]) WITH ORDINALITY AS n(lock_name, o)
+ CROSS JOIN LATERAL pglock_release(n.lock_name, $2) AS r
+`
+
+type ReleaseAllParams struct {
+	LockNames []string
+	HolderID  string
+}
+
+type ReleaseAllRow struct {
+	Released          int32
+	SynchronousCommit string
+}
+
+// ReleaseAll releases, in one statement, the rows and queue places holder_id has among
+// lock_names (in the order given: the canonical one), as ReleaseLock does each, and counts
+// those it held; as ReleaseLock, it waits for the WAL flush only if it handed a lock over.
+func (q *Queries) ReleaseAll(ctx context.Context, arg ReleaseAllParams) (ReleaseAllRow, error) {
+	row := q.db.QueryRow(ctx, releaseAll, arg.LockNames, arg.HolderID)
+	var i ReleaseAllRow
+	err := row.Scan(&i.Released, &i.SynchronousCommit)
 	return i, err
 }
 
@@ -192,6 +242,75 @@ func (q *Queries) RenewLocks(ctx context.Context, arg RenewLocksParams) ([]Renew
 		return nil, err
 	}
 	return items, nil
+}
+
+const takeAll = `-- name: TakeAll :one
+SELECT a.acquired::boolean                               AS acquired,
+       coalesce(a.waiting_for, '')::varchar              AS waiting_for,
+       coalesce(a.lock_names, '{}')::varchar[]           AS lock_names,
+       coalesce(a.fencing_tokens, '{}')::bigint[]        AS fencing_tokens,
+       coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       coalesce(a.next_holder_ids, '{}')::varchar[]      AS next_holder_ids,
+       set_config('synchronous_commit',
+                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  true)                                  AS synchronous_commit
+  FROM pglock_take_all($1, $2::varchar[],
+                       (SELECT array_agg(nullif(u.v, 0) ORDER BY u.o) FROM unnest($3::integer[]) WITH ORDINALITY AS u(v, o)),
+                       $4::integer[], $5::varchar[],
+                       (SELECT array_agg(nullif(u.v, 0) ORDER BY u.o) FROM unnest($6::integer[]) WITH ORDINALITY AS u(v, o)),
+                       $7, $8, $9, $10) AS a
+`
+
+type TakeAllParams struct {
+	HolderID string
+	Names    []string
+	Places   []int32
+	Permits  []int32
+	Keys     []string
+	PerKeys  []int32
+	TtlMs    int64
+	Metadata json.RawMessage
+	Instance string
+	Wait     bool
+}
+
+type TakeAllRow struct {
+	Acquired          bool
+	WaitingFor        string
+	LockNames         []string
+	FencingTokens     []int64
+	ExpiresAt         time.Time
+	NextHolderIds     []string
+	SynchronousCommit string
+}
+
+// TakeAll is a combined acquisition's try (wait false) or poll (wait true): see pglock_take_all.
+// A place count of 0 is a lock's, a per_key of 0 no cap. As PollLock, only an acquisition waits
+// for the WAL flush.
+func (q *Queries) TakeAll(ctx context.Context, arg TakeAllParams) (TakeAllRow, error) {
+	row := q.db.QueryRow(ctx, takeAll,
+		arg.HolderID,
+		arg.Names,
+		arg.Places,
+		arg.Permits,
+		arg.Keys,
+		arg.PerKeys,
+		arg.TtlMs,
+		arg.Metadata,
+		arg.Instance,
+		arg.Wait,
+	)
+	var i TakeAllRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.WaitingFor,
+		&i.LockNames,
+		&i.FencingTokens,
+		&i.ExpiresAt,
+		&i.NextHolderIds,
+		&i.SynchronousCommit,
+	)
+	return i, err
 }
 
 const takeSemaphore = `-- name: TakeSemaphore :one

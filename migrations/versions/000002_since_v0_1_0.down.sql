@@ -38,6 +38,7 @@ DROP FUNCTION pglock_rate_check(boolean, varchar, bigint, integer, integer);
 DROP FUNCTION pglock_rate_check_many(boolean, varchar[], bigint[], integer[], integer[], bigint);
 DROP FUNCTION pglock_rate_collect(boolean, timestamptz);
 DROP FUNCTION pglock_job_bound_idle(bigint);
+DROP FUNCTION pglock_take_all(varchar, varchar[], integer[], integer[], varchar[], integer[], bigint, jsonb, varchar, boolean);
 DROP FUNCTION pglock_semaphore_take(varchar, varchar, integer, integer, varchar, integer, bigint, jsonb, varchar, boolean);
 DROP FUNCTION pglock_job_window_ok(bigint);
 DROP FUNCTION pglock_job_raise_bad_window(bigint);
