@@ -18,7 +18,7 @@ type Contention struct {
 	Counts       []int         // steps done by each worker
 	PerSecond    float64       // steps per second, all workers together
 	MaxDeviation float64       // of a worker's count from a fair share, as a fraction of it
-	P99          time.Duration // of the waits the steps reported
+	P50, P99     time.Duration // of the waits the steps reported
 	Elapsed      time.Duration
 	Err          error // the first error a step returned
 }
@@ -65,17 +65,18 @@ func Contend(workers, total int, setup func(worker int) (step func() (time.Durat
 		r.MaxDeviation = max(r.MaxDeviation, abs(float64(c)-fair)/fair)
 	}
 	slices.Sort(waits)
-	r.P99 = waits[len(waits)*99/100]
+	r.P50, r.P99 = waits[len(waits)/2], waits[len(waits)*99/100]
 	return r
 }
 
-// Add combines two measurements of the same workers, as if they had run one after the other.
+// Add combines two measurements of the same workers, as if they had run one after the other (its
+// percentiles are the larger of the two: bounds).
 func (r Contention) Add(other Contention) Contention {
 	if r.Counts == nil {
 		return other
 	}
 	sum := Contention{Counts: make([]int, len(r.Counts)), Elapsed: r.Elapsed + other.Elapsed,
-		P99: max(r.P99, other.P99), Err: errors.Join(r.Err, other.Err)}
+		P50: max(r.P50, other.P50), P99: max(r.P99, other.P99), Err: errors.Join(r.Err, other.Err)}
 	total := 0
 	for i := range sum.Counts {
 		sum.Counts[i] = r.Counts[i] + other.Counts[i]
@@ -97,6 +98,7 @@ func (r Contention) Report(b *testing.B, name string) {
 	}
 	b.ReportMetric(r.PerSecond, name+"-acq/s")
 	b.ReportMetric(r.MaxDeviation*100, name+"-max-share-dev-%")
+	b.ReportMetric(float64(r.P50.Microseconds())/1e3, name+"-p50-wait-ms")
 	b.ReportMetric(float64(r.P99.Microseconds())/1e3, name+"-p99-wait-ms")
 	b.Logf("%s: %.0f acquisitions/s over %s, per worker %v", name, r.PerSecond, r.Elapsed.Round(time.Millisecond), r.Counts)
 }

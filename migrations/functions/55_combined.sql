@@ -12,11 +12,12 @@
 --
 -- When a resource refuses, nothing this statement took stays taken; with p_wait the caller then
 -- keeps a place in the queue of that one resource (waiting_for), and none in the others', so it
--- reserves nothing it is not next for. A lock handed to the caller by a release, since it queued
--- for it, stays the caller's if it comes before waiting_for in the canonical order (its lease is
--- renewed for p_ttl_ms) and is released (handed on) if it comes after: the caller holds only
--- resources before the one it waits for, as in ordered locking, which is why waits never form a
--- cycle. Returns acquired; then lock_names and fencing_tokens, each resource's row and token in
+-- reserves nothing it is not next for. What the caller holds from before (a lock handed to it by
+-- a release since it queued for it, or a place taken as it queued, the resource having come free
+-- meanwhile) stays its own if it comes before waiting_for in the canonical order (its lease is
+-- renewed for p_ttl_ms) and is released (a lock handed on) if it comes after: the caller holds
+-- only resources before the one it waits for, as in ordered locking, which is why waits never
+-- form a cycle. Returns acquired; then lock_names and fencing_tokens, each resource's row and token in
 -- the order given, and expires_at, the earliest lease's end; else waiting_for, the name of the
 -- first resource that refused (a semaphore's as 'pglock.semaphore/<name>'), and next_holder_ids,
 -- the waiters a refusing semaphore would admit now (to wake). Call it in a READ COMMITTED
