@@ -19,7 +19,7 @@ type summary struct {
 	faults   map[string]int
 	failures []string
 
-	sections, writes, staleRefused, staleAccepted, ticks, effects, leaderWrites int
+	sections, writes, staleRefused, staleAccepted, ticks, effects, leaderWrites, placeVisits int
 	tickOutcomes                                                                string // the ticks' runs by status
 	violations                                                                  map[string]int
 	details                                                                     []string
@@ -70,13 +70,33 @@ var checks = []struct{ name, sql string }{
 	{"leader writes after a newer leader's election", `
 		SELECT count(*) FROM chaos_leader_writes w
 		 WHERE EXISTS (SELECT FROM chaos_grants g WHERE g.name = 'pglock.leader/chaos-leader' AND g.token > w.term AND g.seq < w.seq)`},
+	// Places taken together: at each visit's entry, the visits inside (entered, and left after it
+	// in commit order: a place is released only after its visit's leave commits) are at most the
+	// global semaphore's places, and of a tenant at most its cap. A visit cut short by a fault has
+	// no leave: it counts only at its entry.
+	{"semaphore places over their limit", `
+		WITH v AS (
+			SELECT token, tenant, min(seq) FILTER (WHERE kind = 'enter') AS entered,
+			       coalesce(max(seq) FILTER (WHERE kind = 'leave'), min(seq)) AS left_at
+			  FROM chaos_places GROUP BY token, tenant)
+		SELECT count(*) FROM v e
+		 WHERE e.entered IS NOT NULL
+		   AND ((SELECT count(*) FROM v i WHERE i.entered <= e.entered AND i.left_at >= e.entered) > ` + fmt.Sprint(globalPlaces) + `
+		     OR (SELECT count(*) FROM v i WHERE i.tenant = e.tenant AND i.entered <= e.entered AND i.left_at >= e.entered) > ` + fmt.Sprint(tenantCap) + `)`},
+	// No place or queue place outlives its holders: the workers' last renewals were before they
+	// stopped (within 5 s of being asked), so none is live a lease after.
+	{"semaphore places or queue places left live after the workers stopped", `
+		WITH stop AS (SELECT at + interval '5 seconds' + ` + fmt.Sprintf("interval '%d milliseconds'", lockTTL.Milliseconds()) + ` AS by FROM chaos_marks WHERE mark = 'stopping')
+		SELECT (SELECT count(*) FROM distributed_locks, stop WHERE lock_name LIKE 'pglock.semaphore/chaos-%' AND expires_at > stop.by)
+		     + (SELECT count(*) FROM distributed_lock_waiters, stop WHERE lock_name LIKE 'pglock.semaphore/chaos-%' AND expires_at > stop.by)`},
 	// Every workload did work after the last fault was undone: none was left broken.
 	{"workloads that did not recover after the last fault", `
 		WITH ended AS (SELECT at FROM chaos_marks WHERE mark = 'faults_ended')
 		SELECT (NOT EXISTS (SELECT FROM chaos_writes, ended WHERE kind = 'leave' AND chaos_writes.at > ended.at))::int
 		     + (NOT EXISTS (SELECT FROM chaos_ticks, ended WHERE tick > ended.at))::int
 		     + (NOT EXISTS (SELECT FROM chaos_effects, ended WHERE chaos_effects.at > ended.at))::int
-		     + (NOT EXISTS (SELECT FROM chaos_leader_writes, ended WHERE NOT stale AND chaos_leader_writes.at > ended.at))::int`},
+		     + (NOT EXISTS (SELECT FROM chaos_leader_writes, ended WHERE NOT stale AND chaos_leader_writes.at > ended.at))::int
+		     + (NOT EXISTS (SELECT FROM chaos_places, ended WHERE kind = 'leave' AND chaos_places.at > ended.at))::int`},
 }
 
 // check reads the evidence the workers left and counts violations of every guarantee.
@@ -89,8 +109,9 @@ func check(ctx context.Context, pool *pgxpool.Pool) (*summary, error) {
 			(SELECT count(*) FROM chaos_stale_attempts WHERE accepted),
 			(SELECT count(*) FROM chaos_ticks),
 			(SELECT count(*) FROM chaos_effects),
-			(SELECT count(*) FROM chaos_leader_writes)`).
-		Scan(&s.sections, &s.writes, &s.staleRefused, &s.staleAccepted, &s.ticks, &s.effects, &s.leaderWrites)
+			(SELECT count(*) FROM chaos_leader_writes),
+			(SELECT count(*) FROM chaos_places WHERE kind = 'leave')`).
+		Scan(&s.sections, &s.writes, &s.staleRefused, &s.staleAccepted, &s.ticks, &s.effects, &s.leaderWrites, &s.placeVisits)
 	if err != nil {
 		return nil, err
 	}
@@ -138,9 +159,9 @@ func (s *summary) line() string {
 		faults = append(faults, fmt.Sprintf("%s %d", kind, s.faults[kind]))
 		total += s.faults[kind]
 	}
-	ops := s.writes + s.ticks + s.effects + s.leaderWrites
-	line := fmt.Sprintf("%s: %s, %d workers: operations %d (%d fenced writes in %d critical sections, %d cron ticks run (ticks: %s), %d job effects, %d leader writes; stale writes %d refused, %d accepted before a newer holder); faults %d (%s); violations %d",
-		s.name, s.elapsed.Round(time.Second), s.workers, ops, s.writes, s.sections, s.ticks, s.tickOutcomes, s.effects, s.leaderWrites,
+	ops := s.writes + s.ticks + s.effects + s.leaderWrites + s.placeVisits
+	line := fmt.Sprintf("%s: %s, %d workers: operations %d (%d fenced writes in %d critical sections, %d cron ticks run (ticks: %s), %d job effects, %d leader writes, %d visits under a tenant's and a global semaphore's places taken together; stale writes %d refused, %d accepted before a newer holder); faults %d (%s); violations %d",
+		s.name, s.elapsed.Round(time.Second), s.workers, ops, s.writes, s.sections, s.ticks, s.tickOutcomes, s.effects, s.leaderWrites, s.placeVisits,
 		s.staleRefused, s.staleAccepted, total, strings.Join(faults, ", "), violations)
 	if s.extra != "" {
 		line += "; " + s.extra

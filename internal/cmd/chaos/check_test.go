@@ -41,7 +41,11 @@ INSERT INTO chaos_ticks (tick, worker, token) VALUES
 	('2026-11-24 10:00:00', 'w1.0', 10), ('2026-11-24 10:00:01', 'w2.0', 11), ('2026-11-24 10:00:04', 'w2.0', 13);
 INSERT INTO pglock_jobs (scope, job_key, status, holder_id, instance, attempts, fencing_token, started_at, retain_until, created_at)
 	VALUES ('', 'job-1', 'succeeded', 'h', 'w1', 1, 1, now(), now() + interval '1 day', now());
-INSERT INTO chaos_effects (key, worker, at) VALUES ('job-1', 'w1.0', '2026-11-24 10:00:05');`
+INSERT INTO chaos_effects (key, worker, at) VALUES ('job-1', 'w1.0', '2026-11-24 10:00:05');
+INSERT INTO chaos_places (token, tenant, worker, kind, at) VALUES
+	(21, 'tenant-0', 'w1.0', 'enter', '2026-11-24 10:00:06'), (22, 'tenant-1', 'w2.0', 'enter', '2026-11-24 10:00:06'),
+	(21, 'tenant-0', 'w1.0', 'leave', '2026-11-24 10:00:07'), (23, 'tenant-0', 'w2.0', 'enter', '2026-11-24 10:00:07'),
+	(22, 'tenant-1', 'w2.0', 'leave', '2026-11-24 10:00:08'), (23, 'tenant-0', 'w2.0', 'leave', '2026-11-24 10:00:08');`
 
 // TestCheckerFindsEachViolation pins the checker to the evidence: consistent evidence passes,
 // and each kind of violation, added to it, is counted under its own name (a check that cannot
@@ -79,6 +83,17 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 		{"an old leader's write after a new leader's election", "leader writes after a newer leader's election", `
 			INSERT INTO chaos_grants (name, token) VALUES ('pglock.leader/chaos-leader', 3);
 			INSERT INTO chaos_leader_writes (term, worker, stale) VALUES (2, 'w2.0', true)`},
+		{"three inside a semaphore of two places", "semaphore places over their limit", `
+			INSERT INTO chaos_places (token, tenant, worker, kind) VALUES
+				(31, 'tenant-2', 'w1.0', 'enter'), (32, 'tenant-3', 'w2.0', 'enter'), (33, 'tenant-4', 'w3.0', 'enter'),
+				(31, 'tenant-2', 'w1.0', 'leave'), (32, 'tenant-3', 'w2.0', 'leave'), (33, 'tenant-4', 'w3.0', 'leave')`},
+		{"a tenant twice inside with a cap of one", "semaphore places over their limit", `
+			INSERT INTO chaos_places (token, tenant, worker, kind) VALUES
+				(31, 'tenant-2', 'w1.0', 'enter'), (32, 'tenant-2', 'w2.0', 'enter'),
+				(31, 'tenant-2', 'w1.0', 'leave'), (32, 'tenant-2', 'w2.0', 'leave')`},
+		{"a place live a lease after the workers stopped", "semaphore places or queue places left live after the workers stopped", `
+			INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
+				VALUES ('pglock.semaphore/chaos-global/h', 'h', 40, now(), now() + interval '1 hour')`},
 		{"a workload idle after the last fault", "workloads that did not recover after the last fault", `
 			UPDATE chaos_leader_writes SET at = '2026-11-24 09:00:00'`},
 	} {

@@ -40,6 +40,14 @@ CREATE TABLE chaos_leader_writes (
 	stale  boolean     NOT NULL,
 	at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+CREATE TABLE chaos_places (              -- visits under a tenant's place and a global one, taken together
+	seq    bigint      NOT NULL DEFAULT nextval('chaos_order'),
+	token  bigint      NOT NULL,           -- the global place's
+	tenant text        NOT NULL,
+	worker text        NOT NULL,
+	kind   text        NOT NULL CHECK (kind IN ('enter', 'leave')),
+	at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 CREATE TABLE chaos_marks (               -- the controller's: when faults ended, when workers were stopped
 	mark text        PRIMARY KEY CHECK (mark IN ('faults_ended', 'stopping')),
 	at   timestamptz NOT NULL DEFAULT clock_timestamp()

@@ -36,6 +36,11 @@ const (
 	jobKeys           = 300 // deliveries pick among these, a new set every jobKeyEvery: each key is delivered many times
 	jobKeyEvery       = 5 * time.Second
 	deliverers        = 2 // per worker
+	placeGoroutines   = 3 // per worker: combined acquisitions of a tenant's place and a global one
+	tenants           = 3 // the keys they count against
+	globalPlaces      = 2 // the global semaphore's places
+	tenantPlaces      = 4 // the tenants' semaphore's places, at most tenantCap a tenant
+	tenantCap         = 1
 )
 
 // work is one worker process, named like w1.0 (worker 1, first incarnation). It runs until
@@ -108,6 +113,9 @@ func work(name string) error {
 	}
 	for range deliverers {
 		wg.Go(func() { deliver(ctx, dedup, book, name) })
+	}
+	for g := range placeGoroutines {
+		wg.Go(func() { visitPlaces(ctx, pool, locker, name, fmt.Sprint("tenant-", g%tenants)) })
 	}
 	wg.Go(func() {
 		for ctx.Err() == nil {
@@ -190,6 +198,39 @@ func sections(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker,
 			lk.Release(ctx)
 		}
 		close(released)
+	}
+}
+
+// visitPlaces takes, again and again, a place of the tenants' semaphore counted against tenant
+// and one of the global semaphore, together (AcquireAll), and records entering and leaving, each
+// in a transaction fenced with both places: the checker counts who was inside at once.
+func visitPlaces(ctx context.Context, pool *pgxpool.Pool, locker *tablelock.Locker, worker, tenant string) {
+	resources := []tablelock.Resource{
+		{Semaphore: "chaos-global", Places: tablelock.Places{Permits: globalPlaces}},
+		{Semaphore: "chaos-tenants", Places: tablelock.Places{Permits: tenantPlaces, Key: tenant, PerKey: tenantCap}},
+	}
+	for ctx.Err() == nil {
+		ls, err := locker.AcquireAll(ctx, resources, &tablelock.AcquireOptions{TTL: lockTTL})
+		if err != nil {
+			pause(ctx, 100*time.Millisecond)
+			continue
+		}
+		token := ls.Held()[0].Token
+		for _, kind := range []string{"enter", "leave"} {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := ls.Fence(ctx, tx); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO chaos_places (token, tenant, worker, kind) VALUES ($1, $2, $3, $4)`,
+					token, tenant, worker, kind)
+				return err
+			})
+			if err != nil {
+				break
+			}
+			pause(ctx, 20*time.Millisecond)
+		}
+		ls.Release(ctx)
 	}
 }
 
