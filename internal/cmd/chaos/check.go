@@ -20,9 +20,9 @@ type summary struct {
 	failures []string
 
 	sections, writes, staleRefused, staleAccepted, ticks, effects, leaderWrites, placeVisits int
-	tickOutcomes                                                                string // the ticks' runs by status
-	violations                                                                  map[string]int
-	details                                                                     []string
+	tickOutcomes                                                                             string // the ticks' runs by status
+	violations                                                                               map[string]int
+	details                                                                                  []string
 }
 
 // The checks: each counts the violations of one guarantee in the evidence. A query's count
