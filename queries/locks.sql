@@ -103,8 +103,8 @@ SELECT r.outcome::text                                    AS outcome,
   FROM pglock_wait_many(@lock_names::varchar[], @holder_ids::varchar[], @ttl_ms::bigint[]) AS r;
 
 -- TakeAll is a combined acquisition's try (wait false) or poll (wait true): see pglock_take_all.
--- A place count of 0 is a lock's, a per_key of 0 no cap. As PollLock, only an acquisition waits
--- for the WAL flush.
+-- A place count of 0 is a lock's, a per_key of 0 no cap. As PollLock, only an acquisition, or a
+-- poll that handed a lock on, waits for the WAL flush.
 -- name: TakeAll :one
 SELECT a.acquired::boolean                               AS acquired,
        coalesce(a.waiting_for, '')::varchar              AS waiting_for,
@@ -113,7 +113,7 @@ SELECT a.acquired::boolean                               AS acquired,
        coalesce(a.expires_at, clock_timestamp())::timestamptz AS expires_at,
        coalesce(a.next_holder_ids, '{}')::varchar[]      AS next_holder_ids,
        set_config('synchronous_commit',
-                  CASE WHEN a.acquired THEN current_setting('synchronous_commit') ELSE 'off' END,
+                  CASE WHEN a.acquired OR a.handed_on THEN current_setting('synchronous_commit') ELSE 'off' END,
                   true)                                  AS synchronous_commit
   FROM pglock_take_all(@holder_id, @names::varchar[],
                        (SELECT array_agg(nullif(u.v, 0) ORDER BY u.o) FROM unnest(@places::integer[]) WITH ORDINALITY AS u(v, o)),

@@ -52,8 +52,9 @@ type Locks struct {
 	lease    *lease.Keeper
 }
 
-// TryAcquireAll takes every resource of rs, all of them or none, in one statement (see
-// AcquireAll), or returns an error matching [pglock.ErrLocked] naming the first that refused.
+// TryAcquireAll takes every resource of rs, all of them or none, in one statement, in canonical
+// order (see AcquireAll), or returns an error matching [pglock.ErrLocked] naming the first that
+// refused; then what it took is undone in the statement.
 func (l *Locker) TryAcquireAll(ctx context.Context, rs []Resource, opts *AcquireOptions) (ls *Locks, err error) {
 	c, err := l.newCombined(rs, opts)
 	if err != nil {
@@ -62,15 +63,20 @@ func (l *Locker) TryAcquireAll(ctx context.Context, rs []Resource, opts *Acquire
 	if l.events != nil {
 		defer l.observeAcquireAll(ctx, c.req.label, false, time.Now(), &ls, &err)
 	}
+	// Counted in l.waits, so that Close waits for what it may have taken.
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, errs.Errorf("acquire %s: %w", c.req.label, pglock.ErrClosed)
+	}
+	l.waits.Add(1)
+	l.mu.Unlock()
+	defer l.waits.Done()
 	start := time.Now()
 	row, err := l.queries.TakeAll(ctx, c.params(false))
 	if err != nil {
 		if ctx.Err() != nil || retry.Transient(err) {
-			l.mu.Lock()
-			if !l.closed {
-				l.leaveAll(c) // it may have taken them unseen
-			}
-			l.mu.Unlock()
+			l.leaveAll(c) // it may have taken them unseen
 		}
 		return nil, errs.Errorf("acquire %s: %w", c.req.label, err)
 	}
@@ -81,17 +87,17 @@ func (l *Locker) TryAcquireAll(ctx context.Context, rs []Resource, opts *Acquire
 }
 
 // AcquireAll waits until it holds every resource of rs, ctx is done, opts.WaitTimeout has
-// passed, or the Locker is closed. Each attempt is one statement that takes all of them or
-// none, in canonical order (by name; a semaphore's counts as "pglock.semaphore/<name>"), each
-// judged as a single acquisition of it would be, waiters queued ahead included. Until one
-// succeeds, the caller keeps a place in the queue of the first resource that refused it, and
-// only there: it reserves nothing it is not next for. A lock handed to it by a release while it
-// waits stays its own if it comes before the resource it waits for, in that order, and is handed
-// on otherwise; so, as in ordered locking, no two combined acquisitions ever wait for each other
-// in a cycle. The resources, once held, share one lease: renewed together, lost together (Lost),
-// released together. A resource listed twice, none, more than MaxResources, or one that a single
-// acquisition would refuse matches [pglock.ErrInvalidArgument] or [pglock.ErrInvalidName], and
-// writes nothing.
+// passed, or the Locker is closed; it returns all of them or none. Resources are taken in
+// canonical order (by name; a semaphore's counts as "pglock.semaphore/<name>"), each judged as a
+// single acquisition of it would be, waiters queued ahead included. Each poll is one statement
+// and ordered locking: it takes, or keeps, the resources before the first that refuses it, and
+// keeps a place in that one's queue, as a single waiter does; so it keeps its turn at every
+// resource it has reached, and, as a caller holds only resources before the one it waits for, no
+// two combined acquisitions ever wait for each other in a cycle. Giving up (ctx, WaitTimeout,
+// Close) gives back everything. The resources, once held, share one lease: renewed together,
+// lost together (Lost), released together. A resource listed twice, none, more than
+// MaxResources, or one that a single acquisition would refuse matches
+// [pglock.ErrInvalidArgument] or [pglock.ErrInvalidName], and writes nothing.
 func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOptions) (ls *Locks, err error) {
 	c, err := l.newCombined(rs, opts)
 	if err != nil {
@@ -115,8 +121,8 @@ func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOpt
 		return nil, err
 	}
 	start := time.Now()
-	// A poll rewrites the caller's place, and renews what was handed to it, which live a TTL:
-	// never further apart than a third of it.
+	// A poll rewrites the caller's place, and renews what it holds while it waits, which live a
+	// TTL: never further apart than a third of it.
 	polling := backoff.Capped{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, c.req.timing.TTL/3)}
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
@@ -193,7 +199,7 @@ func (l *Locker) newCombined(rs []Resource, opts *AcquireOptions) (*combined, er
 			return nil, errs.Errorf("%w: %q is listed twice", pglock.ErrInvalidArgument, ids[c.order[k]])
 		}
 	}
-	// Checks each lock's name (the first resource's stands for the options), mints the holder id.
+	// Checks the options (and the first resource's name), mints the holder id.
 	first := c.rs[0].Lock
 	if first == "" {
 		first = c.rs[0].Semaphore
@@ -204,7 +210,7 @@ func (l *Locker) newCombined(rs []Resource, opts *AcquireOptions) (*combined, er
 	}
 	for i, r := range c.rs {
 		if r.Lock != "" {
-			if _, err := l.newRequest(r.Lock, opts); err != nil {
+			if err := checkLockName(r.Lock); err != nil {
 				return nil, errs.Errorf("resource %d: %w", i, err)
 			}
 		} else if err := checkPlaceName(r.Semaphore, req.holder); err != nil {
@@ -219,6 +225,7 @@ func (l *Locker) newCombined(rs []Resource, opts *AcquireOptions) (*combined, er
 			c.leaving = append(c.leaving, ids[i]+"/"+req.holder)
 		}
 	}
+	slices.Sort(c.leaving)
 	req.label = strings.Join(sorted, "+")
 	req.name = req.label
 	c.req = req
@@ -259,12 +266,18 @@ func (l *Locker) holdAll(ctx context.Context, c *combined, row db.TakeAllRow, le
 		Ctx: l.ctx, Tracker: (*background)(l), Renew: ls.renew,
 		OnLost: func(err error, cause pglock.Cause) {
 			l.cfg.Logger.Error("pglock: locks lost", "locks", ls.label, "cause", cause, "error", err)
-			if cause != pglock.CauseClosed && l.forgetAll(ls) {
+			l.mu.Lock()
+			if _, held := l.combined[ls]; held && !l.closed { // (Close releases them itself)
 				l.leaveAll(c) // what is still held goes back at once, not at its lease's end
 			}
+			delete(l.combined, ls)
+			l.mu.Unlock()
 			ls.observe(pglock.EventLost, func(e *pglock.Event) { e.Cause, e.Held, e.Err = cause, time.Since(ls.heldFrom), err })
 		},
 		OnRenewFailed: func(err error, failures int) {
+			if errors.Is(err, errRowsBusy) {
+				return // a fenced transaction holds a row for a moment: tried again, nothing failed
+			}
 			l.cfg.Logger.Warn("pglock: renewal failed; retrying", "locks", ls.label, "failures", failures, "error", err)
 			ls.observe(pglock.EventRenewFailed, func(e *pglock.Event) { e.Err = err })
 		},
@@ -402,13 +415,7 @@ func (l *Locker) requeue(w *waiter, name string) {
 	if w.req.name == name {
 		return
 	}
-	queue := slices.DeleteFunc(l.queues[w.req.name], func(other *waiter) bool { return other == w })
-	if len(queue) == 0 {
-		delete(l.queues, w.req.name)
-	} else {
-		l.queues[w.req.name] = queue
-		wake(queue[0]) // it may have been the first
-	}
+	l.dequeueLocked(w)
 	w.req.name = name
 	l.queues[name] = append(l.queues[name], w)
 }

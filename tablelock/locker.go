@@ -338,11 +338,8 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 	if opts == nil {
 		opts = &AcquireOptions{}
 	}
-	if err := pglock.ValidateName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return request{}, err
-	}
-	if strings.HasPrefix(name, SemaphorePrefix) {
-		return request{}, errs.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, SemaphorePrefix)
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
@@ -375,6 +372,17 @@ func (l *Locker) newRequest(name string, opts *AcquireOptions) (request, error) 
 			l.renewals.Lag().Round(time.Millisecond), l.renewals.Len())
 	}
 	return request{name: name, primitive: pglock.PrimitiveLock, label: name, holder: ident.NewHolderID(), timing: t, metadata: opts.Metadata, encoded: encoded, instance: l.instance}, nil
+}
+
+// checkLockName checks that name may be a table lock's.
+func checkLockName(name string) error {
+	if err := pglock.ValidateName(name); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, SemaphorePrefix) {
+		return errs.Errorf("%w: names starting %q are a semaphore's", pglock.ErrInvalidName, SemaphorePrefix)
+	}
+	return nil
 }
 
 // params are the arguments of a try; a poll's (db.PollLockParams) are the same.

@@ -370,6 +370,15 @@ func (l *Locker) register(req request) (*waiter, error) {
 // unregister removes w from the local queues, and ends its count in l.waits.
 func (l *Locker) unregister(w *waiter) {
 	l.mu.Lock()
+	l.dequeueLocked(w)
+	delete(l.byHolder, w.req.holder)
+	l.mu.Unlock()
+	l.waits.Done()
+}
+
+// dequeueLocked removes w from the local queue of its name, waking the next waiter if w was the
+// first. Called with l.mu held.
+func (l *Locker) dequeueLocked(w *waiter) {
 	queue := l.queues[w.req.name]
 	wasHead := len(queue) > 0 && queue[0] == w
 	queue = slices.DeleteFunc(queue, func(other *waiter) bool { return other == w })
@@ -381,9 +390,6 @@ func (l *Locker) unregister(w *waiter) {
 			wake(queue[0])
 		}
 	}
-	delete(l.byHolder, w.req.holder)
-	l.mu.Unlock()
-	l.waits.Done()
 }
 
 // abandon ends w's wait, leaving the queue in the database and the local one, in that order:
