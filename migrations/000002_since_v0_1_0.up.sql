@@ -2463,48 +2463,52 @@ AS $$
 DECLARE
     v_now    timestamptz;
     v_at     timestamptz;
-    v_locked integer;
+    v_ok     boolean;
 BEGIN
-    -- One condition on the way through; the checks that name the argument only when it fails.
-    IF coalesce(NOT (cardinality(p_keys) BETWEEN 1 AND 100 AND cardinality(p_interval_us) = cardinality(p_keys)
+    -- Plain expressions on the way through, which cost next to nothing (a query would cost an
+    -- executor's start); the checks that name the argument only when one fails.
+    v_ok := coalesce(cardinality(p_keys) BETWEEN 1 AND 100 AND cardinality(p_interval_us) = cardinality(p_keys)
                      AND cardinality(p_bursts) = cardinality(p_keys) AND cardinality(p_costs) = cardinality(p_keys)
-                     AND p_durable IS NOT NULL AND p_max_wait_us >= 0
-                     AND (SELECT count(DISTINCT t.k) = cardinality(p_keys)
-                                 AND bool_and(coalesce(t.k <> '' AND length(t.k) <= 255 AND t.i >= 1 AND t.b >= 1
-                                                       AND t.c BETWEEN 1 AND t.b, false))
-                            FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c))), true) THEN
+                     AND p_durable IS NOT NULL AND p_max_wait_us >= 0, false);
+    IF v_ok THEN
+        FOR i IN 1 .. cardinality(p_keys) LOOP
+            v_ok := coalesce(p_keys[i] <> '' AND length(p_keys[i]) <= 255 AND p_interval_us[i] >= 1 AND p_bursts[i] >= 1
+                             AND p_costs[i] BETWEEN 1 AND p_bursts[i] AND p_keys[i] <> ALL (p_keys[1:i - 1]), false);
+            EXIT WHEN NOT v_ok;
+        END LOOP;
+    END IF;
+    IF NOT v_ok THEN
         PERFORM pglock_rate_check_many(p_durable, p_keys, p_interval_us, p_bursts, p_costs, p_max_wait_us);
     END IF;
 
-    -- Every key's row, then every row's lock, in key order; again if a row went between the two
-    -- (an expired key deleted by a cleanup, or a Reset). A new row's time is now: a new key.
-    LOOP
-        INSERT INTO pglock_rate_limits AS r (durable, rate_key, tat)
-        SELECT p_durable, k, clock_timestamp() FROM unnest(p_keys) AS k ORDER BY k
-        ON CONFLICT (durable, rate_key) DO NOTHING;
-        PERFORM FROM pglock_rate_limits r
-         WHERE r.durable = p_durable AND r.rate_key = ANY (p_keys)
-         ORDER BY r.rate_key
-           FOR UPDATE;
-        GET DIAGNOSTICS v_locked = ROW_COUNT;
-        EXIT WHEN v_locked = cardinality(p_keys);
-    END LOOP;
+    -- Every key's row, locked, in key order, in one statement: a key's row is made (its time now,
+    -- as a new key's) or, if it exists, locked and left as it is (DO UPDATE whose WHERE is false
+    -- locks the row); a row deleted meanwhile (a cleanup, a Reset) is made again.
+    INSERT INTO pglock_rate_limits AS r (durable, rate_key, tat)
+    SELECT p_durable, k, clock_timestamp() FROM unnest(p_keys) AS k ORDER BY k
+    ON CONFLICT (durable, rate_key) DO UPDATE SET tat = r.tat WHERE false;
     v_now := clock_timestamp();
-    -- The moment they all fit (each key's own, the latest; now at the earliest), and what fits now.
-    SELECT greatest(max(greatest(r.tat, v_now) + (t.c - t.b) * t.i * interval '1 microsecond'), v_now),
-           min(pglock_rate_remaining(r.tat, v_now, t.i, t.b))
-      INTO v_at, remaining
-      FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
-      JOIN pglock_rate_limits r ON r.durable = p_durable AND r.rate_key = t.k;
-    allowed := extract(epoch FROM v_at - v_now) * 1000000 <= p_max_wait_us;
+    -- Then, in one statement: the moment they all fit (each key's own, the latest; now at the
+    -- earliest), what fits now, and, if that moment is within the wait allowed, each key taken.
+    WITH keyed AS (
+        SELECT r.rate_key, r.tat, t.i, t.b, t.c
+          FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
+          JOIN pglock_rate_limits r ON r.durable = p_durable AND r.rate_key = t.k
+    ), decided AS (
+        SELECT greatest(max(greatest(k.tat, v_now) + (k.c - k.b) * k.i * interval '1 microsecond'), v_now) AS at,
+               min(pglock_rate_remaining(k.tat, v_now, k.i, k.b)) AS left_now
+          FROM keyed k
+    ), taken AS (
+        UPDATE pglock_rate_limits r
+           SET tat = greatest(r.tat, d.at) + k.c * k.i * interval '1 microsecond'
+          FROM keyed k, decided d
+         WHERE r.durable = p_durable AND r.rate_key = k.rate_key
+           AND extract(epoch FROM d.at - v_now) * 1000000 <= p_max_wait_us
+        RETURNING pglock_rate_remaining(r.tat, v_now, k.i, k.b) AS left_after)
+    SELECT d.at, coalesce((SELECT min(x.left_after) FROM taken x), d.left_now), EXISTS (SELECT FROM taken)
+      INTO v_at, remaining, allowed
+      FROM decided d;
     IF allowed THEN
-        WITH taken AS (
-            UPDATE pglock_rate_limits r
-               SET tat = greatest(r.tat, v_at) + t.c * t.i * interval '1 microsecond'
-              FROM unnest(p_keys, p_interval_us, p_bursts, p_costs) AS t(k, i, b, c)
-             WHERE r.durable = p_durable AND r.rate_key = t.k
-            RETURNING pglock_rate_remaining(r.tat, v_now, t.i, t.b) AS left)
-        SELECT min(taken.left) INTO remaining FROM taken;
         wait_us := ceil(extract(epoch FROM v_at - v_now) * 1000000)::bigint;
     ELSE
         wait_us := greatest(1, ceil(extract(epoch FROM v_at - v_now) * 1000000))::bigint;
