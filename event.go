@@ -76,7 +76,8 @@ type Event struct {
 	Attempt int // EventJobRun, EventJobDelivery, EventCronRun: the attempt's number, from 1
 	// Count is how many ticks an OutcomeMissed EventCronRun covers: a missed range is one
 	// record (−1: too many to count); for EventRenewalLag, how many leases are held; for a
-	// semaphore's EventAcquire (acquired), EventReleased and EventLost, the places taken.
+	// semaphore's EventAcquire (acquired), EventReleased and EventLost, the places taken; for
+	// EventRateLimit, the events decided, the costs of every limit of the decision added up.
 	Count int64
 
 	// Scheduled and Started are a cron run's tick and start, on the database's clock.

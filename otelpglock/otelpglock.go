@@ -86,7 +86,7 @@ type Observer struct {
 	toldTerms                              map[string]int64         // by EventLeader, for elections no Elector registered here
 	transitions                            metric.Int64Counter
 	tenure, vacancy                        metric.Float64Histogram
-	rateDecisions                          metric.Int64Counter
+	rateDecisions, rateEvents              metric.Int64Counter
 	rateWait                               metric.Float64Histogram
 	attrs                                  sync.Map // attrKey → metric.MeasurementOption
 }
@@ -153,6 +153,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.tenure = b.histogram("pglock.leader.tenure", "How long a leadership lasted.", runs)
 	obs.vacancy = b.histogram("pglock.leader.vacancy", "Time an election had no leader before this one, on the database's clock.", waits)
 	obs.rateDecisions = b.counter("pglock.ratelimit.decisions", "{decision}", "Rate-limit decisions, allowed or denied.")
+	obs.rateEvents = b.counter("pglock.ratelimit.events", "{event}", "Events rate limits decided, weighted by their cost (every limit's of a combined decision), allowed or denied.")
 	obs.rateWait = b.histogram("pglock.ratelimit.wait.duration", "Time Wait slept for its slot.", waits)
 	if b.err != nil {
 		return nil, b.err
@@ -338,6 +339,7 @@ func (o *Observer) Observe(ctx context.Context, e pglock.Event) {
 	case pglock.EventRateLimit:
 		a := o.attributes(attrKey{outcome: e.Outcome, name: e.Name, key: o.labelOf(e.Primitive, e.Key)})
 		o.rateDecisions.Add(ctx, 1, a)
+		o.rateEvents.Add(ctx, e.Count, a)
 		if e.Wait > 0 {
 			o.rateWait.Record(ctx, e.Wait.Seconds(), a)
 			o.waitSpan(ctx, "pglock.ratelimit.wait", e)

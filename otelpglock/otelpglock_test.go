@@ -241,6 +241,15 @@ func TestSemaphorePermitsAndAdvisoryLocksAreCounted(t *testing.T) {
 	require.NoError(t, a.Release(ctx))
 	in.waitValue(t, 3, "pglock.semaphore.permits.held", name("pool"))
 	in.waitValue(t, 1, "pglock.lock.held", semaphoreAttr)
+	// A combined acquisition's places count with the semaphore's others, and its lock as a lock.
+	both, err := l.AcquireAll(ctx, []tablelock.Resource{{Semaphore: "pool", Places: tablelock.Places{Permits: 5, Take: 2}},
+		{Lock: "ledger"}}, nil)
+	require.NoError(t, err)
+	in.waitValue(t, 5, "pglock.semaphore.permits.held", name("pool"))
+	in.waitValue(t, 2, "pglock.lock.held", semaphoreAttr)
+	require.NoError(t, both.Release(ctx))
+	in.waitValue(t, 3, "pglock.semaphore.permits.held", name("pool"))
+	in.waitValue(t, 1, "pglock.lock.held", semaphoreAttr)
 
 	s, err := advisory.Open(ctx, d.Pool, &advisory.Config{Observer: in.obs})
 	require.NoError(t, err)
@@ -510,8 +519,8 @@ func TestAcquisitionSpansOnlyUnderAParentAndLossesAsEvents(t *testing.T) {
 	require.Equal(t, work.SpanContext().SpanID(), acquires[0].Parent().SpanID())
 }
 
-// Rate-limit decisions are counted by limiter (a declared name) and decision; Wait's sleep is
-// timed.
+// Rate-limit decisions, and the events they decide by cost, are counted by limiter (a declared
+// name) and decision; Wait's sleep is timed.
 func TestRateLimitDecisionsAreCounted(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t, nil)
@@ -531,6 +540,16 @@ func TestRateLimitDecisionsAreCounted(t *testing.T) {
 	require.Equal(t, 1.0, in.read(t, "pglock.ratelimit.decisions", name("api"), outcome(pglock.OutcomeDenied)).value)
 	in.waitCount(t, 1, "pglock.ratelimit.wait.duration", name("api")) // recorded with the decision, not before it
 	require.False(t, in.read(t, "pglock.ratelimit.decisions", otelpglock.AttrKey.String("tenant:1")).found, "keys are not attributes")
+
+	// Weighted and combined decisions count their events by cost: 3 tokens of a key and 3 of the
+	// global limit, allowed; then 4 of each, denied (over what is left).
+	tokens := ratelimit.Limit{Rate: 10, Per: time.Minute, Burst: 6}
+	for _, n := range []int{3, 4} {
+		_, err := lim.AllowAll(ctx, ratelimit.Cost{Key: "tenant:2", Limit: tokens, N: n}, ratelimit.Cost{Key: "global", Limit: tokens, N: n})
+		require.NoError(t, err)
+	}
+	in.waitValue(t, 2+6, "pglock.ratelimit.events", name("api"), outcome(pglock.OutcomeAllowed))
+	require.Equal(t, 1.0+8, in.read(t, "pglock.ratelimit.events", name("api"), outcome(pglock.OutcomeDenied)).value)
 }
 
 // A leader cut off loses its leadership (counted by cause, its tenure timed); the other

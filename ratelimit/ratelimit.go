@@ -304,6 +304,9 @@ func (l *Limiter) observe(ctx context.Context, costs []Cost, wait time.Duration,
 	}
 	e := pglock.Event{Kind: pglock.EventRateLimit, Primitive: pglock.PrimitiveRateLimit, Name: l.name, Key: keysOf(costs),
 		Outcome: pglock.OutcomeAllowed, Wait: wait, Err: err}
+	for _, c := range costs {
+		e.Count += int64(max(c.N, 1)) // each limit's events, weighted
+	}
 	switch {
 	case errors.Is(err, pglock.ErrRateLimited):
 		e.Outcome, e.Err = pglock.OutcomeDenied, nil

@@ -455,22 +455,48 @@ func (l *Locker) forgetAll(ls *Locks) bool {
 	return ok
 }
 
-// observeAcquireAll reports the end of a combined acquisition begun at start.
+// observeAcquireAll reports the end of a combined acquisition begun at start: one acquisition of
+// each resource when it succeeded (so that a semaphore's places are counted with its others),
+// else one of the whole, named by its label.
 func (l *Locker) observeAcquireAll(ctx context.Context, label string, blocking bool, start time.Time, ls **Locks, err *error) {
 	e := pglock.Event{Kind: pglock.EventAcquire, Primitive: pglock.PrimitiveLock, Name: label, Blocking: blocking,
 		Wait: time.Since(start), Outcome: observe.AcquireOutcome(*err), Err: *err}
-	if *ls != nil {
-		e.Count = int64(len((*ls).held))
+	if *ls == nil {
+		l.events.Emit(ctx, e)
+		return
 	}
-	l.events.Emit(ctx, e)
+	for _, h := range (*ls).held {
+		each := e
+		each.Primitive, each.Name, each.Token, each.Count = h.event()
+		l.events.Emit(ctx, each)
+	}
 }
 
-// observe reports an event about held Locks.
+// event is what h's events say of it: its primitive, name, token and places.
+func (h Held) event() (pglock.Primitive, string, int64, int64) {
+	if h.Lock != "" {
+		return pglock.PrimitiveLock, h.Lock, h.Token, 0
+	}
+	return pglock.PrimitiveSemaphore, h.Semaphore, h.Token, int64(h.Places.Take)
+}
+
+// observe reports an event about held Locks: a failed renewal or a refused fence once, named
+// by the label (one statement failed); the others, which count what is held, once for each
+// resource.
 func (ls *Locks) observe(kind pglock.EventKind, f func(*pglock.Event)) {
 	if ls.l.events == nil {
 		return
 	}
-	e := pglock.Event{Kind: kind, Primitive: pglock.PrimitiveLock, Name: ls.label, Count: int64(len(ls.held))}
-	f(&e)
-	ls.l.events.Emit(ls.ctx, e)
+	if kind == pglock.EventRenewFailed || kind == pglock.EventFenceRefused {
+		e := pglock.Event{Kind: kind, Primitive: pglock.PrimitiveLock, Name: ls.label}
+		f(&e)
+		ls.l.events.Emit(ls.ctx, e)
+		return
+	}
+	for _, h := range ls.held {
+		e := pglock.Event{Kind: kind}
+		e.Primitive, e.Name, e.Token, e.Count = h.event()
+		f(&e)
+		ls.l.events.Emit(ls.ctx, e)
+	}
 }
