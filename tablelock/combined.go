@@ -73,7 +73,7 @@ func (l *Locker) TryAcquireAll(ctx context.Context, rs []Resource, opts *Acquire
 	l.mu.Unlock()
 	defer l.waits.Done()
 	start := time.Now()
-	row, err := l.queries.TakeAll(ctx, c.params(false))
+	row, err := l.takeAll(ctx, c, false)
 	if err != nil {
 		if ctx.Err() != nil || retry.Transient(err) {
 			l.leaveAll(c) // it may have taken them unseen
@@ -127,7 +127,7 @@ func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOpt
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
 		row, err := settled(l, ctx, c.req.timing.TTL,
-			func(ctx context.Context) (db.TakeAllRow, error) { return l.queries.TakeAll(ctx, c.params(true)) },
+			func(ctx context.Context) (db.TakeAllRow, error) { return l.takeAll(ctx, c, true) },
 			func(db.TakeAllRow, error) { l.leaveAll(c) })
 		switch {
 		case err == nil && row.Acquired:
@@ -230,6 +230,21 @@ func (l *Locker) newCombined(rs []Resource, opts *AcquireOptions) (*combined, er
 	req.name = req.label
 	c.req = req
 	return c, nil
+}
+
+// takeAll is one attempt, a try or a poll. It takes the turn of this Locker's attempts on each
+// of its semaphores first, in canonical order, as takePlaces takes one's.
+func (l *Locker) takeAll(ctx context.Context, c *combined, wait bool) (db.TakeAllRow, error) {
+	for _, i := range c.order {
+		if name := c.rs[i].Semaphore; name != "" {
+			leave, err := l.pollTurn(ctx, name)
+			if err != nil {
+				return db.TakeAllRow{}, err
+			}
+			defer leave()
+		}
+	}
+	return l.queries.TakeAll(ctx, c.params(wait))
 }
 
 // params are the arguments of a try (wait false) or poll.
