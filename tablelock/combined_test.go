@@ -292,18 +292,10 @@ func TestCombinedAcquisitionsInAnyOrderNeverDeadlockNorOverfill(t *testing.T) {
 		return "sem:" + h.Semaphore
 	}
 	opts := &tablelock.AcquireOptions{TTL: 10 * time.Second} // the kills must not make leases run out
-	retried := func(f func() error) (err error) {
-		for range 5 {
-			if err = f(); err == nil || errors.Is(err, pglock.ErrLockLost) {
-				return err
-			}
-		}
-		return err
-	}
 	// Each step is idempotent: a kill can end a transaction that committed, and it is retried.
 	visit := func(p *pgxpool.Pool, ls *tablelock.Locks) error {
 		each := func(statements ...string) error {
-			return retried(func() error {
+			return retriedThroughKills(func() error {
 				return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 					if err := ls.Fence(ctx, tx); err != nil {
 						return err
@@ -332,18 +324,7 @@ func TestCombinedAcquisitionsInAnyOrderNeverDeadlockNorOverfill(t *testing.T) {
 		return n
 	}
 	deadlocksBefore := deadlocks()
-	killing, stopKilling := context.WithCancel(ctx)
-	var killer sync.WaitGroup
-	var kills atomic.Int64
-	killer.Go(func() {
-		for killing.Err() == nil {
-			time.Sleep(200 * time.Millisecond)
-			var n int64
-			d.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = $1 ORDER BY random() LIMIT 1) AS victim`, app).Scan(&n)
-			kills.Add(n)
-		}
-	})
+	stopKilling := killEvery200ms(ctx, d.Pool, app)
 	var wg sync.WaitGroup
 	var acquired, lost atomic.Int64
 	errs := make(chan error, 64)
@@ -370,14 +351,13 @@ func TestCombinedAcquisitionsInAnyOrderNeverDeadlockNorOverfill(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	stopKilling()
-	killer.Wait()
+	kills := stopKilling()
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 24*6, acquired.Load(), "every combined acquisition completed")
-	require.Positive(t, kills.Load())
+	require.Positive(t, kills)
 
 	rows, err := d.Pool.Query(ctx, `SELECT resource, max(n) FROM seen GROUP BY resource ORDER BY resource`)
 	require.NoError(t, err)
@@ -386,7 +366,7 @@ func TestCombinedAcquisitionsInAnyOrderNeverDeadlockNorOverfill(t *testing.T) {
 		N        int
 	}])
 	require.NoError(t, err)
-	t.Logf("%d acquisitions, %d lost, %d kills; most inside: %v", acquired.Load(), lost.Load(), kills.Load(), most)
+	t.Logf("%d acquisitions, %d lost, %d kills; most inside: %v", acquired.Load(), lost.Load(), kills, most)
 	for _, m := range most {
 		want, ok := capacity[m.Resource]
 		if !ok {
@@ -397,12 +377,7 @@ func TestCombinedAcquisitionsInAnyOrderNeverDeadlockNorOverfill(t *testing.T) {
 	for _, in := range instances {
 		require.NoError(t, in.locker.Close(ctx))
 	}
-	testdb.WaitFor(t, func() bool {
-		var live int
-		d.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM distributed_locks WHERE expires_at > clock_timestamp())
-			+ (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())`).Scan(&live)
-		return live == 0
-	}, "nothing is left held or queued")
+	waitUntilNothingLive(t, d.Pool, "nothing is left held or queued")
 	// Retried, a deadlock between statements would go unseen but for PostgreSQL's count.
 	require.Equal(t, deadlocksBefore, deadlocks(), "no statement was in a deadlock")
 }

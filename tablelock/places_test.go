@@ -117,18 +117,10 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 	// make them run out (a place lost is a visit the database would refuse).
 	opts := &tablelock.AcquireOptions{TTL: 10 * time.Second}
 	// Statements the kills may end are tried again.
-	retried := func(f func() error) (err error) {
-		for range 5 {
-			if err = f(); err == nil || errors.Is(err, pglock.ErrLockLost) {
-				return err
-			}
-		}
-		return err
-	}
 	// A visit writes, in one fenced transaction, when it entered and left: the rows of the
 	// visits that committed tell who was inside when, by the database's clock.
 	visit := func(p *tablelockPool, lk *tablelock.Lock, tenant string) error {
-		return retried(func() error {
+		return retriedThroughKills(func() error {
 			return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 				if err := lk.Fence(ctx, tx); err != nil {
 					return err
@@ -155,7 +147,7 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 				err    error
 			)
 			for {
-				if err = retried(func() error {
+				if err = retriedThroughKills(func() error {
 					return p.pool.QueryRow(ctx, `SELECT coalesce(max(token), 0) FROM grants`).Scan(&before)
 				}); err != nil {
 					break
@@ -176,7 +168,7 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 				return
 			}
 			defer lk.Release(context.Background())
-			if err := retried(func() error {
+			if err := retriedThroughKills(func() error {
 				_, err := p.pool.Exec(ctx, `INSERT INTO grants VALUES ($1, $2, $3)`, lk.Token(), tenant, before)
 				return err
 			}); err != nil {
@@ -199,19 +191,7 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 	}
 	testdb.WaitFor(t, func() bool { return queued("A") >= 1900 }, "A's waiters are queued")
 
-	killing, stopKilling := context.WithCancel(ctx)
-	defer stopKilling()
-	var killer sync.WaitGroup
-	var kills atomic.Int64
-	killer.Go(func() {
-		for killing.Err() == nil {
-			time.Sleep(200 * time.Millisecond)
-			var n int64
-			d.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name = $1 ORDER BY random() LIMIT 1) AS victim`, app).Scan(&n)
-			kills.Add(n)
-		}
-	})
+	stopKilling := killEvery200ms(ctx, d.Pool, app)
 	for i := range 20 {
 		wait(ctx, "B", i)
 		wait(ctx, "C", i)
@@ -222,8 +202,7 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 		return n
 	}
 	testdb.WaitFor(t, func() bool { return served() == 40 }, "every one of B's and C's waiters is served")
-	stopKilling()
-	killer.Wait()
+	kills := stopKilling()
 	stopA()
 	wg.Wait()
 
@@ -235,9 +214,9 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 		           AND token <= (SELECT max(token) FROM grants WHERE tenant <> 'A')),
 		       (SELECT max((SELECT count(*) FROM grants a WHERE a.tenant = 'A' AND a.token > g.before AND a.token < g.token))
 		          FROM grants g WHERE g.tenant <> 'A')`).Scan(&order, &mostWaited))
-	t.Logf("served since B and C queued (%d kills): %s", kills.Load(), order)
+	t.Logf("served since B and C queued (%d kills): %s", kills, order)
 	require.LessOrEqual(t, mostWaited, 60, "a waiter of B or C waited behind this many of A's grants, with 1,900 of A's queued ahead of it")
-	require.Positive(t, kills.Load())
+	require.Positive(t, kills)
 
 	var most, mostOfATenant, visits int
 	require.NoError(t, d.Pool.QueryRow(ctx, `
@@ -254,12 +233,7 @@ func TestPlacesAreSharedInTurnAcrossKeys(t *testing.T) {
 	for _, p := range lockers {
 		require.NoError(t, p.locker.Close(ctx))
 	}
-	testdb.WaitFor(t, func() bool {
-		var live int
-		d.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM distributed_locks WHERE expires_at > clock_timestamp())
-			+ (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())`).Scan(&live)
-		return live == 0
-	}, "no place held or queued is left")
+	waitUntilNothingLive(t, d.Pool, "no place held or queued is left")
 }
 
 // A poll names every other waiter that fits now, so that their Lockers wake them: both waiters
@@ -321,4 +295,48 @@ func TestSemaphorePollsNameTheWaitersThatFitAndTurnsMoveOn(t *testing.T) {
 		(SELECT max(turn + places) FROM distributed_locks WHERE lock_name LIKE 'pglock.semaphore/turns/%')`).Scan(&front, &newcomer, &latest))
 	require.Less(t, front, latest, "B's admissions moved the turns on")
 	require.Equal(t, latest, newcomer, "the newcomer's turn follows the latest admitted, not the front's")
+}
+
+// killEvery200ms terminates one random backend of the application app every 200 ms until the
+// returned stop is called; stop returns how many it killed.
+func killEvery200ms(ctx context.Context, pool *pgxpool.Pool, app string) (stop func() int64) {
+	killing, stopKilling := context.WithCancel(ctx)
+	var killer sync.WaitGroup
+	var kills atomic.Int64
+	killer.Go(func() {
+		for killing.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			var n int64
+			pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name = $1 ORDER BY random() LIMIT 1) AS victim`, app).Scan(&n)
+			kills.Add(n)
+		}
+	})
+	return func() int64 {
+		stopKilling()
+		killer.Wait()
+		return kills.Load()
+	}
+}
+
+// retriedThroughKills runs f up to 5 times while it fails, as statements the kills end are
+// tried again; a loss is final.
+func retriedThroughKills(f func() error) (err error) {
+	for range 5 {
+		if err = f(); err == nil || errors.Is(err, pglock.ErrLockLost) {
+			return err
+		}
+	}
+	return err
+}
+
+// waitUntilNothingLive waits until no lock or place is held and none queued, as msg says.
+func waitUntilNothingLive(t *testing.T, pool *pgxpool.Pool, msg string) {
+	t.Helper()
+	testdb.WaitFor(t, func() bool {
+		var live int
+		pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM distributed_locks WHERE expires_at > clock_timestamp())
+			+ (SELECT count(*) FROM distributed_lock_waiters WHERE expires_at > clock_timestamp())`).Scan(&live)
+		return live == 0
+	}, msg)
 }
