@@ -304,14 +304,16 @@ func (l *Limiter) observe(ctx context.Context, costs []Cost, wait time.Duration,
 	}
 	e := pglock.Event{Kind: pglock.EventRateLimit, Primitive: pglock.PrimitiveRateLimit, Name: l.name, Key: keysOf(costs),
 		Outcome: pglock.OutcomeAllowed, Wait: wait, Err: err}
-	for _, c := range costs {
-		e.Count += int64(max(c.N, 1)) // each limit's events, weighted
-	}
 	switch {
 	case errors.Is(err, pglock.ErrRateLimited):
 		e.Outcome, e.Err = pglock.OutcomeDenied, nil
 	case err != nil:
 		e.Outcome = observe.AcquireOutcome(err)
+	}
+	if e.Outcome == pglock.OutcomeAllowed || e.Outcome == pglock.OutcomeDenied {
+		for _, c := range costs {
+			e.Count += int64(max(c.N, 1)) // each limit's events, weighted: those decided
+		}
 	}
 	l.events.Emit(ctx, e)
 }

@@ -129,15 +129,23 @@ func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOpt
 		row, err := settled(l, ctx, c.req.timing.TTL,
 			func(ctx context.Context) (db.TakeAllRow, error) { return l.takeAll(ctx, c, true) },
 			func(db.TakeAllRow, error) { l.leaveAll(c) })
+		if err == nil {
+			// Other waiters of its semaphores would be admitted now: those that are ours poll.
+			for _, next := range row.NextHolderIds {
+				l.wakeLocalHolder(next)
+			}
+		}
 		switch {
 		case err == nil && row.Acquired:
 			defer l.unregister(w)
 			return l.holdAll(ctx, c, row, pollStart)
 		case err == nil:
-			for _, next := range row.NextHolderIds {
-				l.wakeLocalHolder(next)
+			if l.requeue(w, row.WaitingFor) {
+				// Moved on to another resource's local queue: a release of it before the move
+				// woke nobody here, so poll again at once.
+				polls = 0
+				continue
 			}
-			l.requeue(w, row.WaitingFor)
 		case ctx.Err() != nil:
 			l.abandonAll(w, c)
 			return nil, l.waitError(ctx, c.req, start, timeout, nil)
@@ -225,7 +233,6 @@ func (l *Locker) newCombined(rs []Resource, opts *AcquireOptions) (*combined, er
 			c.leaving = append(c.leaving, ids[i]+"/"+req.holder)
 		}
 	}
-	slices.Sort(c.leaving)
 	req.label = strings.Join(sorted, "+")
 	req.name = req.label
 	c.req = req
@@ -283,15 +290,15 @@ func (l *Locker) holdAll(ctx context.Context, c *combined, row db.TakeAllRow, le
 			l.cfg.Logger.Error("pglock: locks lost", "locks", ls.label, "cause", cause, "error", err)
 			l.mu.Lock()
 			if _, held := l.combined[ls]; held && !l.closed { // (Close releases them itself)
+				delete(l.combined, ls)
 				l.leaveAll(c) // what is still held goes back at once, not at its lease's end
 			}
-			delete(l.combined, ls)
 			l.mu.Unlock()
 			ls.observe(pglock.EventLost, func(e *pglock.Event) { e.Cause, e.Held, e.Err = cause, time.Since(ls.heldFrom), err })
 		},
 		OnRenewFailed: func(err error, failures int) {
-			if errors.Is(err, errRowsBusy) {
-				return // a fenced transaction holds a row for a moment: tried again, nothing failed
+			if errors.Is(err, errRowsBusy) && failures < 3 {
+				return // a fenced transaction holds a row for a moment: tried again; told if it lasts
 			}
 			l.cfg.Logger.Warn("pglock: renewal failed; retrying", "locks", ls.label, "failures", failures, "error", err)
 			ls.observe(pglock.EventRenewFailed, func(e *pglock.Event) { e.Err = err })
@@ -423,16 +430,18 @@ func (ls *Locks) Fence(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// requeue moves w to the local queue of name, the resource its combined acquisition waits for.
-func (l *Locker) requeue(w *waiter, name string) {
+// requeue moves w to the local queue of name, the resource its combined acquisition waits for;
+// false if it was there already.
+func (l *Locker) requeue(w *waiter, name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w.req.name == name {
-		return
+		return false
 	}
 	l.dequeueLocked(w)
 	w.req.name = name
 	l.queues[name] = append(l.queues[name], w)
+	return true
 }
 
 // abandonAll ends w's wait: leaving is counted in l.waits while w's own count holds.
@@ -480,9 +489,10 @@ func (l *Locker) observeAcquireAll(ctx context.Context, label string, blocking b
 		l.events.Emit(ctx, e)
 		return
 	}
-	for _, h := range (*ls).held {
+	for i, h := range (*ls).held {
 		each := e
 		each.Primitive, each.Name, each.Token, each.Count = h.event()
+		each.Blocking = blocking && i == 0 // one wait, told (and traced) once
 		l.events.Emit(ctx, each)
 	}
 }

@@ -381,3 +381,18 @@ func TestCombinedAcquisitionsInAnyOrderNeverDeadlockNorOverfill(t *testing.T) {
 	// Retried, a deadlock between statements would go unseen but for PostgreSQL's count.
 	require.Equal(t, deadlocksBefore, deadlocks(), "no statement was in a deadlock")
 }
+
+// Close gives back what combined acquisitions hold, before it returns, and tells each its loss.
+func TestCloseGivesBackCombinedAcquisitions(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t, nil).Pool
+	l := newLocker(t, pool, nil)
+	ctx := context.Background()
+	ls, err := l.TryAcquireAll(ctx, []tablelock.Resource{lockRes("m"), placesRes("n", tablelock.Places{Permits: 3, Take: 2})}, nil)
+	require.NoError(t, err)
+	require.NoError(t, l.Close(ctx))
+	<-ls.Lost()
+	require.ErrorIs(t, ls.Err(), pglock.ErrClosed)
+	locks, waiters := countRows(t, pool)
+	require.Zero(t, locks+waiters, "Close released every row")
+}

@@ -17,9 +17,10 @@
 -- lock handed to it by a release goes to its next waiter; handed_on says so). A caller holds only
 -- resources before the one it waits for, so waits never form a cycle, and it keeps its turn at
 -- each resource it has reached. Returns acquired; then lock_names and fencing_tokens, each
--- resource's row and token in the order given, and expires_at, the earliest lease's end; else waiting_for, the name of the
--- first resource that refused (a semaphore's as 'pglock.semaphore/<name>'), and next_holder_ids,
--- the waiters a refusing semaphore would admit now (to wake). Call it in a READ COMMITTED
+-- resource's row and token in the order given, and expires_at, the earliest lease's end; else
+-- waiting_for, the name of the first resource that refused (a semaphore's as
+-- 'pglock.semaphore/<name>'). Either way next_holder_ids names the other waiters its semaphores
+-- would admit now (to wake). Call it in a READ COMMITTED
 -- transaction of its own. SQLSTATE 22023 with COLUMN for arrays of unequal lengths, no resource
 -- or more than 64, a NULL name, a resource listed twice, a lock named as a semaphore's rows, and
 -- whatever pglock_attempt or pglock_semaphore_take refuses; nothing is written then.
@@ -100,9 +101,8 @@ BEGIN
                     lock_names[v_i] := v_take.lock_name;
                     fencing_tokens[v_i] := v_take.fencing_token;
                     expires_at := least(expires_at, v_take.expires_at);
-                ELSE
-                    next_holder_ids := v_take.next_holder_ids;
                 END IF;
+                next_holder_ids := next_holder_ids || v_take.next_holder_ids;
             END IF;
             IF lock_names[v_i] IS NULL THEN
                 v_refused := v_pos;

@@ -16,7 +16,10 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // a job done once, two terms, and every workload at work after the faults ended. Rows are
 // inserted in the order they would have committed.
 const consistent = `
-INSERT INTO chaos_marks (mark, at) VALUES ('faults_ended', '2026-11-24 10:00:00'), ('stopping', '2026-11-24 10:00:10');
+INSERT INTO chaos_marks (mark, at) VALUES ('faults_ended', '2026-11-24 10:00:00'), ('stopping', '2026-11-24 10:00:10'),
+	('stopped', '2026-11-24 10:00:12');
+INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
+	VALUES ('pglock.semaphore/chaos-global/expired', 'h', 39, '2026-11-24 10:00:08', '2026-11-24 10:00:11');
 INSERT INTO chaos_grants (name, token, at) VALUES ('section-0', 1, '2026-11-24 09:59:59');
 INSERT INTO chaos_writes (name, token, worker, kind, at) VALUES
 	('section-0', 1, 'w1.0', 'enter', '2026-11-24 10:00:01'), ('section-0', 1, 'w1.0', 'write', '2026-11-24 10:00:01.5'),
@@ -91,9 +94,9 @@ func TestCheckerFindsEachViolation(t *testing.T) {
 			INSERT INTO chaos_places (token, tenant, worker, kind) VALUES
 				(31, 'tenant-2', 'w1.0', 'enter'), (32, 'tenant-2', 'w2.0', 'enter'),
 				(31, 'tenant-2', 'w1.0', 'leave'), (32, 'tenant-2', 'w2.0', 'leave')`},
-		{"a place live a lease after the workers stopped", "semaphore places or queue places left live after the workers stopped", `
+		{"a place live after the workers stopped", "semaphore places or queue places left live after the workers stopped", `
 			INSERT INTO distributed_locks (lock_name, holder_id, fencing_token, acquired_at, expires_at)
-				VALUES ('pglock.semaphore/chaos-global/h', 'h', 40, now(), now() + interval '1 hour')`},
+				VALUES ('pglock.semaphore/chaos-global/h', 'h', 40, '2026-11-24 10:00:09', '2026-11-24 10:00:13')`},
 		{"a workload idle after the last fault", "workloads that did not recover after the last fault", `
 			UPDATE chaos_leader_writes SET at = '2026-11-24 09:00:00'`},
 	} {

@@ -124,6 +124,9 @@ func control(duration time.Duration, workers int, seed uint64, verbose bool) int
 	}
 	stopping := time.Now()
 	c.stopWorkers()
+	if err := mark(ctx, admin, "stopped"); err != nil {
+		return fail(err)
+	}
 	if c.verbose {
 		fmt.Printf("chaos %6.1fs: workers stopped in %s\n", time.Since(began).Seconds(), time.Since(stopping).Round(time.Millisecond))
 	}

@@ -95,6 +95,9 @@ func controlHA(duration time.Duration, workers int, synchronous, verbose bool) i
 		return fail(err)
 	}
 	c.stopWorkers()
+	if err := retryMark(ctx, admin, "stopped"); err != nil {
+		return fail(err)
+	}
 
 	s, err := check(ctx, admin)
 	if err != nil {

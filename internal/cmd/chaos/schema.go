@@ -48,7 +48,7 @@ CREATE TABLE chaos_places (              -- visits under a tenant's place and a 
 	kind   text        NOT NULL CHECK (kind IN ('enter', 'leave')),
 	at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE TABLE chaos_marks (               -- the controller's: when faults ended, when workers were stopped
-	mark text        PRIMARY KEY CHECK (mark IN ('faults_ended', 'stopping')),
+CREATE TABLE chaos_marks (               -- the controller's: when faults ended, when workers were asked to stop, when they had
+	mark text        PRIMARY KEY CHECK (mark IN ('faults_ended', 'stopping', 'stopped')),
 	at   timestamptz NOT NULL DEFAULT clock_timestamp()
 );`
