@@ -124,6 +124,7 @@ func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOpt
 	// A poll rewrites the caller's place, and renews what it holds while it waits, which live a
 	// TTL: never further apart than a third of it.
 	polling := backoff.Capped{First: 10 * time.Millisecond, Max: min(l.cfg.MaxPollInterval, c.req.timing.TTL/3)}
+	repolled := false
 	for polls := 1; ; polls++ {
 		pollStart := time.Now()
 		row, err := settled(l, ctx, c.req.timing.TTL,
@@ -140,10 +141,11 @@ func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOpt
 			defer l.unregister(w)
 			return l.holdAll(ctx, c, row, pollStart)
 		case err == nil:
-			if l.requeue(w, row.WaitingFor) {
+			if l.requeue(w, row.WaitingFor) && !repolled {
 				// Moved on to another resource's local queue: a release of it before the move
-				// woke nobody here, so poll again at once.
-				polls = 0
+				// woke nobody here, so poll again at once (once: a waiter sent back and forth
+				// between two resources sleeps between its polls as any other).
+				repolled = true
 				continue
 			}
 		case ctx.Err() != nil:
@@ -153,6 +155,7 @@ func (l *Locker) AcquireAll(ctx context.Context, rs []Resource, opts *AcquireOpt
 			l.abandonAll(w, c)
 			return nil, errs.Errorf("acquire %s: %w", c.req.label, err)
 		}
+		repolled = false
 		handoff, woken, err := l.sleep(ctx, w, polling.Delay(polls))
 		if err != nil {
 			l.abandonAll(w, c)
