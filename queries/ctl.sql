@@ -74,3 +74,20 @@ SELECT l.fencing_token FROM distributed_locks l WHERE l.lock_name = @lock_name F
 -- table of millions.
 -- name: Counts :one
 SELECT c.reltuples::bigint AS jobs_estimate FROM pg_catalog.pg_class c WHERE c.oid = 'pglock_jobs'::regclass;
+
+-- DoctorRows counts what pglockctl doctor looks at in the lock tables: rows and queue places
+-- expired more than @grace_ms ago (awaiting gc), and the elections whose leadership has had no
+-- live holder for @grace_ms while candidates wait (their lock rows are pglock.leader/<name>).
+-- name: DoctorRows :one
+SELECT (SELECT count(*) FROM distributed_locks l
+         WHERE l.expires_at <= clock_timestamp() - (sqlc.arg('grace_ms')::bigint * interval '1 millisecond'))::bigint AS expired_locks,
+       (SELECT count(*) FROM distributed_lock_waiters w
+         WHERE w.expires_at <= clock_timestamp() - (sqlc.arg('grace_ms')::bigint * interval '1 millisecond'))::bigint AS expired_waiters,
+       coalesce((SELECT array_agg(DISTINCT substr(w.lock_name, 15))
+                   FROM distributed_lock_waiters w
+                  WHERE w.lock_name LIKE 'pglock.leader/%' AND w.expires_at > clock_timestamp()
+                    AND w.enqueued_at <= clock_timestamp() - (sqlc.arg('grace_ms')::bigint * interval '1 millisecond')
+                    AND NOT EXISTS (SELECT 1 FROM distributed_locks l
+                                     WHERE l.lock_name = w.lock_name
+                                       AND l.expires_at > clock_timestamp() - (sqlc.arg('grace_ms')::bigint * interval '1 millisecond'))),
+                '{}')::varchar[] AS leaderless;

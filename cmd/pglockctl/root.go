@@ -36,7 +36,7 @@ func newRoot(stdout io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.databaseURL, "database-url", "",
 		"PostgreSQL URL or keyword=value string (default: $DATABASE_URL, else the libpq PG* variables)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(a.migrateCommand(), a.listCommand(), a.releaseCommand(), a.jobsCommand(), a.leaderCommand(), a.cronCommand(), a.gcCommand(), a.serveCommand(), versionCommand(stdout))
+	root.AddCommand(a.migrateCommand(), a.listCommand(), a.releaseCommand(), a.jobsCommand(), a.leaderCommand(), a.cronCommand(), a.gcCommand(), a.doctorCommand(), a.serveCommand(), versionCommand(stdout))
 	return root
 }
 

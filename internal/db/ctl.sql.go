@@ -53,6 +53,37 @@ func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
 	return now, err
 }
 
+const doctorRows = `-- name: DoctorRows :one
+SELECT (SELECT count(*) FROM distributed_locks l
+         WHERE l.expires_at <= clock_timestamp() - ($1::bigint * interval '1 millisecond'))::bigint AS expired_locks,
+       (SELECT count(*) FROM distributed_lock_waiters w
+         WHERE w.expires_at <= clock_timestamp() - ($1::bigint * interval '1 millisecond'))::bigint AS expired_waiters,
+       coalesce((SELECT array_agg(DISTINCT substr(w.lock_name, 15))
+                   FROM distributed_lock_waiters w
+                  WHERE w.lock_name LIKE 'pglock.leader/%' AND w.expires_at > clock_timestamp()
+                    AND w.enqueued_at <= clock_timestamp() - ($1::bigint * interval '1 millisecond')
+                    AND NOT EXISTS (SELECT 1 FROM distributed_locks l
+                                     WHERE l.lock_name = w.lock_name
+                                       AND l.expires_at > clock_timestamp() - ($1::bigint * interval '1 millisecond'))),
+                '{}')::varchar[] AS leaderless
+`
+
+type DoctorRowsRow struct {
+	ExpiredLocks   int64
+	ExpiredWaiters int64
+	Leaderless     []string
+}
+
+// DoctorRows counts what pglockctl doctor looks at in the lock tables: rows and queue places
+// expired more than @grace_ms ago (awaiting gc), and the elections whose leadership has had no
+// live holder for @grace_ms while candidates wait (their lock rows are pglock.leader/<name>).
+func (q *Queries) DoctorRows(ctx context.Context, graceMs int64) (DoctorRowsRow, error) {
+	row := q.db.QueryRow(ctx, doctorRows, graceMs)
+	var i DoctorRowsRow
+	err := row.Scan(&i.ExpiredLocks, &i.ExpiredWaiters, &i.Leaderless)
+	return i, err
+}
+
 const forceReleaseLock = `-- name: ForceReleaseLock :one
 SELECT f.holder_id::varchar AS holder_id, f.instance::varchar AS instance,
        f.fencing_token::bigint AS fencing_token, f.expires_at::timestamptz AS expires_at,

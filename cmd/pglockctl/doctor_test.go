@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pglock/pglock/internal/ops"
+	"github.com/pglock/pglock/internal/testdb"
+)
+
+// A sound installation: every check says ok, and doctor exits 0.
+func TestDoctorFindsNothingWrongWithASoundInstallation(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	out, _, code := pglockctl(t, context.Background(), d.URL(), "doctor")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "ok       schema ")
+	require.Contains(t, out, "ok       expired rows ")
+	require.Contains(t, out, "ok       elections ")
+	require.NotContains(t, out, "fix:")
+}
+
+// Rows expired long ago are a warning (exit 1), with gc for the fix.
+func TestDoctorWarnsOfExpiredRowsAwaitingGC(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `SELECT acquire_lock_ms('stale', 'h', 100); UPDATE distributed_locks SET expires_at = now() - interval '2 minutes';
+		SELECT acquire_lock_ms('fresh', 'h', 100)`) // expired a moment ago: ordinary
+	require.NoError(t, err)
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitWarnings, code, out)
+	require.Contains(t, out, "warning  expired rows  1 lock rows and 0 queue places expired more than 1m0s ago")
+	require.Contains(t, out, "fix: run `pglockctl gc`")
+
+	_, _, code = pglockctl(t, ctx, d.URL(), "gc")
+	require.Equal(t, exitOK, code)
+	_, _, code = pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitOK, code, "the fix mends it")
+}
+
+// Three planted problems: a function edited by hand, an election whose leader's lease ran out
+// long ago with a candidate still queued, and rows awaiting gc. Doctor names each, exits 2, and
+// says the same in JSON.
+func TestDoctorNamesEachPlantedProblem(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `
+		CREATE OR REPLACE FUNCTION pglock_gc() RETURNS TABLE (expired_locks bigint, expired_waiters bigint)
+			LANGUAGE sql AS $$ SELECT 0::bigint, 0::bigint $$;
+		SELECT acquire_lock_ms('pglock.leader/reconciler', 'old-leader', 100);
+		UPDATE distributed_locks SET expires_at = now() - interval '5 minutes';
+		INSERT INTO distributed_lock_waiters (lock_name, holder_id, instance, ttl_ms, metadata, enqueued_at, expires_at)
+			VALUES ('pglock.leader/reconciler', 'candidate', 'app@host:1', 30000, '{}', now() - interval '5 minutes', now() + interval '30 seconds')`)
+	require.NoError(t, err)
+
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	t.Logf("pglockctl doctor:\n%s", out)
+	require.Equal(t, exitProblems, code, out)
+	require.Contains(t, out, "problem  schema        1 objects are not what version")
+	require.Contains(t, out, "function pglock_gc() changed")
+	require.Contains(t, out, "fix: run `pglockctl migrate repair`")
+	require.Contains(t, out, "problem  elections     no leader for over 1m0s while candidates wait: reconciler")
+	require.Contains(t, out, "warning  expired rows  1 lock rows")
+
+	out, _, code = pglockctl(t, ctx, d.URL(), "-o", "json", "doctor", "--grace", "10m")
+	require.Equal(t, exitProblems, code)
+	var report struct{ Findings []ops.Finding }
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	severities := map[string]ops.Severity{}
+	for _, f := range report.Findings {
+		severities[f.Check] = f.Severity
+	}
+	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK},
+		severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
+}
+
+// An installation without pglock's SQL: one problem, and the command that fixes it.
+func TestDoctorSaysToMigrateAnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, &testdb.Options{Unmigrated: true})
+	out, _, code := pglockctl(t, context.Background(), d.URL(), "doctor")
+	require.Equal(t, exitProblems, code, out)
+	require.Contains(t, out, "problem  schema        pglock's SQL is not installed\n")
+	require.Contains(t, out, "fix: run `pglockctl migrate up`")
+}

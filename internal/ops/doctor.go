@@ -1,0 +1,98 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglock/pglock/internal/db"
+	"github.com/pglock/pglock/migrations"
+)
+
+// Severity is how much a finding of Diagnose matters.
+type Severity string
+
+// The severities, from none to most.
+const (
+	SeverityOK      Severity = "ok"
+	SeverityWarning Severity = "warning" // worth a look: nothing is broken yet
+	SeverityProblem Severity = "problem" // something pglock promises is at risk
+)
+
+// Finding is one check's verdict: what it found and, unless all is well, what to do.
+type Finding struct {
+	Check    string   `json:"check"`
+	Severity Severity `json:"severity"`
+	Detail   string   `json:"detail"`
+	Fix      string   `json:"fix,omitempty"`
+}
+
+// DefaultDoctorGrace is how long a row may stay expired, or an election leaderless with
+// candidates waiting, before Diagnose names it: a lease that ran out a moment ago is ordinary.
+const DefaultDoctorGrace = time.Minute
+
+// Diagnose checks the installation pool reaches, each check a Finding in a fixed order: the
+// schema's version and drift, expired rows awaiting gc, and elections without a leader. grace
+// is how long a row may stay expired, or an election leaderless, before it counts (0:
+// DefaultDoctorGrace).
+func Diagnose(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Finding, error) {
+	if grace <= 0 {
+		grace = DefaultDoctorGrace
+	}
+	status, err := migrations.Version(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	findings := []Finding{schemaFinding(status)}
+	if status.Version == 0 || status.Dirty {
+		return findings, nil // the tables the other checks read may not be there
+	}
+	rows, err := db.New(db.Translating(pool)).DoctorRows(ctx, grace.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	expired := Finding{Check: "expired rows", Severity: SeverityOK, Detail: "no lock row or queue place expired more than " + grace.String() + " ago"}
+	if n := rows.ExpiredLocks + rows.ExpiredWaiters; n > 0 {
+		expired = Finding{Check: "expired rows", Severity: SeverityWarning,
+			Detail: fmt.Sprintf("%d lock rows and %d queue places expired more than %s ago: they cost every scan of their table", rows.ExpiredLocks, rows.ExpiredWaiters, grace),
+			Fix:    "run `pglockctl gc` (or call pglock_gc()) regularly, say from a cron schedule"}
+	}
+	leaders := Finding{Check: "elections", Severity: SeverityOK, Detail: "every election with candidates waiting has a leader"}
+	if len(rows.Leaderless) > 0 {
+		leaders = Finding{Check: "elections", Severity: SeverityProblem,
+			Detail: fmt.Sprintf("no leader for over %s while candidates wait: %s", grace, strings.Join(rows.Leaderless, ", ")),
+			Fix:    "see the candidates with `pglockctl leader list`; a leader whose lease ran out without a handoff means its candidates do not poll: check their processes and their connection to the database"}
+	}
+	return append(findings, expired, leaders), nil
+}
+
+// schemaFinding judges the installed version against these files, and its drift.
+func schemaFinding(s migrations.Status) Finding {
+	f := Finding{Check: "schema"}
+	switch {
+	case s.Version == 0:
+		f.Severity, f.Detail, f.Fix = SeverityProblem, "pglock's SQL is not installed", "run `pglockctl migrate up`"
+	case s.Dirty:
+		f.Severity, f.Detail = SeverityProblem, fmt.Sprintf("version %d is dirty: a migration to it did not finish", s.Version)
+		f.Fix = "see docs/sql.md: finish or undo the migration by hand, then `pglockctl migrate force N`"
+	case s.Version > s.Latest:
+		f.Severity, f.Detail = SeverityWarning, fmt.Sprintf("version %d is newer than this pglockctl's %d", s.Version, s.Latest)
+		f.Fix = "use the pglockctl of the version installed"
+	case len(s.Drift) > 0:
+		changed := make([]string, len(s.Drift))
+		for i, d := range s.Drift {
+			changed[i] = d.String()
+		}
+		f.Severity, f.Detail = SeverityProblem, fmt.Sprintf("%d objects are not what version %d made: %s", len(s.Drift), s.Version, strings.Join(changed, "; "))
+		f.Fix = "run `pglockctl migrate repair` for functions; restore tables, indexes and types by hand (`pglockctl migrate status` lists them)"
+	case s.Version < s.Latest:
+		f.Severity, f.Detail = SeverityWarning, fmt.Sprintf("version %d is installed; this pglockctl has %d (%d files pending)", s.Version, s.Latest, len(s.Pending))
+		f.Fix = "run `pglockctl migrate up`"
+	default:
+		f.Severity, f.Detail = SeverityOK, fmt.Sprintf("version %d, every object as it made it", s.Version)
+	}
+	return f
+}
