@@ -91,3 +91,9 @@ SELECT (SELECT count(*) FROM distributed_locks l
                                      WHERE l.lock_name = w.lock_name
                                        AND l.expires_at > clock_timestamp() - (sqlc.arg('grace_ms')::bigint * interval '1 millisecond'))),
                 '{}')::varchar[] AS leaderless;
+
+-- DoctorTimeouts is the session's statement_timeout and idle_in_transaction_session_timeout, in
+-- milliseconds (0: none), as the role and database pglockctl connects with set them.
+-- name: DoctorTimeouts :one
+SELECT (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS statement_timeout_ms,
+       (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint AS idle_timeout_ms;

@@ -20,6 +20,8 @@ func TestDoctorFindsNothingWrongWithASoundInstallation(t *testing.T) {
 	require.Contains(t, out, "ok       schema ")
 	require.Contains(t, out, "ok       expired rows ")
 	require.Contains(t, out, "ok       elections ")
+	require.Contains(t, out, "ok       timeouts      statement_timeout is off")
+	require.Contains(t, out, "ok       schedules ")
 	require.NotContains(t, out, "fix:")
 }
 
@@ -75,8 +77,8 @@ func TestDoctorNamesEachPlantedProblem(t *testing.T) {
 	for _, f := range report.Findings {
 		severities[f.Check] = f.Severity
 	}
-	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK},
-		severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
+	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK,
+		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
 }
 
 // An installation without pglock's SQL: one problem, and the command that fixes it.
@@ -87,4 +89,39 @@ func TestDoctorSaysToMigrateAnEmptyDatabase(t *testing.T) {
 	require.Equal(t, exitProblems, code, out)
 	require.Contains(t, out, "problem  schema        pglock's SQL is not installed\n")
 	require.Contains(t, out, "fix: run `pglockctl migrate up`")
+}
+
+// Timeouts set on the database that would cut pglock's statements or RunTx's transactions short
+// are warnings, with the setting to use.
+func TestDoctorWarnsOfTimeoutsThatCutPglockShort(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `DO $$ BEGIN
+		EXECUTE format('ALTER DATABASE %I SET statement_timeout = %L', current_database(), '200ms');
+		EXECUTE format('ALTER DATABASE %I SET idle_in_transaction_session_timeout = %L', current_database(), '5s');
+	END $$`)
+	require.NoError(t, err)
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitWarnings, code, out)
+	require.Contains(t, out, "warning  timeouts      statement_timeout is 200ms: ")
+	require.Contains(t, out, "fix: ALTER ROLE <pglock's role> SET statement_timeout = '5s'")
+	require.Contains(t, out, "warning  timeouts      idle_in_transaction_session_timeout is 5s: ")
+}
+
+// A runtime schedule whose kind no instance handles runs nowhere: a warning naming it.
+func TestDoctorWarnsOfSchedulesNoInstanceRuns(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, stderr, code := pglockctl(t, ctx, d.URL(), "cron", "create", "nightly-report", "--kind", "report", "--spec", "@daily", "--note", "doctor test")
+	require.Equal(t, exitOK, code, stderr)
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitWarnings, code, out)
+	require.Contains(t, out, `warning  schedules     1 schedules run nowhere, their ticks are missed: nightly-report (no instance handles kind "report")`)
+
+	_, _, code = pglockctl(t, ctx, d.URL(), "cron", "pause", "nightly-report", "--note", "not yet")
+	require.Equal(t, exitOK, code)
+	out, _, code = pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitOK, code, "a paused schedule is expected not to run: %s", out)
 }

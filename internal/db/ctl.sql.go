@@ -84,6 +84,25 @@ func (q *Queries) DoctorRows(ctx context.Context, graceMs int64) (DoctorRowsRow,
 	return i, err
 }
 
+const doctorTimeouts = `-- name: DoctorTimeouts :one
+SELECT (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS statement_timeout_ms,
+       (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint AS idle_timeout_ms
+`
+
+type DoctorTimeoutsRow struct {
+	StatementTimeoutMs int64
+	IdleTimeoutMs      int64
+}
+
+// DoctorTimeouts is the session's statement_timeout and idle_in_transaction_session_timeout, in
+// milliseconds (0: none), as the role and database pglockctl connects with set them.
+func (q *Queries) DoctorTimeouts(ctx context.Context) (DoctorTimeoutsRow, error) {
+	row := q.db.QueryRow(ctx, doctorTimeouts)
+	var i DoctorTimeoutsRow
+	err := row.Scan(&i.StatementTimeoutMs, &i.IdleTimeoutMs)
+	return i, err
+}
+
 const forceReleaseLock = `-- name: ForceReleaseLock :one
 SELECT f.holder_id::varchar AS holder_id, f.instance::varchar AS instance,
        f.fencing_token::bigint AS fencing_token, f.expires_at::timestamptz AS expires_at,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglock/pglock/cron"
 	"github.com/pglock/pglock/internal/db"
 	"github.com/pglock/pglock/migrations"
 )
@@ -35,7 +36,8 @@ type Finding struct {
 const DefaultDoctorGrace = time.Minute
 
 // Diagnose checks the installation pool reaches, each check a Finding in a fixed order: the
-// schema's version and drift, expired rows awaiting gc, and elections without a leader. grace
+// schema's version and drift, expired rows awaiting gc, elections without a leader, the session's
+// statement and idle-in-transaction timeouts, and schedules no instance runs. grace
 // is how long a row may stay expired, or an election leaderless, before it counts (0:
 // DefaultDoctorGrace).
 func Diagnose(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Finding, error) {
@@ -66,7 +68,74 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]F
 			Detail: fmt.Sprintf("no leader for over %s while candidates wait: %s", grace, strings.Join(rows.Leaderless, ", ")),
 			Fix:    "see the candidates with `pglockctl leader list`; a leader whose lease ran out without a handoff means its candidates do not poll: check their processes and their connection to the database"}
 	}
-	return append(findings, expired, leaders), nil
+	findings = append(findings, expired, leaders)
+
+	timeouts, err := db.New(db.Translating(pool)).DoctorTimeouts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	findings = append(findings, timeoutFindings(time.Duration(timeouts.StatementTimeoutMs)*time.Millisecond,
+		time.Duration(timeouts.IdleTimeoutMs)*time.Millisecond)...)
+
+	schedules, err := Schedules(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return append(findings, scheduleFinding(schedules)), nil
+}
+
+// The shortest timeouts doctor lets pass: pglock's statements may wait a while on a row or an
+// advisory lock (a semaphore's attempt behind others, a release behind a renewal), and
+// jobs.RunTx keeps its transaction open, idle, while its function runs.
+const (
+	minStatementTimeout = 5 * time.Second
+	minIdleTimeout      = 30 * time.Second
+)
+
+// timeoutFindings judges the session's statement and idle-in-transaction timeouts (0: none).
+func timeoutFindings(statement, idle time.Duration) []Finding {
+	st := Finding{Check: "timeouts", Severity: SeverityOK, Detail: "statement_timeout " + timeoutString(statement) + ": pglock's statements are not cut short"}
+	if statement > 0 && statement < minStatementTimeout {
+		st.Severity = SeverityWarning
+		st.Detail = "statement_timeout is " + statement.String() + ": a semaphore's attempt queued behind others, or a release waiting for a renewal, can be canceled under load (the Locker retries, later)"
+		st.Fix = "ALTER ROLE <pglock's role> SET statement_timeout = '" + minStatementTimeout.String() + "' (or more, or 0)"
+	}
+	it := Finding{Check: "timeouts", Severity: SeverityOK, Detail: "idle_in_transaction_session_timeout " + timeoutString(idle) + ": RunTx's transactions may stay open while their functions run"}
+	if idle > 0 && idle < minIdleTimeout {
+		it.Severity = SeverityWarning
+		it.Detail = "idle_in_transaction_session_timeout is " + idle.String() + ": a jobs.RunTx function that works longer between statements loses its connection, and its run"
+		it.Fix = "ALTER ROLE <the role RunTx connects as> SET idle_in_transaction_session_timeout = '" + minIdleTimeout.String() + "' (or more, or 0); pglock's fences bound their own transactions"
+	}
+	return []Finding{st, it}
+}
+
+func timeoutString(d time.Duration) string {
+	if d == 0 {
+		return "is off"
+	}
+	return "is " + d.String()
+}
+
+// scheduleFinding names the schedules no instance runs: one added in code that no scheduler
+// has registered for cron.OrphanedAfter, a runtime one whose kind no scheduler handles. Paused
+// and finished schedules are left out: nobody expects them to run.
+func scheduleFinding(schedules []cron.ScheduleInfo) Finding {
+	var idle []string
+	for _, s := range schedules {
+		switch {
+		case s.Paused || s.Finished:
+		case s.Orphaned:
+			idle = append(idle, s.Name+" (no instance has registered it)")
+		case s.Unhandled:
+			idle = append(idle, fmt.Sprintf("%s (no instance handles kind %q)", s.Name, s.Kind))
+		}
+	}
+	if len(idle) == 0 {
+		return Finding{Check: "schedules", Severity: SeverityOK, Detail: fmt.Sprintf("every one of %d schedules has an instance to run it", len(schedules))}
+	}
+	return Finding{Check: "schedules", Severity: SeverityWarning,
+		Detail: fmt.Sprintf("%d schedules run nowhere, their ticks are missed: %s", len(idle), strings.Join(idle, ", ")),
+		Fix:    "start an instance that adds or handles them, or pause them (`pglockctl cron pause`) or delete them (`pglockctl cron delete`)"}
 }
 
 // schemaFinding judges the installed version against these files, and its drift.
