@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -18,21 +17,23 @@ const (
 )
 
 func (a *app) doctorCommand() *cobra.Command {
-	var grace time.Duration
+	var opts ops.DoctorOptions
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the installation and explain each problem with its fix (exit 1: warnings, 2: problems)",
 		Long: "Checks, in order: the schema's version and drift; lock rows and queue places expired for longer\n" +
 			"than --grace (awaiting gc); elections without a leader for longer than --grace while candidates\n" +
-			"wait. Each check prints its verdict, and its fix when there is one. Exits 0 when all is well, 1\n" +
-			"with warnings, 2 with problems.",
+			"wait; statement and idle-in-transaction timeouts that cut pglock short; schedules no instance\n" +
+			"runs; planner statistics that call a table empty when it is not; advisory locks held by\n" +
+			"sessions idle for longer than --advisory-held. Each check prints its verdict, and its fix\n" +
+			"when there is one. Exits 0 when all is well, 1 with warnings, 2 with problems.",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if grace < 0 {
-				return usagef("--grace must not be negative")
+			if opts.Grace < 0 || opts.AdvisoryHeld < 0 {
+				return usagef("--grace and --advisory-held must not be negative")
 			}
 			return a.withPool(cmd, func(ctx context.Context, pool *pgxpool.Pool) error {
-				findings, err := ops.Diagnose(ctx, pool, grace)
+				findings, err := ops.Diagnose(ctx, pool, opts)
 				if err != nil {
 					return err
 				}
@@ -57,7 +58,8 @@ func (a *app) doctorCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&grace, "grace", ops.DefaultDoctorGrace, "how long a row may stay expired, or an election leaderless, before it counts")
+	cmd.Flags().DurationVar(&opts.Grace, "grace", ops.DefaultDoctorGrace, "how long a row may stay expired, or an election leaderless, before it counts")
+	cmd.Flags().DurationVar(&opts.AdvisoryHeld, "advisory-held", ops.DefaultAdvisoryHeld, "how long an idle session may hold an advisory lock before it counts")
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,6 +23,8 @@ func TestDoctorFindsNothingWrongWithASoundInstallation(t *testing.T) {
 	require.Contains(t, out, "ok       elections ")
 	require.Contains(t, out, "ok       timeouts      statement_timeout is off")
 	require.Contains(t, out, "ok       schedules ")
+	require.Contains(t, out, "ok       statistics ")
+	require.Contains(t, out, "ok       advisory ")
 	require.NotContains(t, out, "fix:")
 }
 
@@ -78,7 +81,7 @@ func TestDoctorNamesEachPlantedProblem(t *testing.T) {
 		severities[f.Check] = f.Severity
 	}
 	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK,
-		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
+		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
 }
 
 // An installation without pglock's SQL: one problem, and the command that fixes it.
@@ -124,4 +127,39 @@ func TestDoctorWarnsOfSchedulesNoInstanceRuns(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	out, _, code = pglockctl(t, ctx, d.URL(), "doctor")
 	require.Equal(t, exitOK, code, "a paused schedule is expected not to run: %s", out)
+}
+
+// A table analyzed while empty and filled since is planned as empty: a warning naming it. And an
+// idle session holding an advisory lock past --advisory-held is named with its pid.
+func TestDoctorWarnsOfEmptyStatisticsAndAdvisoryLocksHeldLong(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `ANALYZE pglock_jobs;
+		INSERT INTO pglock_jobs (scope, job_key, status, holder_id, instance, attempts, fencing_token, started_at, retain_until, created_at)
+			SELECT '', 'job-' || i, 'succeeded', 'h', 'i', 1, i, now(), now() + interval '1 day', now() FROM generate_series(1, 3000) AS i`)
+	require.NoError(t, err)
+	holder, err := d.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	var pid int
+	require.NoError(t, holder.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(42)) AS taken`).Scan(&pid))
+	testdb.WaitFor(t, func() bool {
+		var idle bool
+		d.Pool.QueryRow(ctx, `SELECT state_change < clock_timestamp() - interval '300 milliseconds' FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&idle)
+		return idle
+	}, "the holder has been idle for 300 ms")
+
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor", "--advisory-held", "250ms")
+	require.Equal(t, exitWarnings, code, out)
+	require.Contains(t, out, "warning  statistics    planner statistics say empty")
+	require.Contains(t, out, "pglock_jobs (")
+	require.Contains(t, out, fmt.Sprintf("warning  advisory      sessions idle for over 250ms hold advisory locks (held at least that long): pid %d (", pid))
+
+	_, err = d.Pool.Exec(ctx, `ANALYZE pglock_jobs`)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_unlock(42)`)
+	require.NoError(t, err)
+	out, _, code = pglockctl(t, ctx, d.URL(), "doctor", "--advisory-held", "250ms")
+	require.Equal(t, exitOK, code, "the fixes mend both: %s", out)
 }

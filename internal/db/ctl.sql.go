@@ -53,6 +53,52 @@ func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
 	return now, err
 }
 
+const doctorAdvisory = `-- name: DoctorAdvisory :many
+SELECT a.pid::integer AS pid, coalesce(a.application_name, '')::varchar AS application_name,
+       count(*)::bigint AS locks, (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint AS idle_ms
+  FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+   AND a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
+   AND a.state_change <= clock_timestamp() - $1::bigint * interval '1 millisecond'
+ GROUP BY a.pid, a.application_name, a.state_change
+ ORDER BY a.state_change
+`
+
+type DoctorAdvisoryRow struct {
+	Pid             int32
+	ApplicationName string
+	Locks           int64
+	IdleMs          int64
+}
+
+// DoctorAdvisory lists the sessions of this database holding an advisory lock while idle for
+// at least @held_ms: each has held it that long at least (PostgreSQL does not record when a
+// lock was granted; an idle session's last statement ended at state_change).
+func (q *Queries) DoctorAdvisory(ctx context.Context, heldMs int64) ([]DoctorAdvisoryRow, error) {
+	rows, err := q.db.Query(ctx, doctorAdvisory, heldMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DoctorAdvisoryRow
+	for rows.Next() {
+		var i DoctorAdvisoryRow
+		if err := rows.Scan(
+			&i.Pid,
+			&i.ApplicationName,
+			&i.Locks,
+			&i.IdleMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const doctorRows = `-- name: DoctorRows :one
 SELECT (SELECT count(*) FROM distributed_locks l
          WHERE l.expires_at <= clock_timestamp() - ($1::bigint * interval '1 millisecond'))::bigint AS expired_locks,
@@ -82,6 +128,44 @@ func (q *Queries) DoctorRows(ctx context.Context, graceMs int64) (DoctorRowsRow,
 	var i DoctorRowsRow
 	err := row.Scan(&i.ExpiredLocks, &i.ExpiredWaiters, &i.Leaderless)
 	return i, err
+}
+
+const doctorStatistics = `-- name: DoctorStatistics :many
+SELECT c.relname::varchar AS table_name, (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint AS pages
+  FROM pg_catalog.pg_class c
+ WHERE c.relkind = 'r' AND c.relnamespace = to_regnamespace(current_schema())::oid
+   AND c.relname IN ('distributed_locks', 'distributed_lock_waiters', 'pglock_jobs', 'pglock_cron_runs', 'pglock_cron_schedules',
+                     'pglock_job_debounces', 'pglock_rate_limits_durable', 'pglock_rate_limits_unlogged')
+   AND c.reltuples = 0 AND pg_relation_size(c.oid) > 8 * current_setting('block_size')::bigint
+ ORDER BY c.relname
+`
+
+type DoctorStatisticsRow struct {
+	TableName string
+	Pages     int64
+}
+
+// DoctorStatistics lists pglock's tables whose planner statistics say empty (reltuples 0: an
+// ANALYZE ran while they were) though they hold more than 8 pages now: a claim or a poll planned
+// on such statistics may scan the whole table.
+func (q *Queries) DoctorStatistics(ctx context.Context) ([]DoctorStatisticsRow, error) {
+	rows, err := q.db.Query(ctx, doctorStatistics)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DoctorStatisticsRow
+	for rows.Next() {
+		var i DoctorStatisticsRow
+		if err := rows.Scan(&i.TableName, &i.Pages); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const doctorTimeouts = `-- name: DoctorTimeouts :one

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -31,18 +32,34 @@ type Finding struct {
 	Fix      string   `json:"fix,omitempty"`
 }
 
-// DefaultDoctorGrace is how long a row may stay expired, or an election leaderless with
-// candidates waiting, before Diagnose names it: a lease that ran out a moment ago is ordinary.
-const DefaultDoctorGrace = time.Minute
+// The defaults of DoctorOptions.
+const (
+	// DefaultDoctorGrace is how long a row may stay expired, or an election leaderless with
+	// candidates waiting, before Diagnose names it: a lease that ran out a moment ago is ordinary.
+	DefaultDoctorGrace = time.Minute
+	// DefaultAdvisoryHeld is how long an advisory lock may be held by an idle session before
+	// Diagnose names it.
+	DefaultAdvisoryHeld = time.Hour
+)
+
+// DoctorOptions tune Diagnose; zero fields mean the defaults.
+type DoctorOptions struct {
+	Grace        time.Duration // see DefaultDoctorGrace
+	AdvisoryHeld time.Duration // see DefaultAdvisoryHeld
+}
 
 // Diagnose checks the installation pool reaches, each check a Finding in a fixed order: the
 // schema's version and drift, expired rows awaiting gc, elections without a leader, the session's
-// statement and idle-in-transaction timeouts, and schedules no instance runs. grace
-// is how long a row may stay expired, or an election leaderless, before it counts (0:
-// DefaultDoctorGrace).
-func Diagnose(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Finding, error) {
+// statement and idle-in-transaction timeouts, schedules no instance runs, planner statistics
+// that say a table is empty when it is not, and advisory locks held long by idle sessions.
+func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Finding, error) {
+	grace := opts.Grace
 	if grace <= 0 {
 		grace = DefaultDoctorGrace
+	}
+	held := opts.AdvisoryHeld
+	if held <= 0 {
+		held = DefaultAdvisoryHeld
 	}
 	status, err := migrations.Version(ctx, pool)
 	if err != nil {
@@ -81,7 +98,39 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]F
 	if err != nil {
 		return nil, err
 	}
-	return append(findings, scheduleFinding(schedules)), nil
+	findings = append(findings, scheduleFinding(schedules))
+
+	q := db.New(db.Translating(pool))
+	stale, err := q.DoctorStatistics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stats := Finding{Check: "statistics", Severity: SeverityOK, Detail: "no table of pglock's is planned as empty while it is not"}
+	if len(stale) > 0 {
+		tables := make([]string, len(stale))
+		for i, r := range stale {
+			tables[i] = fmt.Sprintf("%s (%d pages)", r.TableName, r.Pages)
+		}
+		stats = Finding{Check: "statistics", Severity: SeverityWarning,
+			Detail: "planner statistics say empty (an ANALYZE ran while it was), but it is not: claims and polls may scan it: " + strings.Join(tables, ", "),
+			Fix:    "ANALYZE those tables; let autovacuum analyze them (do not disable it for them)"}
+	}
+	holders, err := q.DoctorAdvisory(ctx, held.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	advisory := Finding{Check: "advisory", Severity: SeverityOK, Detail: "no idle session has held an advisory lock for " + held.String()}
+	if len(holders) > 0 {
+		sessions := make([]string, len(holders))
+		for i, h := range holders {
+			sessions[i] = fmt.Sprintf("pid %d (%s): %d locks, idle for %s", h.Pid, cmp.Or(h.ApplicationName, "no application name"), h.Locks,
+				(time.Duration(h.IdleMs) * time.Millisecond).Round(time.Second))
+		}
+		advisory = Finding{Check: "advisory", Severity: SeverityWarning,
+			Detail: fmt.Sprintf("sessions idle for over %s hold advisory locks (held at least that long): %s", held, strings.Join(sessions, "; ")),
+			Fix:    "see them with `pglockctl list --kind advisory`; end a holder that is gone with `pglockctl release --advisory KEY --terminate`"}
+	}
+	return append(findings, stats, advisory), nil
 }
 
 // The shortest timeouts doctor lets pass: pglock's statements may wait a while on a row or an
