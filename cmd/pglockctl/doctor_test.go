@@ -25,6 +25,7 @@ func TestDoctorFindsNothingWrongWithASoundInstallation(t *testing.T) {
 	require.Contains(t, out, "ok       schedules ")
 	require.Contains(t, out, "ok       statistics ")
 	require.Contains(t, out, "ok       advisory ")
+	require.Contains(t, out, "ok       clocks        no live scheduler instance has measured its clock")
 	require.NotContains(t, out, "fix:")
 }
 
@@ -81,7 +82,7 @@ func TestDoctorNamesEachPlantedProblem(t *testing.T) {
 		severities[f.Check] = f.Severity
 	}
 	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK,
-		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
+		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK, "clocks": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
 }
 
 // An installation without pglock's SQL: one problem, and the command that fixes it.
@@ -162,4 +163,19 @@ func TestDoctorWarnsOfEmptyStatisticsAndAdvisoryLocksHeldLong(t *testing.T) {
 	require.NoError(t, err)
 	out, _, code = pglockctl(t, ctx, d.URL(), "doctor", "--advisory-held", "250ms")
 	require.Equal(t, exitOK, code, "the fixes mend both: %s", out)
+}
+
+// A live scheduler instance whose host clock is off by more than a second is named with its
+// offset; one within it is listed as ok.
+func TestDoctorNamesInstancesWhoseClocksAreOff(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	_, err := d.Pool.Exec(ctx, `SELECT pglock_cron_seen_clock('{}', 'app@drifting:1', 5000000, 2000);
+		SELECT pglock_cron_seen_clock('{}', 'app@synced:2', -3000, 1000)`)
+	require.NoError(t, err)
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitWarnings, code, out)
+	require.Contains(t, out, "warning  clocks        1 instances' clocks are over 1s off the database's: app@drifting:1 +5s (±2ms)")
+	require.NotContains(t, out, "synced:2 -3ms (±1ms),")
 }

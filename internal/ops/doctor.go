@@ -51,7 +51,8 @@ type DoctorOptions struct {
 // Diagnose checks the installation pool reaches, each check a Finding in a fixed order: the
 // schema's version and drift, expired rows awaiting gc, elections without a leader, the session's
 // statement and idle-in-transaction timeouts, schedules no instance runs, planner statistics
-// that say a table is empty when it is not, and advisory locks held long by idle sessions.
+// that say a table is empty when it is not, advisory locks held long by idle sessions, and the
+// clock offsets the live scheduler instances measured.
 func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Finding, error) {
 	grace := opts.Grace
 	if grace <= 0 {
@@ -130,7 +131,48 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 			Detail: fmt.Sprintf("sessions idle for over %s hold advisory locks (held at least that long): %s", held, strings.Join(sessions, "; ")),
 			Fix:    "see them with `pglockctl list --kind advisory`; end a holder that is gone with `pglockctl release --advisory KEY --terminate`"}
 	}
-	return append(findings, stats, advisory), nil
+	findings = append(findings, stats, advisory)
+
+	now, err := DatabaseNow(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	instances, err := Instances(ctx, pool, now)
+	if err != nil {
+		return nil, err
+	}
+	return append(findings, clockFinding(instances)), nil
+}
+
+// maxClockOffset is the offset from the database's clock past which a host's clock is named: a
+// scheduler logs a warning past it too. pglock keeps time by the database's clock, so an offset
+// breaks no lease or tick; it tells of a host whose time sync is broken, which the application
+// itself may trip over.
+const maxClockOffset = time.Second
+
+// clockFinding reports each live scheduler instance's clock offset, as it last measured it.
+func clockFinding(instances []Instance) Finding {
+	var off, all []string
+	for _, in := range instances {
+		sign := ""
+		if in.Offset >= 0 {
+			sign = "+"
+		}
+		s := fmt.Sprintf("%s %s%v (±%v)", in.Name, sign, in.Offset.Round(time.Millisecond), in.Uncertainty.Round(time.Millisecond))
+		all = append(all, s)
+		if in.Offset > maxClockOffset || in.Offset < -maxClockOffset {
+			off = append(off, s)
+		}
+	}
+	switch {
+	case len(off) > 0:
+		return Finding{Check: "clocks", Severity: SeverityWarning,
+			Detail: fmt.Sprintf("%d instances' clocks are over %s off the database's: %s", len(off), maxClockOffset, strings.Join(off, ", ")),
+			Fix:    "fix time sync (NTP, chrony) on those hosts: pglock keeps time by the database's clock, the rest of the application may not"}
+	case len(all) == 0:
+		return Finding{Check: "clocks", Severity: SeverityOK, Detail: "no live scheduler instance has measured its clock"}
+	}
+	return Finding{Check: "clocks", Severity: SeverityOK, Detail: "live instances' offsets from the database's clock: " + strings.Join(all, ", ")}
 }
 
 // The shortest timeouts doctor lets pass: pglock's statements may wait a while on a row or an
