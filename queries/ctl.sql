@@ -93,9 +93,10 @@ SELECT (SELECT count(*) FROM distributed_locks l
                 '{}')::varchar[] AS leaderless;
 
 -- DoctorTimeouts is the session's statement_timeout and idle_in_transaction_session_timeout, in
--- milliseconds (0: none), as the role and database pglockctl connects with set them.
+-- milliseconds (0: none), as the role and database pglockctl connects with set them, and that role.
 -- name: DoctorTimeouts :one
-SELECT (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS statement_timeout_ms,
+SELECT current_user::varchar AS role,
+       (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS statement_timeout_ms,
        (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint AS idle_timeout_ms;
 
 -- DoctorStatistics lists pglock's tables whose planner statistics say empty (reltuples 0: an
@@ -122,3 +123,12 @@ SELECT a.pid::integer AS pid, coalesce(a.application_name, '')::varchar AS appli
    AND a.state_change <= clock_timestamp() - sqlc.arg('held_ms')::bigint * interval '1 millisecond'
  GROUP BY a.pid, a.application_name, a.state_change
  ORDER BY a.state_change;
+
+-- DoctorPrivileges names, of the functions and tables given, those the current role may not
+-- execute or read (an object that does not exist is left to the schema's check).
+-- name: DoctorPrivileges :many
+SELECT f::varchar AS object FROM unnest(@functions::text[]) AS f
+ WHERE to_regprocedure(f) IS NOT NULL AND NOT has_function_privilege(to_regprocedure(f), 'EXECUTE')
+UNION ALL
+SELECT t::varchar FROM unnest(@tables::text[]) AS t
+ WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(to_regclass(t), 'SELECT');

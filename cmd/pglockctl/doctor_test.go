@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,7 +84,7 @@ func TestDoctorNamesEachPlantedProblem(t *testing.T) {
 		severities[f.Check] = f.Severity
 	}
 	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK,
-		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK, "clocks": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
+		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK, "clocks": ops.SeverityOK, "privileges": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
 }
 
 // An installation without pglock's SQL: one problem, and the command that fixes it.
@@ -178,4 +180,25 @@ func TestDoctorNamesInstancesWhoseClocksAreOff(t *testing.T) {
 	require.Equal(t, exitWarnings, code, out)
 	require.Contains(t, out, "warning  clocks        1 instances' clocks are over 1s off the database's: app@drifting:1 +5s (±2ms)")
 	require.NotContains(t, out, "synced:2 -3ms (±1ms),")
+}
+
+// A role granted part of what semaphores need (a grant made before pglock_take_all, say) is a
+// problem naming what is missing; the superuser the tests connect as may use every part.
+func TestDoctorNamesAPartOfPglockGrantedOnlyInPart(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "may use: table locks and advisory names, jobs, ratelimit, semaphores, cron scheduler, cron controls (an operator's)")
+
+	role := d.NewRole(t, "doctor_app")
+	_, err := d.Pool.Exec(ctx, fmt.Sprintf(`GRANT SELECT ON ALL TABLES IN SCHEMA public TO %[1]s;
+		GRANT EXECUTE ON FUNCTION pglock_semaphore_attempt(varchar, varchar, integer, bigint, jsonb, varchar, boolean),
+			pglock_semaphore_take(varchar, varchar, integer, integer, varchar, integer, bigint, jsonb, varchar, boolean) TO %[1]s`, role))
+	require.NoError(t, err)
+	asRole := d.URL() + "&options=" + strings.ReplaceAll(url.PathEscape("-c role="+role), "=", "%3D")
+	out, stderr, code := pglockctl(t, ctx, asRole, "doctor")
+	require.Equal(t, exitProblems, code, "%s%s", out, stderr)
+	require.Contains(t, out+stderr, "problem  privileges    role "+role+" is granted part of: semaphores (missing pglock_take_all(varchar, varchar[], integer[], integer[], varchar[], integer[], bigint, jsonb, varchar, boolean))")
 }

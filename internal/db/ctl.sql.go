@@ -99,6 +99,41 @@ func (q *Queries) DoctorAdvisory(ctx context.Context, heldMs int64) ([]DoctorAdv
 	return items, nil
 }
 
+const doctorPrivileges = `-- name: DoctorPrivileges :many
+SELECT f::varchar AS object FROM unnest($1::text[]) AS f
+ WHERE to_regprocedure(f) IS NOT NULL AND NOT has_function_privilege(to_regprocedure(f), 'EXECUTE')
+UNION ALL
+SELECT t::varchar FROM unnest($2::text[]) AS t
+ WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(to_regclass(t), 'SELECT')
+`
+
+type DoctorPrivilegesParams struct {
+	Functions []string
+	Tables    []string
+}
+
+// DoctorPrivileges names, of the functions and tables given, those the current role may not
+// execute or read (an object that does not exist is left to the schema's check).
+func (q *Queries) DoctorPrivileges(ctx context.Context, arg DoctorPrivilegesParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, doctorPrivileges, arg.Functions, arg.Tables)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var object string
+		if err := rows.Scan(&object); err != nil {
+			return nil, err
+		}
+		items = append(items, object)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const doctorRows = `-- name: DoctorRows :one
 SELECT (SELECT count(*) FROM distributed_locks l
          WHERE l.expires_at <= clock_timestamp() - ($1::bigint * interval '1 millisecond'))::bigint AS expired_locks,
@@ -169,21 +204,23 @@ func (q *Queries) DoctorStatistics(ctx context.Context) ([]DoctorStatisticsRow, 
 }
 
 const doctorTimeouts = `-- name: DoctorTimeouts :one
-SELECT (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS statement_timeout_ms,
+SELECT current_user::varchar AS role,
+       (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint AS statement_timeout_ms,
        (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint AS idle_timeout_ms
 `
 
 type DoctorTimeoutsRow struct {
+	Role               string
 	StatementTimeoutMs int64
 	IdleTimeoutMs      int64
 }
 
 // DoctorTimeouts is the session's statement_timeout and idle_in_transaction_session_timeout, in
-// milliseconds (0: none), as the role and database pglockctl connects with set them.
+// milliseconds (0: none), as the role and database pglockctl connects with set them, and that role.
 func (q *Queries) DoctorTimeouts(ctx context.Context) (DoctorTimeoutsRow, error) {
 	row := q.db.QueryRow(ctx, doctorTimeouts)
 	var i DoctorTimeoutsRow
-	err := row.Scan(&i.StatementTimeoutMs, &i.IdleTimeoutMs)
+	err := row.Scan(&i.Role, &i.StatementTimeoutMs, &i.IdleTimeoutMs)
 	return i, err
 }
 

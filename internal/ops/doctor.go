@@ -51,8 +51,9 @@ type DoctorOptions struct {
 // Diagnose checks the installation pool reaches, each check a Finding in a fixed order: the
 // schema's version and drift, expired rows awaiting gc, elections without a leader, the session's
 // statement and idle-in-transaction timeouts, schedules no instance runs, planner statistics
-// that say a table is empty when it is not, advisory locks held long by idle sessions, and the
-// clock offsets the live scheduler instances measured.
+// that say a table is empty when it is not, advisory locks held long by idle sessions, the
+// clock offsets the live scheduler instances measured, and the parts of pglock the role is
+// granted only in part.
 func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Finding, error) {
 	grace := opts.Grace
 	if grace <= 0 {
@@ -88,7 +89,8 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 	}
 	findings = append(findings, expired, leaders)
 
-	timeouts, err := db.New(db.Translating(pool)).DoctorTimeouts(ctx)
+	q := db.New(db.Translating(pool))
+	timeouts, err := q.DoctorTimeouts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +103,6 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 	}
 	findings = append(findings, scheduleFinding(schedules))
 
-	q := db.New(db.Translating(pool))
 	stale, err := q.DoctorStatistics(ctx)
 	if err != nil {
 		return nil, err
@@ -141,7 +142,48 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 	if err != nil {
 		return nil, err
 	}
-	return append(findings, clockFinding(instances)), nil
+	findings = append(findings, clockFinding(instances))
+
+	privileges, err := privilegeFinding(ctx, q, timeouts.Role)
+	if err != nil {
+		return nil, err
+	}
+	return append(findings, privileges), nil
+}
+
+// privilegeFinding says which parts of pglock (Grants) the current role may use. A part whose
+// functions are granted in full, with its tables, or whose functions are not granted at all, is
+// a choice; one granted in part is a problem: its calls fail on what was left out (a grant made
+// from an older version of docs/sql.md, say).
+func privilegeFinding(ctx context.Context, q *db.Queries, role string) (Finding, error) {
+	var usable, partial []string
+	for _, g := range Grants {
+		functions, err := q.DoctorPrivileges(ctx, db.DoctorPrivilegesParams{Functions: g.Functions})
+		if err != nil {
+			return Finding{}, err
+		}
+		if len(functions) == len(g.Functions) {
+			continue // not granted: the role reads the tables, maybe, for another part
+		}
+		tables, err := q.DoctorPrivileges(ctx, db.DoctorPrivilegesParams{Tables: g.Tables})
+		if err != nil {
+			return Finding{}, err
+		}
+		if missing := append(functions, tables...); len(missing) > 0 {
+			partial = append(partial, fmt.Sprintf("%s (missing %s)", g.Part, strings.Join(missing, ", ")))
+		} else {
+			usable = append(usable, g.Part)
+		}
+	}
+	if len(partial) > 0 {
+		return Finding{Check: "privileges", Severity: SeverityProblem,
+			Detail: fmt.Sprintf("role %s is granted part of: %s", role, strings.Join(partial, "; ")),
+			Fix:    "grant the rest as docs/sql.md lists it (GRANT EXECUTE ON FUNCTION …, GRANT SELECT ON …)"}, nil
+	}
+	if len(usable) == 0 {
+		return Finding{Check: "privileges", Severity: SeverityOK, Detail: fmt.Sprintf("role %s may use no part of pglock (no grant, or none made)", role)}, nil
+	}
+	return Finding{Check: "privileges", Severity: SeverityOK, Detail: fmt.Sprintf("role %s may use: %s", role, strings.Join(usable, ", "))}, nil
 }
 
 // maxClockOffset is the offset from the database's clock past which a host's clock is named: a
