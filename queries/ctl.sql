@@ -132,3 +132,8 @@ SELECT f::varchar AS object FROM unnest(@functions::text[]) AS f
 UNION ALL
 SELECT t::varchar FROM unnest(@tables::text[]) AS t
  WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(to_regclass(t), 'SELECT');
+
+-- DoctorClientPort is the client port the server sees this connection come from (0 over a
+-- Unix socket).
+-- name: DoctorClientPort :one
+SELECT coalesce(inet_client_port(), 0)::integer AS port;

@@ -84,7 +84,8 @@ func TestDoctorNamesEachPlantedProblem(t *testing.T) {
 		severities[f.Check] = f.Severity
 	}
 	require.Equal(t, map[string]ops.Severity{"schema": ops.SeverityProblem, "expired rows": ops.SeverityOK, "elections": ops.SeverityOK,
-		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK, "clocks": ops.SeverityOK, "privileges": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
+		"timeouts": ops.SeverityOK, "schedules": ops.SeverityOK, "statistics": ops.SeverityOK, "advisory": ops.SeverityOK, "clocks": ops.SeverityOK, "privileges": ops.SeverityOK,
+		"pooler": ops.SeverityOK}, severities, "with a grace of 10 minutes, rows 5 minutes old are not named")
 }
 
 // An installation without pglock's SQL: one problem, and the command that fixes it.
@@ -201,4 +202,20 @@ func TestDoctorNamesAPartOfPglockGrantedOnlyInPart(t *testing.T) {
 	out, stderr, code := pglockctl(t, ctx, asRole, "doctor")
 	require.Equal(t, exitProblems, code, "%s%s", out, stderr)
 	require.Contains(t, out+stderr, "problem  privileges    role "+role+" is granted part of: semaphores (missing pglock_take_all(varchar, varchar[], integer[], integer[], varchar[], integer[], bigint, jsonb, varchar, boolean))")
+}
+
+// Through a real PgBouncer (transaction pooling), doctor says something sits between, with
+// docs/pgbouncer.md's settings for the fix; directly, it says so.
+func TestDoctorSeesAPoolerBetween(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, nil)
+	ctx := context.Background()
+	out, _, code := pglockctl(t, ctx, d.URL(), "doctor")
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "ok       pooler        this connection reaches PostgreSQL directly")
+
+	out, stderr, code := pglockctl(t, ctx, d.ThroughPgBouncer(t, "default_query_exec_mode=exec"), "doctor")
+	require.Equal(t, exitWarnings, code, "%s%s", out, stderr)
+	require.Contains(t, out, "warning  pooler        PostgreSQL sees this connection come from port ")
+	require.Contains(t, out, "fix: if it is PgBouncer in transaction mode, follow docs/pgbouncer.md")
 }

@@ -99,6 +99,19 @@ func (q *Queries) DoctorAdvisory(ctx context.Context, heldMs int64) ([]DoctorAdv
 	return items, nil
 }
 
+const doctorClientPort = `-- name: DoctorClientPort :one
+SELECT coalesce(inet_client_port(), 0)::integer AS port
+`
+
+// DoctorClientPort is the client port the server sees this connection come from (0 over a
+// Unix socket).
+func (q *Queries) DoctorClientPort(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, doctorClientPort)
+	var port int32
+	err := row.Scan(&port)
+	return port, err
+}
+
 const doctorPrivileges = `-- name: DoctorPrivileges :many
 SELECT f::varchar AS object FROM unnest($1::text[]) AS f
  WHERE to_regprocedure(f) IS NOT NULL AND NOT has_function_privilege(to_regprocedure(f), 'EXECUTE')

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -52,8 +53,8 @@ type DoctorOptions struct {
 // schema's version and drift, expired rows awaiting gc, elections without a leader, the session's
 // statement and idle-in-transaction timeouts, schedules no instance runs, planner statistics
 // that say a table is empty when it is not, advisory locks held long by idle sessions, the
-// clock offsets the live scheduler instances measured, and the parts of pglock the role is
-// granted only in part.
+// clock offsets the live scheduler instances measured, the parts of pglock the role is granted
+// only in part, and whether the connection goes through a pooler.
 func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Finding, error) {
 	grace := opts.Grace
 	if grace <= 0 {
@@ -148,7 +149,40 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 	if err != nil {
 		return nil, err
 	}
-	return append(findings, privileges), nil
+	findings = append(findings, privileges)
+
+	pooler, err := poolerFinding(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return append(findings, pooler), nil
+}
+
+// poolerFinding tells whether pglockctl's connection reaches PostgreSQL directly: the server
+// sees it come from the port it left from, unless something sits between them (PgBouncer, a
+// proxy, or a NAT), whose pooling mode pglockctl cannot see.
+func poolerFinding(ctx context.Context, pool *pgxpool.Pool) (Finding, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return Finding{}, db.Translate(err)
+	}
+	defer conn.Release()
+	f := Finding{Check: "pooler", Severity: SeverityOK, Detail: "this connection reaches PostgreSQL directly"}
+	local, ok := conn.Conn().PgConn().Conn().LocalAddr().(*net.TCPAddr)
+	if !ok {
+		f.Detail = "this connection reaches PostgreSQL over a Unix socket: directly"
+		return f, nil
+	}
+	seen, err := db.New(db.Translating(conn)).DoctorClientPort(ctx)
+	if err != nil {
+		return Finding{}, err
+	}
+	if int(seen) != local.Port {
+		f.Severity = SeverityWarning
+		f.Detail = fmt.Sprintf("PostgreSQL sees this connection come from port %d, not %d: something sits between (PgBouncer, a proxy, or a NAT). In transaction pooling, prepared statements and LISTEN do not survive from one transaction to the next", seen, local.Port)
+		f.Fix = "if it is PgBouncer in transaction mode, follow docs/pgbouncer.md: pgx's default_query_exec_mode=exec (or max_prepared_statements on PgBouncer ≥ 1.21), a ListenerConnConfig that reaches PostgreSQL directly (or DisableNotifications), advisory session locks on a direct pool, ignore_startup_parameters = extra_float_digits,options"
+	}
+	return f, nil
 }
 
 // privilegeFinding says which parts of pglock (Grants) the current role may use. A part whose
