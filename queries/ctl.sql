@@ -124,14 +124,15 @@ SELECT a.pid::integer AS pid, coalesce(a.application_name, '')::varchar AS appli
  GROUP BY a.pid, a.application_name, a.state_change
  ORDER BY a.state_change;
 
--- DoctorPrivileges names, of the functions and tables given, those the current role may not
--- execute or read (an object that does not exist is left to the schema's check).
+-- DoctorPrivileges says, of each function and table given, whether it exists and whether the
+-- current role may execute or read it.
 -- name: DoctorPrivileges :many
-SELECT f::varchar AS object FROM unnest(@functions::text[]) AS f
- WHERE to_regprocedure(f) IS NOT NULL AND NOT has_function_privilege(to_regprocedure(f), 'EXECUTE')
+SELECT f::varchar AS object, (to_regprocedure(f) IS NOT NULL)::boolean AS present,
+       coalesce(has_function_privilege(to_regprocedure(f), 'EXECUTE'), false)::boolean AS granted
+  FROM unnest(@functions::text[]) AS f
 UNION ALL
-SELECT t::varchar FROM unnest(@tables::text[]) AS t
- WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(to_regclass(t), 'SELECT');
+SELECT t::varchar, to_regclass(t) IS NOT NULL, coalesce(has_table_privilege(to_regclass(t), 'SELECT'), false)
+  FROM unnest(@tables::text[]) AS t;
 
 -- DoctorClientPort is the client port the server sees this connection come from (0 over a
 -- Unix socket).

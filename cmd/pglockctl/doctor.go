@@ -25,7 +25,8 @@ func (a *app) doctorCommand() *cobra.Command {
 			"than --grace (awaiting gc); elections without a leader for longer than --grace while candidates\n" +
 			"wait; statement and idle-in-transaction timeouts that cut pglock short; schedules no instance\n" +
 			"runs; planner statistics that call a table empty when it is not; advisory locks held by\n" +
-			"sessions idle for longer than --advisory-held. Each check prints its verdict, and its fix\n" +
+			"sessions idle for longer than --advisory-held; instances' clock offsets; parts of pglock the\n" +
+			"role is granted only in part; a pooler between. Each check prints its verdict, and its fix\n" +
 			"when there is one. Exits 0 when all is well, 1 with warnings, 2 with problems.",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

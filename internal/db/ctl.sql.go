@@ -113,11 +113,12 @@ func (q *Queries) DoctorClientPort(ctx context.Context) (int32, error) {
 }
 
 const doctorPrivileges = `-- name: DoctorPrivileges :many
-SELECT f::varchar AS object FROM unnest($1::text[]) AS f
- WHERE to_regprocedure(f) IS NOT NULL AND NOT has_function_privilege(to_regprocedure(f), 'EXECUTE')
+SELECT f::varchar AS object, (to_regprocedure(f) IS NOT NULL)::boolean AS present,
+       coalesce(has_function_privilege(to_regprocedure(f), 'EXECUTE'), false)::boolean AS granted
+  FROM unnest($1::text[]) AS f
 UNION ALL
-SELECT t::varchar FROM unnest($2::text[]) AS t
- WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(to_regclass(t), 'SELECT')
+SELECT t::varchar, to_regclass(t) IS NOT NULL, coalesce(has_table_privilege(to_regclass(t), 'SELECT'), false)
+  FROM unnest($2::text[]) AS t
 `
 
 type DoctorPrivilegesParams struct {
@@ -125,21 +126,27 @@ type DoctorPrivilegesParams struct {
 	Tables    []string
 }
 
-// DoctorPrivileges names, of the functions and tables given, those the current role may not
-// execute or read (an object that does not exist is left to the schema's check).
-func (q *Queries) DoctorPrivileges(ctx context.Context, arg DoctorPrivilegesParams) ([]string, error) {
+type DoctorPrivilegesRow struct {
+	Object  string
+	Present bool
+	Granted bool
+}
+
+// DoctorPrivileges says, of each function and table given, whether it exists and whether the
+// current role may execute or read it.
+func (q *Queries) DoctorPrivileges(ctx context.Context, arg DoctorPrivilegesParams) ([]DoctorPrivilegesRow, error) {
 	rows, err := q.db.Query(ctx, doctorPrivileges, arg.Functions, arg.Tables)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []string
+	var items []DoctorPrivilegesRow
 	for rows.Next() {
-		var object string
-		if err := rows.Scan(&object); err != nil {
+		var i DoctorPrivilegesRow
+		if err := rows.Scan(&i.Object, &i.Present, &i.Granted); err != nil {
 			return nil, err
 		}
-		items = append(items, object)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

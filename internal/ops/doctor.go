@@ -191,21 +191,32 @@ func poolerFinding(ctx context.Context, pool *pgxpool.Pool) (Finding, error) {
 // from an older version of docs/sql.md, say).
 func privilegeFinding(ctx context.Context, q *db.Queries, role string) (Finding, error) {
 	var usable, partial []string
+	parts := map[string]int{} // how many parts each function is in: one shared says nothing of either
 	for _, g := range Grants {
-		functions, err := q.DoctorPrivileges(ctx, db.DoctorPrivilegesParams{Functions: g.Functions})
+		for _, f := range g.Functions {
+			parts[f]++
+		}
+	}
+	for _, g := range Grants {
+		objects, err := q.DoctorPrivileges(ctx, db.DoctorPrivilegesParams{Functions: g.Functions, Tables: g.Tables})
 		if err != nil {
 			return Finding{}, err
 		}
-		if len(functions) == len(g.Functions) {
-			continue // not granted: the role reads the tables, maybe, for another part
+		var granted bool
+		var missing []string
+		for i, o := range objects {
+			if i < len(g.Functions) && o.Granted && parts[o.Object] == 1 {
+				granted = true
+			}
+			if o.Present && !o.Granted { // an object that is not there is the schema check's
+				missing = append(missing, o.Object)
+			}
 		}
-		tables, err := q.DoctorPrivileges(ctx, db.DoctorPrivilegesParams{Tables: g.Tables})
-		if err != nil {
-			return Finding{}, err
-		}
-		if missing := append(functions, tables...); len(missing) > 0 {
+		switch {
+		case !granted: // not granted: the role may read the tables, or run a shared function, for another part
+		case len(missing) > 0:
 			partial = append(partial, fmt.Sprintf("%s (missing %s)", g.Part, strings.Join(missing, ", ")))
-		} else {
+		default:
 			usable = append(usable, g.Part)
 		}
 	}
