@@ -72,7 +72,8 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 	if status.Version == 0 || status.Dirty {
 		return findings, nil // the tables the other checks read may not be there
 	}
-	rows, err := db.New(db.Translating(pool)).DoctorRows(ctx, grace.Milliseconds())
+	q := db.New(db.Translating(pool))
+	rows, err := q.DoctorRows(ctx, grace.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,6 @@ func Diagnose(ctx context.Context, pool *pgxpool.Pool, opts DoctorOptions) ([]Fi
 	}
 	findings = append(findings, expired, leaders)
 
-	q := db.New(db.Translating(pool))
 	timeouts, err := q.DoctorTimeouts(ctx)
 	if err != nil {
 		return nil, err
